@@ -1,0 +1,246 @@
+/*
+ * nexus.h - the public C API of Nexus, an inference runtime for long-lived LLM agents.
+ *
+ * This header is the specification. It is C11, includes only <stddef.h>, <stdint.h> and
+ * <stdbool.h>, and compiles as C and as C++.
+ *
+ * Conventions
+ * - Every function that can fail on input returns an nx_status: NX_STATUS_OK (0) or a negative
+ *   code. Loaders also fill a caller-provided message buffer that names the problem.
+ * - Whoever calls *_load / *_init calls the matching *_free; *_free(NULL) does nothing.
+ * - Returned pointers are borrowed: valid until the next call on the same handle, unless stated.
+ * - Buffer-filling functions return the count written, or -needed when the buffer is too small.
+ * - Thread safety: an nx_model is immutable after load and may be shared by threads and contexts;
+ *   an nx_ctx is used by one thread at a time; tokenizer functions are thread-safe.
+ *
+ * Versioning: same major = ABI-stable; minor releases only add.
+ */
+#ifndef NEXUS_H
+#define NEXUS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NX_VERSION_MAJOR 0
+#define NX_VERSION_MINOR 1
+#define NX_VERSION_PATCH 0
+#define NX_VERSION_HEX ((NX_VERSION_MAJOR << 16) | (NX_VERSION_MINOR << 8) | NX_VERSION_PATCH)
+
+#if defined(__GNUC__)
+#define NX_API __attribute__((visibility("default")))
+#else
+#define NX_API
+#endif
+
+typedef int32_t nx_token;
+typedef int32_t nx_pos;
+
+/* ---------------------------------------------------------------------------------------------
+ * Status codes. Add at the end only; values are explicit and never reused.
+ * ------------------------------------------------------------------------------------------- */
+#define NX_STATUS_MAP(X) \
+    X(OK, 0, "ok") \
+    X(NOMEM, -1, "out of memory") \
+    X(IO, -2, "I/O error") \
+    X(FORMAT, -3, "malformed or corrupt input") \
+    X(UNSUPPORTED, -4, "unsupported feature") \
+    X(INVALID_ARG, -5, "invalid argument") \
+    X(KV_FULL, -6, "KV cache full") \
+    X(ABORTED, -7, "aborted") \
+    X(TIMEOUT, -8, "timed out") \
+    X(NOT_FOUND, -9, "not found")
+
+typedef enum nx_status {
+#define NX_STATUS_ENUM_(name, val, msg) NX_STATUS_##name = (val),
+    NX_STATUS_MAP(NX_STATUS_ENUM_)
+#undef NX_STATUS_ENUM_
+} nx_status;
+
+/* Human-readable message and the enum's name ("NX_STATUS_FORMAT") for a status. */
+NX_API const char *nx_status_str(nx_status st);
+NX_API const char *nx_status_name(nx_status st);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensor element types. Values equal ggml's type ids, so the type field of a GGUF tensor info
+ * maps directly. Append-only.
+ * ------------------------------------------------------------------------------------------- */
+enum nx_type {
+    NX_TYPE_F32 = 0,
+    NX_TYPE_F16 = 1,
+    NX_TYPE_Q4_0 = 2,
+    NX_TYPE_Q4_1 = 3,
+    /* 4, 5 removed in ggml (Q4_2, Q4_3) */
+    NX_TYPE_Q5_0 = 6,
+    NX_TYPE_Q5_1 = 7,
+    NX_TYPE_Q8_0 = 8,
+    NX_TYPE_Q8_1 = 9,
+    NX_TYPE_Q2_K = 10,
+    NX_TYPE_Q3_K = 11,
+    NX_TYPE_Q4_K = 12,
+    NX_TYPE_Q5_K = 13,
+    NX_TYPE_Q6_K = 14,
+    NX_TYPE_Q8_K = 15,
+    NX_TYPE_BF16 = 30,
+    NX_TYPE_COUNT = 40
+};
+
+/* Name of a type ("Q4_K"), or NULL for an id Nexus does not know. */
+NX_API const char *nx_type_name(enum nx_type t);
+/* True when Nexus can load weights of this type (F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K). */
+NX_API bool nx_type_supported(enum nx_type t);
+
+/* ---------------------------------------------------------------------------------------------
+ * Logging. The library never writes to stdout; messages go to the callback, or stderr.
+ * ------------------------------------------------------------------------------------------- */
+enum nx_log_level { NX_LOG_ERROR = 0, NX_LOG_WARN = 1, NX_LOG_INFO = 2, NX_LOG_DEBUG = 3 };
+typedef void (*nx_log_fn)(int level, const char *msg, void *user_data);
+NX_API void nx_log_set(nx_log_fn fn, void *user_data);
+NX_API void nx_log_set_level(int level);
+
+/* ---------------------------------------------------------------------------------------------
+ * Kernels. Nexus picks AVX-512, AVX2 or scalar reference kernels at run time from the CPU's
+ * features. Forcing the reference kernels (also: environment NX_KERNELS=ref) is for testing.
+ * Call before loading models; not thread-safe against running contexts.
+ * ------------------------------------------------------------------------------------------- */
+NX_API void nx_kernels_force_ref(bool force);
+/* "avx512", "avx2" or "ref": the kernel set in use. */
+NX_API const char *nx_kernels_name(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Models
+ * ------------------------------------------------------------------------------------------- */
+typedef struct nx_model nx_model;
+
+struct nx_model_params {
+    bool use_mmap; /* true: weights used in place from a read-only mapping; false (default):
+                      weights read into memory (and possibly repacked for SIMD) */
+};
+NX_API struct nx_model_params nx_model_default_params(void);
+
+/*
+ * Load a GGUF model (version 2 or 3). On success *out owns the model (free with nx_model_free).
+ * On failure *out is NULL, the return is negative and err (if not NULL, errlen > 0) holds a
+ * message naming the problem: NX_STATUS_IO (cannot open/read), NX_STATUS_FORMAT (corrupt file,
+ * naming the field), NX_STATUS_UNSUPPORTED (GGUF v1, unknown architecture or weight type),
+ * NX_STATUS_NOMEM.
+ */
+NX_API nx_status nx_model_load(const char *path, const struct nx_model_params *params,
+                               nx_model **out, char *err, size_t errlen);
+NX_API void nx_model_free(nx_model *model);
+
+NX_API int32_t nx_model_n_vocab(const nx_model *model);
+NX_API int32_t nx_model_n_ctx_train(const nx_model *model);
+NX_API int32_t nx_model_n_embd(const nx_model *model);
+NX_API int32_t nx_model_n_layer(const nx_model *model);
+NX_API int32_t nx_model_n_head(const nx_model *model);
+NX_API int32_t nx_model_n_head_kv(const nx_model *model);
+/* Bytes of weight data (as stored in memory). */
+NX_API size_t nx_model_weight_bytes(const nx_model *model);
+/* One-line description, e.g. "llama 5L 64d 8h/4kv F32 vocab 512". Borrowed, lives with model. */
+NX_API const char *nx_model_desc(const nx_model *model);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tokenizer (from the model's GGUF metadata). Thread-safe.
+ * ------------------------------------------------------------------------------------------- */
+NX_API nx_token nx_token_bos(const nx_model *model); /* -1 when none */
+NX_API nx_token nx_token_eos(const nx_model *model); /* -1 when none */
+/* True for end-of-generation tokens (EOS, EOT and similar from metadata). */
+NX_API bool nx_token_is_eog(const nx_model *model, nx_token t);
+
+/*
+ * Tokenize UTF-8 text. add_special: add BOS/EOS as the model's metadata asks. parse_special:
+ * recognise special/control token texts (e.g. "<|eot_id|>") in the input. Returns the number of
+ * tokens written, or -(tokens needed) when n_max is too small (nothing useful written), or
+ * INT32_MIN on internal failure.
+ */
+NX_API int32_t nx_tokenize(const nx_model *model, const char *text, size_t text_len,
+                           nx_token *tokens, int32_t n_max, bool add_special, bool parse_special);
+/*
+ * The UTF-8 bytes of one token (byte-fallback tokens give their byte; SentencePiece's "▁" gives
+ * a space). special: render control tokens' text (otherwise they give nothing). Returns bytes
+ * written or -(bytes needed). Not NUL-terminated.
+ */
+NX_API int32_t nx_token_to_piece(const nx_model *model, nx_token t, char *buf, int32_t len,
+                                 bool special);
+
+/* ---------------------------------------------------------------------------------------------
+ * Contexts: one sequence, its KV cache, work buffers and a thread pool.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct nx_ctx nx_ctx;
+
+struct nx_ctx_params {
+    int32_t n_ctx;           /* positions the KV cache holds; 0 = the model's trained context */
+    int32_t n_batch;         /* most tokens in one nx_decode call (larger calls are split) */
+    int32_t n_threads;       /* threads for single-token decode (>= 1) */
+    int32_t n_threads_batch; /* threads for prompt batches (>= 1) */
+    enum nx_type kv_type;    /* NX_TYPE_F16 (default) or NX_TYPE_F32 */
+};
+NX_API struct nx_ctx_params nx_ctx_default_params(void);
+
+/* Create a context. *out owned by the caller (nx_ctx_free). Errors: INVALID_ARG, NOMEM. */
+NX_API nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *params,
+                             nx_ctx **out, char *err, size_t errlen);
+NX_API void nx_ctx_free(nx_ctx *ctx);
+
+/*
+ * Run tokens[0..n) at positions n_past..n_past+n-1 and append them to the KV cache.
+ * all_logits: keep logits for every token (else only for the last). Returns OK,
+ * NX_STATUS_KV_FULL (the cache cannot hold n more; nothing changed), NX_STATUS_INVALID_ARG
+ * (token id out of range, n <= 0; nothing changed). No allocation happens here.
+ */
+NX_API nx_status nx_decode(nx_ctx *ctx, const nx_token *tokens, int32_t n, bool all_logits);
+
+/*
+ * Logits of the i-th token of the last nx_decode call (i = -1: the last token). n_vocab floats,
+ * borrowed until the next nx_decode. NULL when not kept.
+ */
+NX_API const float *nx_get_logits(nx_ctx *ctx, int32_t i);
+
+/* Positions currently in the KV cache. */
+NX_API int32_t nx_ctx_n_past(const nx_ctx *ctx);
+/* Capacity of the KV cache in positions. */
+NX_API int32_t nx_ctx_n_ctx(const nx_ctx *ctx);
+/* Forget the sequence (KV cache emptied, n_past = 0). */
+NX_API void nx_ctx_reset(nx_ctx *ctx);
+/* Change the thread counts; the pool is resized (threads created or joined). */
+NX_API nx_status nx_ctx_set_threads(nx_ctx *ctx, int32_t n_threads, int32_t n_threads_batch);
+/* Bytes of KV cache memory allocated for this context. */
+NX_API size_t nx_ctx_kv_bytes(const nx_ctx *ctx);
+/* Message for the last failed call on this context, "" if none. Borrowed. */
+NX_API const char *nx_ctx_last_error(const nx_ctx *ctx);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sampling. A sampler owns its RNG; same seed and same logits give the same tokens.
+ * Order: repetition penalty, then (temp <= 0: greedy argmax) top-k, temperature, top-p, min-p.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct nx_sampler nx_sampler;
+
+struct nx_sampler_params {
+    float temp;           /* <= 0: greedy */
+    int32_t top_k;        /* <= 0: off */
+    float top_p;          /* >= 1: off */
+    float min_p;          /* <= 0: off */
+    float repeat_penalty; /* 1: off */
+    int32_t repeat_last_n; /* tokens the penalty looks back over */
+    uint64_t seed;
+};
+NX_API struct nx_sampler_params nx_sampler_default_params(void);
+NX_API nx_status nx_sampler_init(const struct nx_sampler_params *params, int32_t n_vocab,
+                                 nx_sampler **out);
+NX_API void nx_sampler_free(nx_sampler *s);
+/* Pick a token from n_vocab logits (not modified). Records it for the repetition penalty. */
+NX_API nx_token nx_sampler_sample(nx_sampler *s, const float *logits);
+/* Record a token as seen (e.g. prompt tokens) for the repetition penalty. */
+NX_API void nx_sampler_accept(nx_sampler *s, nx_token t);
+
+NX_API const char *nx_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,88 @@
+/*
+ * alloc.c - DESIGN: every allocation in src/ goes through here so that the bytes in use can be
+ * reported and tests can inject an allocation failure at the N-th call. Each block carries a
+ * 16-byte header with its size; aligned blocks store the offset to the raw pointer instead.
+ * Thread-safe (atomics only).
+ */
+#include "alloc.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HDR 16
+
+static atomic_size_t g_bytes;
+static atomic_long g_fail_after;
+
+static int should_fail(void) {
+    long n = atomic_load_explicit(&g_fail_after, memory_order_relaxed);
+    if (n <= 0) return 0;
+    long prev = atomic_fetch_sub(&g_fail_after, 1);
+    return prev == 1;
+}
+
+void *nx_malloc(size_t n) {
+    if (should_fail() || n > SIZE_MAX - HDR) return NULL;
+    unsigned char *p = malloc(n + HDR);
+    if (!p) return NULL;
+    memcpy(p, &n, sizeof n);
+    atomic_fetch_add(&g_bytes, n);
+    return p + HDR;
+}
+
+void *nx_calloc(size_t count, size_t size) {
+    size_t n;
+    if (__builtin_mul_overflow(count, size, &n)) return NULL;
+    void *p = nx_malloc(n);
+    if (p) memset(p, 0, n);
+    return p;
+}
+
+void *nx_realloc(void *p, size_t n) {
+    if (!p) return nx_malloc(n);
+    if (should_fail() || n > SIZE_MAX - HDR) return NULL;
+    unsigned char *raw = (unsigned char *)p - HDR;
+    size_t old;
+    memcpy(&old, raw, sizeof old);
+    unsigned char *q = realloc(raw, n + HDR);
+    if (!q) return NULL;
+    memcpy(q, &n, sizeof n);
+    atomic_fetch_sub(&g_bytes, old);
+    atomic_fetch_add(&g_bytes, n);
+    return q + HDR;
+}
+
+void nx_free(void *p) {
+    if (!p) return;
+    unsigned char *raw = (unsigned char *)p - HDR;
+    size_t n;
+    memcpy(&n, raw, sizeof n);
+    atomic_fetch_sub(&g_bytes, n);
+    free(raw);
+}
+
+void *nx_malloc_aligned(size_t n) {
+    if (n > SIZE_MAX - 128) return NULL;
+    unsigned char *raw = nx_malloc(n + 64 + sizeof(uintptr_t));
+    if (!raw) return NULL;
+    uintptr_t a = ((uintptr_t)raw + sizeof(uintptr_t) + 63) & ~(uintptr_t)63;
+    ((uintptr_t *)a)[-1] = (uintptr_t)raw;
+    return (void *)a;
+}
+
+void nx_free_aligned(void *p) {
+    if (!p) return;
+    nx_free((void *)((uintptr_t *)p)[-1]);
+}
+
+char *nx_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = nx_malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+size_t nx_alloc_bytes(void) { return atomic_load(&g_bytes); }
+void nx_alloc_fail_after(long n) { atomic_store(&g_fail_after, n); }

@@ -1,0 +1,22 @@
+/* alloc.h - the allocator wrapper of src/: byte accounting and a fault-injection hook. */
+#ifndef NX_ALLOC_H
+#define NX_ALLOC_H
+
+#include <stddef.h>
+
+/* Like malloc/calloc/realloc/free; NULL on failure (callers return NX_STATUS_NOMEM). */
+void *nx_malloc(size_t n);
+void *nx_calloc(size_t count, size_t size);
+void *nx_realloc(void *p, size_t n);
+void nx_free(void *p);
+/* 64-byte aligned allocation for SIMD buffers; free with nx_free_aligned. */
+void *nx_malloc_aligned(size_t n);
+void nx_free_aligned(void *p);
+char *nx_strdup(const char *s);
+
+/* Bytes currently allocated through this wrapper (all threads). */
+size_t nx_alloc_bytes(void);
+/* Test hook: make the n-th allocation from now fail (0 disables). */
+void nx_alloc_fail_after(long n);
+
+#endif

@@ -1,0 +1,55 @@
+/*
+ * nx_base.h - tiny base layer every module may include: assertions for programmer errors,
+ * overflow-checked size arithmetic, status codes and the internal error-message helper.
+ *
+ * Assertions are for programmer errors only; data from files, sockets and users never
+ * reaches NX_ASSERT, it produces an nx_status with a message instead.
+ */
+#ifndef NX_BASE_H
+#define NX_BASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nexus.h"
+
+#define NX_UNUSED(x) ((void)(x))
+#define NX_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define NX_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define NX_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define nx_likely(x) __builtin_expect(!!(x), 1)
+#define nx_unlikely(x) __builtin_expect(!!(x), 0)
+
+void nx_assert_fail(const char *file, int line, const char *expr);
+#define NX_ASSERT(x) \
+    do { \
+        if (nx_unlikely(!(x))) nx_assert_fail(__FILE__, __LINE__, #x); \
+    } while (0)
+
+/* a*b into *out; false (and *out untouched) on overflow. */
+static inline bool nx_mul_size(size_t a, size_t b, size_t *out) {
+    size_t r;
+    if (__builtin_mul_overflow(a, b, &r)) return false;
+    *out = r;
+    return true;
+}
+static inline bool nx_add_size(size_t a, size_t b, size_t *out) {
+    size_t r;
+    if (__builtin_add_overflow(a, b, &r)) return false;
+    *out = r;
+    return true;
+}
+static inline size_t nx_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/*
+ * Error message buffer: functions that fail on input write a one-line message naming the
+ * problem into an nx_err (may be NULL) and return a negative nx_status.
+ */
+struct nx_err {
+    char msg[512];
+};
+nx_status nx_err_set(struct nx_err *err, nx_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif
