@@ -141,6 +141,8 @@ NX_API int32_t nx_model_n_head(const nx_model *model);
 NX_API int32_t nx_model_n_head_kv(const nx_model *model);
 /* Bytes of weight data (as stored in memory). */
 NX_API size_t nx_model_weight_bytes(const nx_model *model);
+/* Bytes of weights one single-token decode step reads (every matrix, one embedding row). */
+NX_API size_t nx_model_decode_bytes(const nx_model *model);
 /* One-line description, e.g. "llama 5L 64d 8h/4kv F32 vocab 512". Borrowed, lives with model. */
 NX_API const char *nx_model_desc(const nx_model *model);
 
@@ -207,6 +209,9 @@ NX_API int32_t nx_ctx_n_past(const nx_ctx *ctx);
 NX_API int32_t nx_ctx_n_ctx(const nx_ctx *ctx);
 /* Forget the sequence (KV cache emptied, n_past = 0). */
 NX_API void nx_ctx_reset(nx_ctx *ctx);
+/* Drop positions >= n_past (0 <= n_past <= current n_past); earlier positions stay valid.
+ * INVALID_ARG (nothing changed) when out of range. */
+NX_API nx_status nx_ctx_truncate(nx_ctx *ctx, int32_t n_past);
 /* Change the thread counts; the pool is resized (threads created or joined). */
 NX_API nx_status nx_ctx_set_threads(nx_ctx *ctx, int32_t n_threads, int32_t n_threads_batch);
 /* Bytes of KV cache memory allocated for this context. */

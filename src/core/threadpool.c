@@ -1,0 +1,165 @@
+/*
+ * threadpool.c - DESIGN: workers wait on a job generation counter. The driver publishes
+ * (fn, arg, nth), bumps `gen` and wakes sleepers; each worker runs its share and bumps `done`.
+ * Waiting is spin-then-sleep: a worker spins (with a pause hint) for SPIN_ITERS polls, then
+ * registers in `sleeping` and blocks on the condition variable. The sleeping counter and the
+ * generation are both seq_cst, so either the driver sees a sleeper and broadcasts under the
+ * mutex, or the sleeper sees the new generation before waiting: no lost wake-up.
+ * The barrier is a sense-reversing counter (count + generation), spinning only: every
+ * participant is running when it is used.
+ */
+#include "core/threadpool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+
+#include "core/alloc.h"
+
+#define SPIN_ITERS 200000
+
+struct nx_pool {
+    int n;
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+
+    nx_pool_fn fn;
+    void *arg;
+    int nth;
+
+    atomic_int gen;
+    atomic_int done;
+    atomic_int sleeping;
+    atomic_int stop;
+
+    atomic_int bar_count;
+    atomic_int bar_gen;
+};
+
+struct worker_arg {
+    struct nx_pool *pool;
+    int ith;
+};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void *worker_main(void *p) {
+    struct worker_arg wa = *(struct worker_arg *)p;
+    nx_free(p);
+    struct nx_pool *pool = wa.pool;
+    int last = 0;
+    for (;;) {
+        int g;
+        int spins = 0;
+        while ((g = atomic_load(&pool->gen)) == last && !atomic_load(&pool->stop)) {
+            if (++spins < SPIN_ITERS) {
+                cpu_relax();
+                continue;
+            }
+            pthread_mutex_lock(&pool->mu);
+            atomic_fetch_add(&pool->sleeping, 1);
+            while (atomic_load(&pool->gen) == last && !atomic_load(&pool->stop))
+                pthread_cond_wait(&pool->cv, &pool->mu);
+            atomic_fetch_sub(&pool->sleeping, 1);
+            pthread_mutex_unlock(&pool->mu);
+            spins = 0;
+        }
+        if (atomic_load(&pool->stop)) return NULL;
+        last = g;
+        if (wa.ith < pool->nth) pool->fn(pool->arg, wa.ith, pool->nth);
+        atomic_fetch_add_explicit(&pool->done, 1, memory_order_release);
+    }
+}
+
+nx_status nx_pool_init(int n_threads, struct nx_pool **out) {
+    *out = NULL;
+    if (n_threads < 1 || n_threads > 1024) return NX_STATUS_INVALID_ARG;
+    struct nx_pool *pool = nx_calloc(1, sizeof *pool);
+    if (!pool) return NX_STATUS_NOMEM;
+    pool->n = n_threads;
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->cv, NULL);
+    pool->threads = nx_calloc((size_t)n_threads, sizeof(pthread_t));
+    if (!pool->threads) goto fail;
+    for (int i = 1; i < n_threads; i++) {
+        struct worker_arg *wa = nx_malloc(sizeof *wa);
+        if (!wa) goto fail_join;
+        wa->pool = pool;
+        wa->ith = i;
+        if (pthread_create(&pool->threads[i], NULL, worker_main, wa) != 0) {
+            nx_free(wa);
+            goto fail_join;
+        }
+        pool->n = i + 1; /* threads started so far, for cleanup */
+    }
+    pool->n = n_threads;
+    *out = pool;
+    return NX_STATUS_OK;
+fail_join:
+    nx_pool_free(pool);
+    return NX_STATUS_NOMEM;
+fail:
+    pthread_mutex_destroy(&pool->mu);
+    pthread_cond_destroy(&pool->cv);
+    nx_free(pool);
+    return NX_STATUS_NOMEM;
+}
+
+void nx_pool_free(struct nx_pool *pool) {
+    if (!pool) return;
+    pthread_mutex_lock(&pool->mu);
+    atomic_store(&pool->stop, 1);
+    pthread_cond_broadcast(&pool->cv);
+    pthread_mutex_unlock(&pool->mu);
+    for (int i = 1; i < pool->n; i++) pthread_join(pool->threads[i], NULL);
+    pthread_mutex_destroy(&pool->mu);
+    pthread_cond_destroy(&pool->cv);
+    nx_free(pool->threads);
+    nx_free(pool);
+}
+
+int nx_pool_size(const struct nx_pool *pool) { return pool->n; }
+
+void nx_pool_run(struct nx_pool *pool, nx_pool_fn fn, void *arg, int nth) {
+    NX_ASSERT(nth >= 1 && nth <= pool->n);
+    if (pool->n == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    pool->fn = fn;
+    pool->arg = arg;
+    pool->nth = nth;
+    atomic_store(&pool->done, 0);
+    atomic_store(&pool->bar_count, 0);
+    atomic_fetch_add(&pool->gen, 1);
+    if (atomic_load(&pool->sleeping) > 0) {
+        pthread_mutex_lock(&pool->mu);
+        pthread_cond_broadcast(&pool->cv);
+        pthread_mutex_unlock(&pool->mu);
+    }
+    fn(arg, 0, nth);
+    int spins = 0;
+    while (atomic_load_explicit(&pool->done, memory_order_acquire) < pool->n - 1) {
+        if (++spins < SPIN_ITERS)
+            cpu_relax();
+        else
+            sched_yield();
+    }
+}
+
+void nx_pool_barrier(struct nx_pool *pool) {
+    int nth = pool->nth;
+    if (pool->n == 1 || nth == 1) return;
+    int g = atomic_load(&pool->bar_gen);
+    if (atomic_fetch_add(&pool->bar_count, 1) == nth - 1) {
+        atomic_store(&pool->bar_count, 0);
+        atomic_fetch_add(&pool->bar_gen, 1);
+    } else {
+        while (atomic_load(&pool->bar_gen) == g) cpu_relax();
+    }
+}

@@ -1,0 +1,501 @@
+/*
+ * context.c - DESIGN: an nx_ctx owns one sequence's KV cache, every work buffer the forward
+ * pass needs for a batch of up to n_batch tokens (sized once at init: no allocation while
+ * decoding; only a request for logits of more rows than ever before grows the logits buffer),
+ * and a persistent thread pool.
+ *
+ * The forward pass is straight-line code (llama2.c style) run by every pool thread at once
+ * (forward_worker). Work is split deterministically: token rows for norms/quantization, output
+ * rows for matrix products, (token, head) pairs for RoPE and attention; barriers separate
+ * dependent steps. Each output element is computed by exactly one thread in a fixed order, so the
+ * logits do not depend on the number of threads.
+ *
+ * KV cache layout: K and V each (n_layer, n_ctx, n_head_kv * head_dim) of kv_type (F16 or F32);
+ * keys are stored after RoPE at their absolute positions.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/threadpool.h"
+#include "kern/kern.h"
+#include "kern/quant.h"
+#include "kern/types.h"
+#include "model/model.h"
+
+struct nx_ctx {
+    const struct nx_model *model;
+    struct nx_ctx_params p;
+    struct nx_pool *pool;
+
+    size_t kv_elt;      /* bytes per KV element */
+    size_t kv_row;      /* bytes per position per layer: n_head_kv*head_dim*kv_elt */
+    unsigned char *k_cache; /* (n_layer, n_ctx, kvd) */
+    unsigned char *v_cache;
+    size_t kv_bytes;
+    int32_t n_past;
+
+    /* work buffers for up to n_batch tokens */
+    float *x;      /* (n_batch, n_embd) residual stream */
+    float *xn;     /* (n_batch, max(n_embd, qd)) normed input / attention output */
+    float *q;      /* (n_batch, qd) */
+    float *k;      /* (n_batch, kvd) */
+    float *v;      /* (n_batch, kvd) */
+    float *ffa;    /* (n_batch, max(n_ff, n_embd)) gate / projection output */
+    float *ffb;    /* (n_batch, n_ff) up */
+    unsigned char *xq_a; /* (n_batch, xq_row) activations prepared for a weight type */
+    unsigned char *xq_b;
+    size_t xq_row;
+    float *rope_cs;  /* (n_batch, n_rot/2, 2) cos, sin */
+    float *scores;   /* (n_threads_max, n_ctx) */
+    int n_threads_max;
+
+    float *logits;   /* (logits_cap, n_vocab) */
+    int32_t logits_cap;
+    int32_t logits_rows;  /* rows kept by the last decode */
+    bool logits_all;
+    int32_t last_n;       /* tokens in the last decode call */
+
+    /* the current job */
+    const nx_token *job_tok;
+    int32_t job_n;
+    int32_t job_pos0;
+    int32_t job_out0;     /* first token index whose logits are kept */
+    float *job_logits;
+
+    char err[256];
+};
+
+/* ---- small ops ---- */
+
+static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float eps) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float s = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * s * w[i];
+}
+
+static void softmax(float *x, int64_t n) {
+    float mx = x[0];
+    for (int64_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+static void rope_apply(float *x, const float *cs, int n_rot, bool neox) {
+    int half = n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        float c = cs[2 * i], s = cs[2 * i + 1];
+        int i0 = neox ? i : 2 * i;
+        int i1 = neox ? i + half : 2 * i + 1;
+        float x0 = x[i0], x1 = x[i1];
+        x[i0] = x0 * c - x1 * s;
+        x[i1] = x0 * s + x1 * c;
+    }
+}
+
+/* [start, end) of `n` items for thread ith of nth, in multiples of `align` items. */
+static void split(int64_t n, int64_t align, int ith, int nth, int64_t *start, int64_t *end) {
+    int64_t blocks = (n + align - 1) / align;
+    int64_t b0 = blocks * ith / nth, b1 = blocks * (ith + 1) / nth;
+    *start = NX_MIN(b0 * align, n);
+    *end = NX_MIN(b1 * align, n);
+}
+
+/* Prepare activation rows [t0,t1) of src (row length k, stride lds floats) for weight type wt. */
+static void prep_rows(struct nx_ctx *c, unsigned char *xq, enum nx_type wt, const float *src,
+                      int64_t lds, int64_t k, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) kern_quantize_act(wt, src + t * lds, xq + t * c->xq_row, k);
+}
+
+/* y[t*ldy + r] = W row r . x row t, for this thread's share of rows. */
+static void matmul_part(struct nx_ctx *c, const struct nx_weight *w, const unsigned char *xq,
+                        int64_t n, float *y, int64_t ldy, int ith, int nth) {
+    int64_t r0, r1;
+    split(w->ne1, 16, ith, nth, &r0, &r1);
+    if (r1 > r0) kern_matmul(w->type, w->ne0, w->data, w->row_bytes, r0, r1, xq, c->xq_row, n, y, ldy);
+}
+
+static void forward_worker(void *arg, int ith, int nth) {
+    struct nx_ctx *c = arg;
+    const struct nx_model *m = c->model;
+    const struct nx_hparams *hp = &m->hp;
+    struct nx_pool *pool = c->pool;
+    const int64_t n = c->job_n, pos0 = c->job_pos0;
+    const int64_t n_embd = hp->n_embd, hd = hp->head_dim;
+    const int64_t qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd;
+    const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2;
+    const int gqa = hp->n_head / hp->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    int64_t t0, t1;
+    split(n, 1, ith, nth, &t0, &t1);
+
+    /* embeddings and the RoPE table for this batch */
+    for (int64_t t = t0; t < t1; t++) {
+        const struct nx_weight *e = &m->tok_embd;
+        quant_dequantize_row_ref(e->type, (const unsigned char *)e->data +
+                                              (size_t)c->job_tok[t] * e->row_bytes,
+                                 c->x + t * n_embd, n_embd);
+        double pos = (double)(pos0 + t);
+        for (int64_t i = 0; i < half; i++) {
+            double th = pos * (double)m->rope_inv_freq[i];
+            c->rope_cs[(t * half + i) * 2] = (float)cos(th);
+            c->rope_cs[(t * half + i) * 2 + 1] = (float)sin(th);
+        }
+    }
+    nx_pool_barrier(pool);
+
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct nx_layer *L = &m->layers[il];
+        unsigned char *kc = c->k_cache + (size_t)il * (size_t)c->p.n_ctx * c->kv_row;
+        unsigned char *vc = c->v_cache + (size_t)il * (size_t)c->p.n_ctx * c->kv_row;
+        bool k_sep = L->wk.type != L->wq.type, v_sep = L->wv.type != L->wq.type;
+        bool kv_same = L->wk.type == L->wv.type;
+
+        /* attention norm, activations for q/k/v */
+        for (int64_t t = t0; t < t1; t++)
+            rmsnorm(c->xn + t * n_embd, c->x + t * n_embd, L->attn_norm, n_embd, hp->rms_eps);
+        prep_rows(c, c->xq_a, L->wq.type, c->xn, n_embd, n_embd, t0, t1);
+        if (k_sep || v_sep)
+            prep_rows(c, c->xq_b, k_sep ? L->wk.type : L->wv.type, c->xn, n_embd, n_embd, t0, t1);
+        nx_pool_barrier(pool);
+        matmul_part(c, &L->wq, c->xq_a, n, c->q, qd, ith, nth);
+        matmul_part(c, &L->wk, k_sep ? c->xq_b : c->xq_a, n, c->k, kvd, ith, nth);
+        if (v_sep && k_sep && !kv_same) {
+            /* three different types: k used xq_b; v needs its own preparation */
+            nx_pool_barrier(pool);
+            prep_rows(c, c->xq_b, L->wv.type, c->xn, n_embd, n_embd, t0, t1);
+            nx_pool_barrier(pool);
+        }
+        matmul_part(c, &L->wv, v_sep ? c->xq_b : c->xq_a, n, c->v, kvd, ith, nth);
+        nx_pool_barrier(pool);
+
+        /* biases, q/k norms, RoPE, store K and V: split over (token, head) */
+        {
+            int64_t units = n * (hp->n_head + hp->n_head_kv);
+            int64_t u0, u1;
+            split(units, 1, ith, nth, &u0, &u1);
+            for (int64_t u = u0; u < u1; u++) {
+                int64_t t = u / (hp->n_head + hp->n_head_kv);
+                int64_t h = u % (hp->n_head + hp->n_head_kv);
+                const float *cs = c->rope_cs + t * half * 2;
+                if (h < hp->n_head) {
+                    float *qh = c->q + t * qd + h * hd;
+                    if (L->bq)
+                        for (int64_t i = 0; i < hd; i++) qh[i] += L->bq[h * hd + i];
+                    if (L->q_norm) rmsnorm(qh, qh, L->q_norm, hd, hp->rms_eps);
+                    rope_apply(qh, cs, hp->n_rot, hp->rope_neox);
+                } else {
+                    h -= hp->n_head;
+                    float *kh = c->k + t * kvd + h * hd;
+                    float *vh = c->v + t * kvd + h * hd;
+                    if (L->bk)
+                        for (int64_t i = 0; i < hd; i++) kh[i] += L->bk[h * hd + i];
+                    if (L->bv)
+                        for (int64_t i = 0; i < hd; i++) vh[i] += L->bv[h * hd + i];
+                    if (L->k_norm) rmsnorm(kh, kh, L->k_norm, hd, hp->rms_eps);
+                    rope_apply(kh, cs, hp->n_rot, hp->rope_neox);
+                    size_t off = (size_t)(pos0 + t) * c->kv_row + (size_t)(h * hd) * c->kv_elt;
+                    kern_store_kv(c->p.kv_type, hd, kh, kc + off);
+                    kern_store_kv(c->p.kv_type, hd, vh, vc + off);
+                }
+            }
+        }
+        nx_pool_barrier(pool);
+
+        /* causal attention: split over (token, head); output into xn (n, qd) */
+        {
+            float *sc = c->scores + (size_t)ith * (size_t)c->p.n_ctx;
+            int64_t u0, u1;
+            split(n * hp->n_head, 1, ith, nth, &u0, &u1);
+            for (int64_t u = u0; u < u1; u++) {
+                int64_t t = u / hp->n_head, h = u % hp->n_head;
+                int64_t kvh = h / gqa, npos = pos0 + t + 1;
+                const float *qh = c->q + t * qd + h * hd;
+                size_t hoff = (size_t)(kvh * hd) * c->kv_elt;
+                for (int64_t j = 0; j < npos; j++)
+                    sc[j] = kern_dot_kv(c->p.kv_type, hd, kc + (size_t)j * c->kv_row + hoff, qh) *
+                            scale;
+                softmax(sc, npos);
+                float *out = c->xn + t * qd + h * hd;
+                memset(out, 0, sizeof(float) * (size_t)hd);
+                for (int64_t j = 0; j < npos; j++)
+                    kern_axpy_kv(c->p.kv_type, hd, sc[j], vc + (size_t)j * c->kv_row + hoff, out);
+            }
+        }
+        nx_pool_barrier(pool);
+        prep_rows(c, c->xq_a, L->wo.type, c->xn, qd, qd, t0, t1);
+        nx_pool_barrier(pool);
+        {
+            int64_t r0, r1;
+            split(n_embd, 16, ith, nth, &r0, &r1);
+            if (r1 > r0) {
+                kern_matmul(L->wo.type, qd, L->wo.data, L->wo.row_bytes, r0, r1, c->xq_a,
+                            c->xq_row, n, c->ffa, n_embd);
+                for (int64_t t = 0; t < n; t++)
+                    for (int64_t r = r0; r < r1; r++) c->x[t * n_embd + r] += c->ffa[t * n_embd + r];
+            }
+        }
+        nx_pool_barrier(pool);
+
+        /* feed-forward: down(silu(gate x) * up x) */
+        for (int64_t t = t0; t < t1; t++)
+            rmsnorm(c->xn + t * n_embd, c->x + t * n_embd, L->ffn_norm, n_embd, hp->rms_eps);
+        prep_rows(c, c->xq_a, L->gate.type, c->xn, n_embd, n_embd, t0, t1);
+        if (L->up.type != L->gate.type)
+            prep_rows(c, c->xq_b, L->up.type, c->xn, n_embd, n_embd, t0, t1);
+        nx_pool_barrier(pool);
+        {
+            int64_t r0, r1;
+            split(n_ff, 16, ith, nth, &r0, &r1);
+            if (r1 > r0) {
+                kern_matmul(L->gate.type, n_embd, L->gate.data, L->gate.row_bytes, r0, r1,
+                            c->xq_a, c->xq_row, n, c->ffa, n_ff);
+                kern_matmul(L->up.type, n_embd, L->up.data, L->up.row_bytes, r0, r1,
+                            L->up.type != L->gate.type ? c->xq_b : c->xq_a, c->xq_row, n, c->ffb,
+                            n_ff);
+                for (int64_t t = 0; t < n; t++) {
+                    float *g = c->ffa + t * n_ff, *up = c->ffb + t * n_ff;
+                    for (int64_t r = r0; r < r1; r++) g[r] = g[r] / (1.0f + expf(-g[r])) * up[r];
+                }
+            }
+        }
+        nx_pool_barrier(pool);
+        prep_rows(c, c->xq_a, L->down.type, c->ffa, n_ff, n_ff, t0, t1);
+        nx_pool_barrier(pool);
+        {
+            int64_t r0, r1;
+            split(n_embd, 16, ith, nth, &r0, &r1);
+            if (r1 > r0) {
+                kern_matmul(L->down.type, n_ff, L->down.data, L->down.row_bytes, r0, r1, c->xq_a,
+                            c->xq_row, n, c->ffb, n_embd);
+                for (int64_t t = 0; t < n; t++)
+                    for (int64_t r = r0; r < r1; r++) c->x[t * n_embd + r] += c->ffb[t * n_embd + r];
+            }
+        }
+        nx_pool_barrier(pool);
+    }
+
+    /* output: final norm and logits for tokens [out0, n) */
+    int64_t out0 = c->job_out0, nout = n - out0;
+    int64_t o0, o1;
+    split(nout, 1, ith, nth, &o0, &o1);
+    for (int64_t t = o0; t < o1; t++)
+        rmsnorm(c->xn + t * n_embd, c->x + (out0 + t) * n_embd, m->output_norm, n_embd,
+                hp->rms_eps);
+    prep_rows(c, c->xq_a, m->output.type, c->xn, n_embd, n_embd, o0, o1);
+    nx_pool_barrier(pool);
+    matmul_part(c, &m->output, c->xq_a, nout, c->job_logits, hp->n_vocab, ith, nth);
+}
+
+/* ---- lifecycle ---- */
+
+struct nx_ctx_params nx_ctx_default_params(void) {
+    struct nx_ctx_params p = {
+        .n_ctx = 0, .n_batch = 512, .n_threads = 2, .n_threads_batch = 2, .kv_type = NX_TYPE_F16};
+    return p;
+}
+
+static size_t max_act_row(const struct nx_model *m) {
+    size_t mx = 0;
+    const struct nx_weight *ws[] = {&m->output};
+    mx = kern_act_row_bytes(ws[0]->type, ws[0]->ne0);
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        const struct nx_layer *L = &m->layers[il];
+        const struct nx_weight *all[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        for (size_t i = 0; i < NX_ARRAY_LEN(all); i++)
+            mx = NX_MAX(mx, kern_act_row_bytes(all[i]->type, all[i]->ne0));
+    }
+    return nx_align_up(mx, 64);
+}
+
+static float *alloc_f(size_t rows, size_t cols, bool *ok) {
+    size_t n;
+    if (!nx_mul_size(rows, cols, &n) || !nx_mul_size(n, sizeof(float), &n)) {
+        *ok = false;
+        return NULL;
+    }
+    float *p = nx_malloc_aligned(n);
+    if (!p) *ok = false;
+    return p;
+}
+
+nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *params, nx_ctx **out,
+                      char *err, size_t errlen) {
+    struct nx_ctx_params p = params ? *params : nx_ctx_default_params();
+    *out = NULL;
+    if (p.n_ctx == 0) p.n_ctx = model->hp.n_ctx_train;
+    if (p.n_batch <= 0) p.n_batch = 512;
+    if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
+    const char *bad = NULL;
+    if (p.n_ctx < 1 || p.n_ctx > (1 << 24))
+        bad = "n_ctx must be in [1, 16777216]";
+    else if (p.n_threads < 1 || p.n_threads > 512 || p.n_threads_batch < 1 ||
+             p.n_threads_batch > 512)
+        bad = "thread counts must be in [1, 512]";
+    else if (p.kv_type != NX_TYPE_F16 && p.kv_type != NX_TYPE_F32)
+        bad = "kv_type must be F16 or F32";
+    if (bad) {
+        if (err && errlen) snprintf(err, errlen, "%s", bad);
+        return NX_STATUS_INVALID_ARG;
+    }
+    struct nx_ctx *c = nx_calloc(1, sizeof *c);
+    if (!c) goto nomem;
+    c->model = model;
+    c->p = p;
+    const struct nx_hparams *hp = &model->hp;
+    size_t hd = (size_t)hp->head_dim, qd = (size_t)hp->n_head * hd, kvd = (size_t)hp->n_head_kv * hd;
+    size_t nb = (size_t)p.n_batch;
+    c->kv_elt = p.kv_type == NX_TYPE_F32 ? 4 : 2;
+    c->kv_row = kvd * c->kv_elt;
+    size_t per_layer, total;
+    if (!nx_mul_size(c->kv_row, (size_t)p.n_ctx, &per_layer) ||
+        !nx_mul_size(per_layer, (size_t)hp->n_layer, &total))
+        goto nomem;
+    c->k_cache = nx_malloc_aligned(total);
+    c->v_cache = nx_malloc_aligned(total);
+    if (!c->k_cache || !c->v_cache) goto nomem;
+    c->kv_bytes = 2 * total;
+    bool ok = true;
+    size_t wide = NX_MAX((size_t)hp->n_embd, qd);
+    c->x = alloc_f(nb, (size_t)hp->n_embd, &ok);
+    c->xn = alloc_f(nb, wide, &ok);
+    c->q = alloc_f(nb, qd, &ok);
+    c->k = alloc_f(nb, kvd, &ok);
+    c->v = alloc_f(nb, kvd, &ok);
+    c->ffa = alloc_f(nb, NX_MAX((size_t)hp->n_ff, (size_t)hp->n_embd), &ok);
+    c->ffb = alloc_f(nb, NX_MAX((size_t)hp->n_ff, (size_t)hp->n_embd), &ok);
+    c->rope_cs = alloc_f(nb, (size_t)NX_MAX(hp->n_rot, 2), &ok);
+    c->xq_row = max_act_row(model);
+    c->xq_a = (unsigned char *)alloc_f(nb, c->xq_row / sizeof(float) + 1, &ok);
+    c->xq_b = (unsigned char *)alloc_f(nb, c->xq_row / sizeof(float) + 1, &ok);
+    c->logits_cap = 1;
+    c->logits = alloc_f(1, (size_t)hp->n_vocab, &ok);
+    if (!ok) goto nomem;
+    nx_status st = nx_ctx_set_threads(c, p.n_threads, p.n_threads_batch);
+    if (st) goto nomem;
+    *out = c;
+    return NX_STATUS_OK;
+nomem:
+    nx_ctx_free(c);
+    if (err && errlen) snprintf(err, errlen, "out of memory creating a context (n_ctx %d)", p.n_ctx);
+    return NX_STATUS_NOMEM;
+}
+
+nx_status nx_ctx_set_threads(nx_ctx *c, int32_t n_threads, int32_t n_threads_batch) {
+    if (n_threads < 1 || n_threads_batch < 1 || n_threads > 512 || n_threads_batch > 512)
+        return NX_STATUS_INVALID_ARG;
+    int want = NX_MAX(n_threads, n_threads_batch);
+    if (!c->pool || nx_pool_size(c->pool) != want) {
+        struct nx_pool *pool;
+        nx_status st = nx_pool_init(want, &pool);
+        if (st) return st;
+        bool ok = true;
+        float *sc = alloc_f((size_t)want, (size_t)c->p.n_ctx, &ok);
+        if (!ok) {
+            nx_pool_free(pool);
+            return NX_STATUS_NOMEM;
+        }
+        nx_pool_free(c->pool);
+        nx_free_aligned(c->scores);
+        c->pool = pool;
+        c->scores = sc;
+        c->n_threads_max = want;
+    }
+    c->p.n_threads = n_threads;
+    c->p.n_threads_batch = n_threads_batch;
+    return NX_STATUS_OK;
+}
+
+void nx_ctx_free(nx_ctx *c) {
+    if (!c) return;
+    nx_pool_free(c->pool);
+    nx_free_aligned(c->k_cache);
+    nx_free_aligned(c->v_cache);
+    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->ffa, c->ffb, c->rope_cs, c->scores,
+                     c->logits, (float *)c->xq_a, (float *)c->xq_b};
+    for (size_t i = 0; i < NX_ARRAY_LEN(bufs); i++) nx_free_aligned(bufs[i]);
+    nx_free(c);
+}
+
+static nx_status ctx_fail(nx_ctx *c, nx_status st, const char *msg) {
+    snprintf(c->err, sizeof c->err, "%s", msg);
+    return st;
+}
+
+nx_status nx_decode(nx_ctx *c, const nx_token *tokens, int32_t n, bool all_logits) {
+    const struct nx_hparams *hp = &c->model->hp;
+    c->err[0] = 0;
+    if (n <= 0 || !tokens) return ctx_fail(c, NX_STATUS_INVALID_ARG, "empty batch");
+    for (int32_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= hp->n_vocab) {
+            snprintf(c->err, sizeof c->err, "token %d at index %d is out of range [0, %d)",
+                     tokens[i], i, hp->n_vocab);
+            return NX_STATUS_INVALID_ARG;
+        }
+    if ((int64_t)c->n_past + n > c->p.n_ctx) {
+        snprintf(c->err, sizeof c->err, "KV cache full: %d + %d tokens > n_ctx %d", c->n_past, n,
+                 c->p.n_ctx);
+        return NX_STATUS_KV_FULL;
+    }
+    int32_t rows = all_logits ? n : 1;
+    if (rows > c->logits_cap) {
+        bool ok = true;
+        float *l = alloc_f((size_t)rows, (size_t)hp->n_vocab, &ok);
+        if (!ok) return ctx_fail(c, NX_STATUS_NOMEM, "out of memory for logits");
+        nx_free_aligned(c->logits);
+        c->logits = l;
+        c->logits_cap = rows;
+    }
+    for (int32_t done = 0; done < n;) {
+        int32_t nb = NX_MIN(n - done, c->p.n_batch);
+        bool last_chunk = done + nb == n;
+        c->job_tok = tokens + done;
+        c->job_n = nb;
+        c->job_pos0 = c->n_past;
+        if (all_logits) {
+            c->job_out0 = 0;
+            c->job_logits = c->logits + (size_t)done * (size_t)hp->n_vocab;
+        } else {
+            c->job_out0 = last_chunk ? nb - 1 : nb; /* nb: no outputs for this chunk */
+            c->job_logits = c->logits;
+        }
+        int nth = nb == 1 ? c->p.n_threads : c->p.n_threads_batch;
+        nx_pool_run(c->pool, forward_worker, c, nth);
+        c->n_past += nb;
+        done += nb;
+    }
+    c->logits_rows = rows;
+    c->logits_all = all_logits;
+    c->last_n = n;
+    return NX_STATUS_OK;
+}
+
+const float *nx_get_logits(nx_ctx *c, int32_t i) {
+    if (c->last_n == 0) return NULL;
+    if (i < 0) i = c->last_n + i;
+    if (i < 0 || i >= c->last_n) return NULL;
+    if (!c->logits_all) return i == c->last_n - 1 ? c->logits : NULL;
+    return c->logits + (size_t)i * (size_t)c->model->hp.n_vocab;
+}
+
+int32_t nx_ctx_n_past(const nx_ctx *c) { return c->n_past; }
+int32_t nx_ctx_n_ctx(const nx_ctx *c) { return c->p.n_ctx; }
+void nx_ctx_reset(nx_ctx *c) {
+    c->n_past = 0;
+    c->last_n = 0;
+}
+nx_status nx_ctx_truncate(nx_ctx *c, int32_t n_past) {
+    if (n_past < 0 || n_past > c->n_past) return NX_STATUS_INVALID_ARG;
+    c->n_past = n_past;
+    c->last_n = 0;
+    return NX_STATUS_OK;
+}
+size_t nx_ctx_kv_bytes(const nx_ctx *c) { return c->kv_bytes; }
+const char *nx_ctx_last_error(const nx_ctx *c) { return c->err; }

@@ -1,0 +1,152 @@
+/*
+ * bench.c - DESIGN: llama-bench-like measurements through the public API only.
+ *   depth: the context is first filled with `depth` real tokens (prefilled once, untimed), and
+ *          each repetition truncates back to it, so every run sees the same depth;
+ *   pp:    one nx_decode of n_prompt tokens (logits for the last only) -> tokens/s;
+ *   tg:    n_gen single-token nx_decode calls -> tokens/s;
+ * medians of `reps` runs with min and max. The roofline is the measured read bandwidth divided
+ * by the bytes one decode step must read (weights + the K and V rows at the mean depth).
+ * Token ids are drawn from a fixed-seed generator: speed does not depend on them.
+ */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "core/membw.h"
+
+struct bench_params bench_default_params(void) {
+    struct bench_params p = {.n_prompt = 512, .n_gen = 128, .depth = 0, .reps = 5, .json = false,
+                             .measure_bandwidth = true};
+    return p;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+struct stat3 {
+    double med, min, max;
+};
+
+static struct stat3 stats(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    struct stat3 s = {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v[0], v[n - 1]};
+    return s;
+}
+
+static nx_token *random_tokens(int n, int32_t n_vocab, uint64_t seed) {
+    nx_token *t = malloc(sizeof *t * (size_t)(n > 0 ? n : 1));
+    if (!t) return NULL;
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        t[i] = (nx_token)((seed >> 33) % (uint64_t)n_vocab);
+    }
+    return t;
+}
+
+int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *p) {
+    int32_t nv = nx_model_n_vocab(m);
+    int need = p->depth + (p->n_prompt > p->n_gen ? p->n_prompt : p->n_gen);
+    if (need > nx_ctx_n_ctx(c)) {
+        fprintf(stderr, "bench: context %d too small for depth %d + %d tokens\n", nx_ctx_n_ctx(c),
+                p->depth, need - p->depth);
+        return 1;
+    }
+    nx_token *toks = random_tokens(need, nv, 12345);
+    if (!toks) return 1;
+    double bw = 0;
+    if (p->measure_bandwidth) {
+        fprintf(stderr, "measuring memory read bandwidth (%d threads)...\n", n_threads);
+        bw = nx_measure_read_bandwidth((size_t)1 << 30, n_threads, 5);
+    }
+    if (p->depth > 0) {
+        fprintf(stderr, "filling context to depth %d...\n", p->depth);
+        double t0 = now_s();
+        for (int done = 0; done < p->depth;) {
+            int nb = p->depth - done < 512 ? p->depth - done : 512;
+            if (nx_decode(c, toks + done, nb, false)) {
+                fprintf(stderr, "bench: %s\n", nx_ctx_last_error(c));
+                return 1;
+            }
+            done += nb;
+            fprintf(stderr, "\r  %d/%d tokens (%.0f s)", done, p->depth, now_s() - t0);
+        }
+        fprintf(stderr, "\n");
+    }
+    int reps = p->reps;
+    double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
+    if (!pp || !tg) return 1;
+    for (int r = 0; r < reps; r++) {
+        if (p->n_prompt > 0) {
+            nx_ctx_truncate(c, p->depth);
+            double t0 = now_s();
+            if (nx_decode(c, toks + p->depth, p->n_prompt, false)) {
+                fprintf(stderr, "bench: %s\n", nx_ctx_last_error(c));
+                return 1;
+            }
+            pp[r] = p->n_prompt / (now_s() - t0);
+        }
+        if (p->n_gen > 0) {
+            nx_ctx_truncate(c, p->depth);
+            double t0 = now_s();
+            for (int i = 0; i < p->n_gen; i++) {
+                if (nx_decode(c, toks + p->depth + i, 1, false)) {
+                    fprintf(stderr, "bench: %s\n", nx_ctx_last_error(c));
+                    return 1;
+                }
+            }
+            tg[r] = p->n_gen / (now_s() - t0);
+        }
+        if (!p->json)
+            fprintf(stderr, "  rep %d/%d: pp %.1f t/s, tg %.1f t/s\n", r + 1, reps, pp[r], tg[r]);
+    }
+    struct stat3 spp = stats(pp, reps), stg = stats(tg, reps);
+    /* bytes per decode step: weights + K/V rows at the mean depth of the tg run */
+    double mean_depth = p->depth + p->n_gen / 2.0;
+    int nl = nx_model_n_layer(m), hkv = nx_model_n_head_kv(m);
+    double kv_row = (double)nx_ctx_kv_bytes(c) / 2.0 / nl / nx_ctx_n_ctx(c); /* per layer/pos */
+    double bytes_tok = (double)nx_model_decode_bytes(m) + 2.0 * nl * mean_depth * kv_row;
+    double roof = bw > 0 ? bw / bytes_tok : 0;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double rss = (double)ru.ru_maxrss * 1024.0;
+    (void)hkv;
+    if (p->json) {
+        printf("{\"model\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"n_prompt\":%d,\"n_gen\":%d,"
+               "\"depth\":%d,\"reps\":%d,\"pp_tps\":%.3f,\"pp_tps_min\":%.3f,\"pp_tps_max\":%.3f,"
+               "\"tg_tps\":%.3f,\"tg_tps_min\":%.3f,\"tg_tps_max\":%.3f,\"peak_rss_bytes\":%.0f,"
+               "\"weight_bytes\":%zu,\"decode_bytes_per_token\":%.0f,\"read_bandwidth_bps\":%.0f,"
+               "\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f}\n",
+               nx_model_desc(m), n_threads, nx_kernels_name(), p->n_prompt, p->n_gen, p->depth,
+               reps, spp.med, spp.min, spp.max, stg.med, stg.min, stg.max, rss,
+               nx_model_weight_bytes(m), bytes_tok, bw, roof, roof > 0 ? stg.med / roof : 0);
+    } else {
+        printf("model: %s, %d threads, kernels %s, depth %d, %d reps\n", nx_model_desc(m),
+               n_threads, nx_kernels_name(), p->depth, reps);
+        printf("| test   | t/s (median) |    min |    max |\n");
+        printf("|--------|-------------:|-------:|-------:|\n");
+        if (p->n_prompt > 0)
+            printf("| pp%-4d | %12.2f | %6.2f | %6.2f |\n", p->n_prompt, spp.med, spp.min, spp.max);
+        if (p->n_gen > 0)
+            printf("| tg%-4d | %12.2f | %6.2f | %6.2f |\n", p->n_gen, stg.med, stg.min, stg.max);
+        printf("peak RSS %.1f MiB; decode reads %.1f MiB/token; read bandwidth %.2f GB/s; "
+               "roofline %.2f t/s; tg reaches %.0f%% of it\n",
+               rss / 1048576.0, bytes_tok / 1048576.0, bw / 1e9, roof,
+               roof > 0 ? 100.0 * stg.med / roof : 0.0);
+    }
+    free(pp);
+    free(tg);
+    free(toks);
+    return 0;
+}

@@ -1,0 +1,445 @@
+/*
+ * main.c - the `nexus` command-line tool: run, logits, tokenize, bench, mkmodel.
+ *
+ * DESIGN: each subcommand parses its own flags with the small helpers below, talks to the
+ * engine only through include/nexus.h, prints results to stdout and statistics/progress to
+ * stderr, and exits non-zero with a one-line message on any error. This is the only place
+ * allowed to exit().
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "nexus.h"
+#include "bench.h"
+#include "mkmodel.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "nexus: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+/* ---- flag parsing ---- */
+
+static long parse_long(const char *flag, const char *v, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi)
+        die("%s: expected an integer in [%ld, %ld], got '%s'", flag, lo, hi, v);
+    return x;
+}
+
+static double parse_double(const char *flag, const char *v) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x)) die("%s: expected a number, got '%s'", flag, v);
+    return x;
+}
+
+static const char *need_arg(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) die("%s needs a value", argv[*i]);
+    return argv[++*i];
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die("cannot open '%s': %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) die("out of memory");
+    size_t r;
+    while ((r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            if (cap > (size_t)1 << 30) die("'%s' is larger than 1 GiB", path);
+            cap *= 2;
+            buf = realloc(buf, cap);
+            if (!buf) die("out of memory");
+        }
+    }
+    if (ferror(f)) die("error reading '%s'", path);
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+struct common_opts {
+    const char *model;
+    int threads;
+    int ctx;
+    enum nx_type kv_type;
+    bool use_mmap;
+    bool ref_kernels;
+};
+
+/* Handles flags shared by every model subcommand; returns true when argv[*i] was one. */
+static bool common_flag(struct common_opts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    if (!strcmp(a, "-m") || !strcmp(a, "--model"))
+        o->model = need_arg(argc, argv, i);
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+        o->threads = (int)parse_long(a, need_arg(argc, argv, i), 1, 512);
+    else if (!strcmp(a, "-c") || !strcmp(a, "--ctx"))
+        o->ctx = (int)parse_long(a, need_arg(argc, argv, i), 0, 1 << 24);
+    else if (!strcmp(a, "--kv-type")) {
+        const char *v = need_arg(argc, argv, i);
+        if (!strcmp(v, "f16"))
+            o->kv_type = NX_TYPE_F16;
+        else if (!strcmp(v, "f32"))
+            o->kv_type = NX_TYPE_F32;
+        else
+            die("--kv-type: expected f16 or f32, got '%s'", v);
+    } else if (!strcmp(a, "--mmap"))
+        o->use_mmap = true;
+    else if (!strcmp(a, "--ref-kernels"))
+        o->ref_kernels = true;
+    else
+        return false;
+    return true;
+}
+
+static struct common_opts common_defaults(void) {
+    struct common_opts o = {.model = NULL, .threads = 2, .ctx = 0, .kv_type = NX_TYPE_F16};
+    return o;
+}
+
+static nx_model *load_model(const struct common_opts *o) {
+    if (!o->model) die("no model given (-m MODEL.gguf)");
+    if (o->ref_kernels) nx_kernels_force_ref(true);
+    struct nx_model_params mp = nx_model_default_params();
+    mp.use_mmap = o->use_mmap;
+    nx_model *m;
+    char err[512];
+    double t0 = now_s();
+    nx_status st = nx_model_load(o->model, &mp, &m, err, sizeof err);
+    if (st) die("cannot load '%s': %s (%s)", o->model, err, nx_status_name(st));
+    fprintf(stderr, "model: %s (%.1f MiB, loaded in %.2f s, kernels %s)\n", nx_model_desc(m),
+            (double)nx_model_weight_bytes(m) / 1048576.0, now_s() - t0, nx_kernels_name());
+    return m;
+}
+
+static nx_ctx *make_ctx(const nx_model *m, const struct common_opts *o) {
+    struct nx_ctx_params cp = nx_ctx_default_params();
+    cp.n_ctx = o->ctx;
+    cp.n_threads = o->threads;
+    cp.n_threads_batch = o->threads;
+    cp.kv_type = o->kv_type;
+    nx_ctx *c;
+    char err[256];
+    nx_status st = nx_ctx_init(m, &cp, &c, err, sizeof err);
+    if (st) die("cannot create context: %s", err);
+    return c;
+}
+
+static nx_token *tokenize_text(const nx_model *m, const char *text, size_t len, bool add_special,
+                               int32_t *n_out) {
+    int32_t n = nx_tokenize(m, text, len, NULL, 0, add_special, true);
+    if (n == INT32_MIN) die("tokenizer failed");
+    int32_t need = n < 0 ? -n : n;
+    nx_token *toks = malloc(sizeof *toks * (size_t)(need > 0 ? need : 1));
+    if (!toks) die("out of memory");
+    n = nx_tokenize(m, text, len, toks, need, add_special, true);
+    if (n < 0) die("tokenizer failed");
+    *n_out = n;
+    return toks;
+}
+
+static void print_piece(const nx_model *m, nx_token t, FILE *out) {
+    char buf[256];
+    int32_t n = nx_token_to_piece(m, t, buf, sizeof buf, false);
+    if (n > 0) fwrite(buf, 1, (size_t)n, out);
+}
+
+/* ---- nexus run ---- */
+
+static int cmd_run(int argc, char **argv) {
+    struct common_opts o = common_defaults();
+    struct nx_sampler_params sp = nx_sampler_default_params();
+    sp.temp = 0; /* greedy unless asked */
+    const char *prompt = "";
+    const char *prompt_file = NULL;
+    long n_predict = 128;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (common_flag(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
+            prompt = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file"))
+            prompt_file = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
+            n_predict = parse_long(a, need_arg(argc, argv, &i), 0, 1 << 24);
+        else if (!strcmp(a, "--temp"))
+            sp.temp = (float)parse_double(a, need_arg(argc, argv, &i));
+        else if (!strcmp(a, "--top-k"))
+            sp.top_k = (int32_t)parse_long(a, need_arg(argc, argv, &i), 0, INT32_MAX);
+        else if (!strcmp(a, "--top-p"))
+            sp.top_p = (float)parse_double(a, need_arg(argc, argv, &i));
+        else if (!strcmp(a, "--min-p"))
+            sp.min_p = (float)parse_double(a, need_arg(argc, argv, &i));
+        else if (!strcmp(a, "--repeat-penalty"))
+            sp.repeat_penalty = (float)parse_double(a, need_arg(argc, argv, &i));
+        else if (!strcmp(a, "--repeat-last-n"))
+            sp.repeat_last_n = (int32_t)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 20);
+        else if (!strcmp(a, "--seed"))
+            sp.seed = (uint64_t)parse_long(a, need_arg(argc, argv, &i), 0, LONG_MAX);
+        else
+            die("run: unknown option '%s' (see nexus --help)", a);
+    }
+    nx_model *m = load_model(&o);
+    nx_ctx *c = make_ctx(m, &o);
+    size_t plen = strlen(prompt);
+    char *owned = NULL;
+    if (prompt_file) {
+        owned = read_file(prompt_file, &plen);
+        prompt = owned;
+    }
+    int32_t n_prompt;
+    nx_token *toks = tokenize_text(m, prompt, plen, true, &n_prompt);
+    if (n_prompt == 0) die("empty prompt and the model has no BOS token");
+    if (n_prompt + n_predict > nx_ctx_n_ctx(c)) {
+        n_predict = nx_ctx_n_ctx(c) - n_prompt;
+        if (n_predict < 0) die("prompt (%d tokens) is longer than the context (%d)", n_prompt, nx_ctx_n_ctx(c));
+        fprintf(stderr, "note: generation limited to %ld tokens by the context size\n", n_predict);
+    }
+    nx_sampler *s;
+    if (nx_sampler_init(&sp, nx_model_n_vocab(m), &s)) die("invalid sampling parameters");
+    for (int32_t i = 0; i < n_prompt; i++) nx_sampler_accept(s, toks[i]);
+    fwrite(prompt, 1, plen, stdout);
+    fflush(stdout);
+    double t0 = now_s();
+    nx_status st = nx_decode(c, toks, n_prompt, false);
+    if (st) die("decode failed: %s", nx_ctx_last_error(c));
+    double t_prompt = now_s() - t0;
+    long n_gen = 0;
+    double t1 = now_s();
+    for (; n_gen < n_predict; n_gen++) {
+        nx_token t = nx_sampler_sample(s, nx_get_logits(c, -1));
+        if (nx_token_is_eog(m, t)) break;
+        print_piece(m, t, stdout);
+        fflush(stdout);
+        if (n_gen + 1 == n_predict) {
+            n_gen++;
+            break;
+        }
+        st = nx_decode(c, &t, 1, false);
+        if (st) die("decode failed: %s", nx_ctx_last_error(c));
+    }
+    double t_gen = now_s() - t1;
+    printf("\n");
+    fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tokens/s)\n", n_prompt, t_prompt,
+            n_prompt / t_prompt);
+    fprintf(stderr, "generation: %ld tokens in %.3f s (%.1f tokens/s)\n", n_gen, t_gen,
+            n_gen > 0 ? n_gen / t_gen : 0.0);
+    fprintf(stderr, "kv cache: %.1f MiB\n", (double)nx_ctx_kv_bytes(c) / 1048576.0);
+    free(toks);
+    free(owned);
+    nx_sampler_free(s);
+    nx_ctx_free(c);
+    nx_model_free(m);
+    return 0;
+}
+
+/* ---- nexus logits ---- */
+
+static nx_token *parse_token_list(const char *s, int32_t *n_out) {
+    int32_t cap = 16, n = 0;
+    nx_token *t = malloc(sizeof *t * (size_t)cap);
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v > INT32_MAX) die("--tokens: bad token id near '%s'", p);
+        if (n == cap) t = realloc(t, sizeof *t * (size_t)(cap *= 2));
+        if (!t) die("out of memory");
+        t[n++] = (nx_token)v;
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) die("--tokens: expected ',' near '%s'", p);
+    }
+    *n_out = n;
+    return t;
+}
+
+static int cmd_logits(int argc, char **argv) {
+    struct common_opts o = common_defaults();
+    const char *prompt = NULL, *tokens = NULL;
+    int top = 10;
+    bool bos = true;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (common_flag(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "--prompt") || !strcmp(a, "-p"))
+            prompt = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--tokens"))
+            tokens = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--top"))
+            top = (int)parse_long(a, need_arg(argc, argv, &i), 1, 1000);
+        else if (!strcmp(a, "--no-bos"))
+            bos = false;
+        else
+            die("logits: unknown option '%s'", a);
+    }
+    if (!prompt == !tokens) die("logits: give exactly one of --prompt TEXT or --tokens 1,2,3");
+    nx_model *m = load_model(&o);
+    int32_t n;
+    nx_token *toks = tokens ? parse_token_list(tokens, &n)
+                            : tokenize_text(m, prompt, strlen(prompt), bos, &n);
+    if (n == 0) die("no tokens");
+    if (o.ctx == 0) o.ctx = n;
+    nx_ctx *c = make_ctx(m, &o);
+    nx_status st = nx_decode(c, toks, n, true);
+    if (st) die("decode failed: %s", nx_ctx_last_error(c));
+    int32_t nv = nx_model_n_vocab(m);
+    if (top > nv) top = nv;
+    int32_t *best = malloc(sizeof *best * (size_t)top);
+    for (int32_t p = 0; p < n; p++) {
+        const float *l = nx_get_logits(c, p);
+        double mx = l[0];
+        for (int32_t v = 1; v < nv; v++) mx = l[v] > mx ? l[v] : mx;
+        double sum = 0;
+        for (int32_t v = 0; v < nv; v++) sum += exp(l[v] - mx);
+        /* top-N by insertion (ties to the lower id) */
+        int nb = 0;
+        for (int32_t v = 0; v < nv; v++) {
+            if (nb == top && l[v] <= l[best[nb - 1]]) continue;
+            int j = nb < top ? nb++ : top - 1;
+            while (j > 0 && l[best[j - 1]] < l[v]) {
+                best[j] = best[j - 1];
+                j--;
+            }
+            best[j] = v;
+        }
+        printf("pos=%d tok=%d argmax=%d lse=%.6f top%d=", p, toks[p], best[0], mx + log(sum), top);
+        for (int j = 0; j < nb; j++) printf("%s%d:%.6f", j ? "," : "", best[j], l[best[j]]);
+        printf("\n");
+    }
+    free(best);
+    free(toks);
+    nx_ctx_free(c);
+    nx_model_free(m);
+    return 0;
+}
+
+/* ---- nexus tokenize ---- */
+
+static int cmd_tokenize(int argc, char **argv) {
+    struct common_opts o = common_defaults();
+    const char *text = NULL, *file = NULL;
+    bool bos = false;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (common_flag(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "--text"))
+            text = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--file"))
+            file = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--bos"))
+            bos = true;
+        else
+            die("tokenize: unknown option '%s'", a);
+    }
+    if (!text == !file) die("tokenize: give exactly one of --text TEXT or --file F");
+    nx_model *m = load_model(&o);
+    size_t len;
+    char *owned = NULL;
+    if (file) {
+        owned = read_file(file, &len);
+        text = owned;
+    } else {
+        len = strlen(text);
+    }
+    int32_t n;
+    nx_token *toks = tokenize_text(m, text, len, bos, &n);
+    for (int32_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", toks[i]);
+    printf("\n");
+    free(toks);
+    free(owned);
+    nx_model_free(m);
+    return 0;
+}
+
+/* ---- nexus bench ---- */
+
+static int cmd_bench(int argc, char **argv) {
+    struct common_opts o = common_defaults();
+    struct bench_params bp = bench_default_params();
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (common_flag(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "-p"))
+            bp.n_prompt = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 20);
+        else if (!strcmp(a, "-n"))
+            bp.n_gen = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 20);
+        else if (!strcmp(a, "--depth") || !strcmp(a, "-d"))
+            bp.depth = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 22);
+        else if (!strcmp(a, "-r") || !strcmp(a, "--reps"))
+            bp.reps = (int)parse_long(a, need_arg(argc, argv, &i), 1, 1000);
+        else if (!strcmp(a, "--json"))
+            bp.json = true;
+        else if (!strcmp(a, "--no-bandwidth"))
+            bp.measure_bandwidth = false;
+        else
+            die("bench: unknown option '%s'", a);
+    }
+    nx_model *m = load_model(&o);
+    if (o.ctx == 0) o.ctx = bp.depth + (bp.n_prompt > bp.n_gen ? bp.n_prompt : bp.n_gen) + 1;
+    nx_ctx *c = make_ctx(m, &o);
+    int rc = bench_run(m, c, o.threads, &bp);
+    nx_ctx_free(c);
+    nx_model_free(m);
+    return rc;
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "nexus %s - an inference runtime for long-lived LLM agents\n"
+            "usage:\n"
+            "  nexus run -m MODEL [-p PROMPT | -f FILE] [-n N] [-t N] [-c CTX] [--temp T]\n"
+            "            [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
+            "  nexus logits -m MODEL (--prompt TEXT | --tokens 1,2,3) [--top 10] [--no-bos]\n"
+            "  nexus tokenize -m MODEL (--text TEXT | --file F) [--bos]\n"
+            "  nexus bench -m MODEL [-p 512] [-n 128] [--depth D] [-t N] [-r REPS] [--json]\n"
+            "  nexus mkmodel -o OUT.gguf [--preset NAME] [--arch A] [--type T] ... (--help)\n"
+            "common: --kv-type f16|f32, --mmap (use weights in place), --ref-kernels\n",
+            nx_version());
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage();
+        return argc < 2 ? 1 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
+    if (!strcmp(cmd, "logits")) return cmd_logits(argc, argv);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
+    if (!strcmp(cmd, "mkmodel")) return mkmodel_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "--version")) {
+        printf("nexus %s\n", nx_version());
+        return 0;
+    }
+    usage();
+    die("unknown command '%s'", cmd);
+}
