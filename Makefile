@@ -3,6 +3,7 @@
 # Variables: DEBUG=1, SAN=address,undefined (sanitizer build in build-san/), NATIVE=1.
 
 CC      ?= cc
+CXX     ?= c++
 PREFIX  ?= /usr/local
 BUILD   ?= build
 DEB_PKGS = build-essential libpcre2-dev libjansson-dev
@@ -42,7 +43,9 @@ TEST_BIN  = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # tools/cli objects other than main.o are linkable into tests (e.g. the model writer)
 CLI_LIBOBJ = $(filter-out $(BUILD)/tools/cli/main.o,$(CLI_OBJ))
 
-.PHONY: all deps test test-san bench clean install
+MODEL ?= ../shared/models/stories260K/stories260K.gguf
+
+.PHONY: all deps run test test-san bench clean install
 all: deps $(BUILD)/nexus $(TEST_BIN)
 
 # Install the Debian packages the build needs, once (stamp), only when one is missing.
@@ -77,8 +80,13 @@ $(BUILD)/nexus: $(CLI_OBJ) $(BUILD)/libnexus.a
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TSUP_OBJ) $(CLI_LIBOBJ) $(BUILD)/libnexus.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# The whole suite; ends with "N passed, N failed".
+# The main job: greedy generation from BOS on the default model.
+run: all
+	$(BUILD)/nexus run -m $(MODEL) -n 128
+
+# The whole suite; ends with "N passed, N failed". The public header must also compile as C++.
 test: all
+	@if command -v $(CXX) >/dev/null 2>&1; then $(CXX) -std=c++11 -Wall -Werror -fsyntax-only -x c++ include/nexus.h || exit 1; fi
 	@BUILD=$(BUILD) sh tests/run.sh
 
 # The suite under AddressSanitizer + UndefinedBehaviorSanitizer.
