@@ -44,6 +44,15 @@ enum gguf_vtype {
     GGUF_VTYPE_COUNT
 };
 
+#define GGUF_DEFAULT_ALIGNMENT 32
+#define GGUF_MAX_NAME 65536    /* longest key or tensor name accepted, in bytes */
+#define GGUF_MAX_ARRAY_DEPTH 8 /* deepest array nesting accepted (1 = plain array) */
+
+/* Bytes of one element of a scalar type; 0 for STRING, ARRAY and ids outside the enum. */
+size_t gguf_vtype_size(enum gguf_vtype t);
+/* "u8", "string", "array", ...; NULL for ids outside the enum. */
+const char *gguf_vtype_name(enum gguf_vtype t);
+
 struct gguf_file;
 
 struct gguf_tensor {
@@ -95,6 +104,8 @@ bool gguf_get_str(const struct gguf_file *f, const char *key, const char **s, si
  * Arrays. gguf_get_arr gives element type, count and (for non-string scalar element types) a
  * pointer to the packed little-endian elements in the mapping (may be unaligned: use memcpy or
  * the element getters). For string arrays, use gguf_arr_str (O(1) per element after open).
+ * For STRING and ARRAY (nested) element types *data is NULL; nested arrays are validated but
+ * their elements are not accessible. Every out pointer of the getters may be NULL.
  */
 bool gguf_get_arr(const struct gguf_file *f, const char *key, enum gguf_vtype *elem_type,
                   uint64_t *n, const void **data);
@@ -114,6 +125,12 @@ const struct gguf_tensor *gguf_find_tensor(const struct gguf_file *f, const char
  * order, data aligned to `alignment` (default 32; a general.alignment u32 key is written when it
  * is not 32). Tensor data is copied when added. gguf_writer_write writes atomically: temporary
  * file in the same directory, fsync, rename. Keys and names must be unique (INVALID_ARG).
+ * The key "general.alignment" is owned by the writer: gguf_writer_add_u32 of it is the same as
+ * gguf_writer_set_alignment, any other type is INVALID_ARG; it is written first when not 32.
+ * add_* return NX_STATUS_OK, INVALID_ARG (NULL/empty/too long/duplicate key or name, bad type,
+ * size mismatch; the writer is unchanged) or NOMEM. An invalid alignment (0, not a power of two,
+ * > 2^31) makes gguf_writer_write fail with INVALID_ARG. Bool array elements must be 0 or 1.
+ * gguf_writer_init returns NULL on out of memory. A writer is used by one thread at a time.
  */
 struct gguf_writer;
 struct gguf_writer *gguf_writer_init(void);
@@ -124,6 +141,13 @@ nx_status gguf_writer_add_i32(struct gguf_writer *w, const char *key, int32_t v)
 nx_status gguf_writer_add_f32(struct gguf_writer *w, const char *key, float v);
 nx_status gguf_writer_add_bool(struct gguf_writer *w, const char *key, bool v);
 nx_status gguf_writer_add_str(struct gguf_writer *w, const char *key, const char *v);
+nx_status gguf_writer_add_u8(struct gguf_writer *w, const char *key, uint8_t v);
+nx_status gguf_writer_add_i8(struct gguf_writer *w, const char *key, int8_t v);
+nx_status gguf_writer_add_u16(struct gguf_writer *w, const char *key, uint16_t v);
+nx_status gguf_writer_add_i16(struct gguf_writer *w, const char *key, int16_t v);
+nx_status gguf_writer_add_u64(struct gguf_writer *w, const char *key, uint64_t v);
+nx_status gguf_writer_add_i64(struct gguf_writer *w, const char *key, int64_t v);
+nx_status gguf_writer_add_f64(struct gguf_writer *w, const char *key, double v);
 /* Array of scalars of elem_type (not STRING/ARRAY), n packed elements. */
 nx_status gguf_writer_add_arr(struct gguf_writer *w, const char *key, enum gguf_vtype elem_type,
                               const void *data, uint64_t n);
@@ -132,6 +156,12 @@ nx_status gguf_writer_add_arr_str(struct gguf_writer *w, const char *key, const 
 /* ne[0] is the row length; nbytes must equal the size the type implies. */
 nx_status gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum nx_type type,
                                  int n_dims, const int64_t *ne, const void *data, size_t nbytes);
+/*
+ * Write the file to path atomically (PATH.tmp.XXXXXX in the same directory, fsync, rename,
+ * fsync of the directory); the file gets mode 0644. On failure path is untouched, the temporary
+ * file is removed, and err names the problem: INVALID_ARG (bad alignment), IO, NOMEM. The writer
+ * stays usable (write may be called again).
+ */
 nx_status gguf_writer_write(struct gguf_writer *w, const char *path, struct nx_err *err);
 
 #endif
