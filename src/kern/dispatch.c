@@ -1,0 +1,116 @@
+/*
+ * dispatch.c - run-time choice of the kernel set, and the kern.h entry points that forward to
+ * it.
+ *
+ * DESIGN
+ * - The set is chosen once (pthread_once) from CPU features: "avx512" needs AVX-512 F, BW, VL,
+ *   DQ and VNNI (plus AVX2/FMA/F16C, which such CPUs have), "avx2" needs AVX2, FMA and F16C,
+ *   else "ref". __builtin_cpu_supports also checks that the OS saves the wide registers.
+ * - NX_KERNELS (read once, at that first choice) can lower the choice: "ref" forces the
+ *   reference set, "avx2" forbids AVX-512. A request the CPU cannot run falls back silently.
+ * - kern_force_ref flips an atomic flag checked on each call; it is meant for tests and for
+ *   start-up configuration, not for switching while kernels run (a matmul split across threads
+ *   could otherwise mix sets, whose roundings differ).
+ * - The activation format is shared by all sets (kern_impl.h), so kern_act_row_bytes does not
+ *   depend on the set.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/nx_base.h"
+#include "kern/kern_impl.h"
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static const struct kern_table *g_table = &kern_table_ref;
+static atomic_bool g_force_ref;
+
+bool kern_cpu_supports(const char *name) {
+    __builtin_cpu_init();
+    if (strcmp(name, "ref") == 0) return true;
+    bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                __builtin_cpu_supports("f16c");
+    if (strcmp(name, "avx2") == 0) return avx2;
+    if (strcmp(name, "avx512") == 0) {
+        return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vnni");
+    }
+    return false;
+}
+
+const struct kern_table *kern_table_by_name(const char *name) {
+    if (strcmp(name, "ref") == 0) return &kern_table_ref;
+    if (strcmp(name, "avx2") == 0) return &kern_table_avx2;
+    if (strcmp(name, "avx512") == 0) return &kern_table_avx512;
+    return NULL;
+}
+
+static void select_table(void) {
+    const char *env = getenv("NX_KERNELS");
+    bool allow512 = !(env && (strcmp(env, "ref") == 0 || strcmp(env, "avx2") == 0));
+    bool allow2 = !(env && strcmp(env, "ref") == 0);
+    if (allow512 && kern_cpu_supports("avx512")) {
+        g_table = &kern_table_avx512;
+    } else if (allow2 && kern_cpu_supports("avx2")) {
+        g_table = &kern_table_avx2;
+    } else {
+        g_table = &kern_table_ref;
+    }
+}
+
+void kern_init(void) { pthread_once(&g_once, select_table); }
+
+void kern_force_ref(bool force) {
+    kern_init();
+    atomic_store(&g_force_ref, force);
+}
+
+const struct kern_table *kern_table_current(void) {
+    kern_init();
+    return atomic_load_explicit(&g_force_ref, memory_order_relaxed) ? &kern_table_ref : g_table;
+}
+
+const char *kern_name(void) { return kern_table_current()->name; }
+
+void nx_kernels_force_ref(bool force) { kern_force_ref(force); }
+
+const char *nx_kernels_name(void) { return kern_name(); }
+
+size_t kern_act_row_bytes(enum nx_type wt, int64_t k) {
+    switch (wt) {
+    case NX_TYPE_F32:
+    case NX_TYPE_F16:
+    case NX_TYPE_BF16: return (size_t)k * sizeof(float);
+    case NX_TYPE_Q4_0:
+    case NX_TYPE_Q8_0: return (size_t)(k / QK8_0) * sizeof(struct block_q8_0);
+    case NX_TYPE_Q4_K:
+    case NX_TYPE_Q5_K:
+    case NX_TYPE_Q6_K: return (size_t)(k / QK_K) * sizeof(struct block_q8_K);
+    default: NX_ASSERT(!"kern_act_row_bytes: unsupported weight type"); return 0;
+    }
+}
+
+void kern_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k) {
+    kern_table_current()->quantize_act(wt, x, xq, k);
+}
+
+void kern_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
+                 int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
+                 int64_t y_stride) {
+    if (r1 <= r0 || nc <= 0) return;
+    kern_table_current()->matmul(wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
+}
+
+float kern_dot_kv(enum nx_type kvt, int64_t n, const void *k, const float *q) {
+    return kern_table_current()->dot_kv(kvt, n, k, q);
+}
+
+void kern_axpy_kv(enum nx_type kvt, int64_t n, float a, const void *v, float *y) {
+    kern_table_current()->axpy_kv(kvt, n, a, v, y);
+}
+
+void kern_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst) {
+    kern_table_current()->store_kv(kvt, n, x, dst);
+}

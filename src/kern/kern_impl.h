@@ -1,0 +1,85 @@
+/*
+ * kern_impl.h - private to src/kern/ and its tests: the kernel-set function table, the tables
+ * of each instruction set, and small helpers shared by the kernel files.
+ *
+ * Every kernel set implements the same contracts as kern.h. All sets share one activation
+ * format (below), so an activation row prepared by one set can be used by any other; tests use
+ * that to compare sets on identical inputs.
+ *
+ * Activation formats (what kern_quantize_act writes, per weight type):
+ *   F32, F16, BF16 weights -> float[k]
+ *   Q4_0, Q8_0 weights     -> struct block_q8_0[k / 32], quants in [-127, 127]
+ *   Q4_K, Q5_K, Q6_K       -> struct block_q8_K[k / 256], quants in [-127, 127], bsums filled
+ * The quants never take the value -128: the SIMD Q4_0/Q8_0 dot products rely on it (they
+ * negate activations with vpsignb). Activation rows written by anything but kern_quantize_act
+ * must keep that rule.
+ */
+#ifndef NX_KERN_IMPL_H
+#define NX_KERN_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kern/kern.h"
+#include "kern/quant.h"
+
+struct kern_table {
+    const char *name; /* "ref", "avx2", "avx512" */
+    void (*quantize_act)(enum nx_type wt, const float *x, void *xq, int64_t k);
+    void (*matmul)(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
+                   int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
+                   int64_t y_stride);
+    float (*dot_kv)(enum nx_type kvt, int64_t n, const void *k, const float *q);
+    void (*axpy_kv)(enum nx_type kvt, int64_t n, float a, const void *v, float *y);
+    void (*store_kv)(enum nx_type kvt, int64_t n, const float *x, void *dst);
+};
+
+/* The kernel sets. Only call a SIMD set's functions when kern_cpu_supports(name) is true. */
+extern const struct kern_table kern_table_ref;
+extern const struct kern_table kern_table_avx2;
+extern const struct kern_table kern_table_avx512;
+
+/* Table by name ("ref", "avx2", "avx512"), or NULL for an unknown name. */
+const struct kern_table *kern_table_by_name(const char *name);
+/* True when this CPU (and OS) can run the named set. */
+bool kern_cpu_supports(const char *name);
+/* The table kern_matmul & co. currently use (after kern_init and kern_force_ref). */
+const struct kern_table *kern_table_current(void);
+
+/* Reference entry points (kern_ref.c), also used by SIMD sets for cases they do not cover. */
+void kern_ref_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k);
+void kern_ref_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
+                     int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
+                     int64_t y_stride);
+float kern_ref_dot_kv(enum nx_type kvt, int64_t n, const void *k, const float *q);
+void kern_ref_axpy_kv(enum nx_type kvt, int64_t n, float a, const void *v, float *y);
+void kern_ref_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst);
+
+/* AVX2 entry points (kern_avx2.c); the AVX-512 set reuses some of them. */
+void kern_avx2_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k);
+float kern_avx2_dot_kv(enum nx_type kvt, int64_t n, const void *k, const float *q);
+void kern_avx2_axpy_kv(enum nx_type kvt, int64_t n, float a, const void *v, float *y);
+void kern_avx2_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst);
+
+/*
+ * Q4_K / Q5_K scale unpacking: 12 bytes hold eight 6-bit scales and eight 6-bit mins. With the
+ * bytes read as three little-endian words a, b, c:
+ *   sc[0..3] = bytes of a & 0x3f          m[0..3] = bytes of b & 0x3f
+ *   sc[4..7] = (c & 0xf) | (a >> 6) << 4  m[4..7] = (c >> 4) | (b >> 6) << 4   (per byte)
+ * out[0] gets sc[0..3], out[1] sc[4..7], out[2] m[0..3], out[3] m[4..7] (one byte each).
+ */
+static inline void kq_unpack_scales(const uint8_t *s, uint32_t out[4]) {
+    uint32_t a = (uint32_t)s[0] | (uint32_t)s[1] << 8 | (uint32_t)s[2] << 16 |
+                 (uint32_t)s[3] << 24;
+    uint32_t b = (uint32_t)s[4] | (uint32_t)s[5] << 8 | (uint32_t)s[6] << 16 |
+                 (uint32_t)s[7] << 24;
+    uint32_t c = (uint32_t)s[8] | (uint32_t)s[9] << 8 | (uint32_t)s[10] << 16 |
+                 (uint32_t)s[11] << 24;
+    out[0] = a & 0x3f3f3f3fu;
+    out[1] = (c & 0x0f0f0f0fu) | ((a >> 6) & 0x03030303u) << 4;
+    out[2] = b & 0x3f3f3f3fu;
+    out[3] = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 6) & 0x03030303u) << 4;
+}
+
+#endif
