@@ -1,0 +1,62 @@
+/*
+ * mkmodel.h - write a GGUF model with random weights and the exact tensor names, shapes and
+ * metadata keys llama.cpp uses for the llama / mistral / qwen2 / qwen3 architectures. Used by
+ * `nexus mkmodel` and by the tests (engine vs reference logits, benchmarks on a 1B-shaped model
+ * without downloading one).
+ *
+ * Output is a pure function of the parameters: the same parameters (seed included) give the
+ * same file bytes, whatever the thread count or machine.
+ */
+#ifndef NX_MKMODEL_H
+#define NX_MKMODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/nx_base.h"
+
+struct mkmodel_params {
+    const char *arch;      /* "llama" | "mistral" | "qwen2" | "qwen3" */
+    const char *name;      /* general.name; NULL = "nexus-random-<arch>" */
+    int n_layer;
+    int n_embd;
+    int n_head;
+    int n_head_kv;
+    int head_dim;          /* 0 = n_embd / n_head */
+    int n_ff;
+    int n_vocab;           /* 0 with tokenizer_from = take its token count */
+    int n_ctx_train;
+    float rope_base;       /* 0 = omit the key (the engine then uses 10000) */
+    float rms_eps;         /* 0 = 1e-5 for llama/mistral, 1e-6 for qwen2/qwen3 */
+    const char *wtype;     /* f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m: type of the 2-D
+                              weights; 1-D tensors (norms, biases, rope_freqs) are always F32 */
+    uint64_t seed;
+    const char *tokenizer_from; /* GGUF whose tokenizer.* keys are copied; NULL = a synthetic
+                                   SentencePiece ("llama") byte-fallback vocab of n_vocab tokens */
+    float weight_scale;    /* multiplies every random weight's standard deviation (1 = default) */
+    int n_threads;         /* threads for generation/quantization; 0 = online CPUs (capped) */
+    bool llama3_rope_scaling; /* write rope_freqs.weight by the Llama-3.1 rule */
+    bool tied_output;      /* no output.weight: the engine reuses token_embd */
+    bool progress;         /* print progress to stderr */
+};
+
+/* The "tiny" preset: llama, 2 layers, n_embd 256, 4 heads / 2 kv heads, ff 512, vocab 320, F32,
+ * seed 1, synthetic vocab. */
+void mkmodel_default_params(struct mkmodel_params *p);
+/* Apply a named preset ("tiny", "llama-3.2-1b") over *p; NX_STATUS_NOT_FOUND for unknown names.
+ * Paths in presets are relative to the project root (../shared/...). */
+nx_status mkmodel_preset(struct mkmodel_params *p, const char *name, struct nx_err *err);
+
+/*
+ * Generate and write the model to path (atomically, via the GGUF writer). Errors:
+ * NX_STATUS_INVALID_ARG (bad shape, unknown arch/type, a row length the quantized type's block
+ * size does not divide, vocab too small or not matching tokenizer_from), NX_STATUS_IO,
+ * NX_STATUS_FORMAT / NX_STATUS_UNSUPPORTED (tokenizer_from unreadable), NX_STATUS_NOMEM.
+ * err->msg names the problem. Nothing is left at path on failure.
+ */
+nx_status mkmodel_write(const struct mkmodel_params *p, const char *path, struct nx_err *err);
+
+/* `nexus mkmodel ...` (argv[0] = "mkmodel"). Returns the process exit code. */
+int mkmodel_main(int argc, char **argv);
+
+#endif
