@@ -188,6 +188,10 @@ static void mm_drive(const struct tile_set *t, int64_t k, const void *w, size_t 
     }
 
 #define MAXT 16 /* most accumulators of any tile */
+
+/* Pins a vector in a register at this point: stops the compiler from reassociating integer
+ * accumulation chains into trees of live temporaries (which spill). Emits no instruction. */
+#define PIN(v) __asm__("" : "+x"(v))
 #define UNROLL _Pragma("GCC unroll 16")
 
 /* ---- float weights (F32, F16, BF16) x F32 activations -------------------------------------- */
@@ -352,8 +356,9 @@ AI void kq_tile(int bits, const int C, int64_t k, const uint8_t *w, const uint8_
                 const struct block_q8_K *bx = (const struct block_q8_K *)(x + (size_t)c * xs) + b;
                 __m256i pl = _mm256_maddubs_epi16(lo, loadu256(bx->qs + 64 * j));
                 __m256i ph = _mm256_maddubs_epi16(hi, loadu256(bx->qs + 64 * j + 32));
-                isum[c] = _mm256_add_epi32(isum[c], _mm256_add_epi32(_mm256_madd_epi16(pl, sl),
-                                                                     _mm256_madd_epi16(ph, sh)));
+                isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(pl, sl));
+                isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(ph, sh));
+                PIN(isum[c]);
             }
         }
         /* mins: m[s] * (bsums[2s] + bsums[2s+1]) with each min duplicated to match */
@@ -426,6 +431,7 @@ AI void q6k_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t w
                     const struct block_q8_K *bx = (const struct block_q8_K *)(x + (size_t)c * xs) + b;
                     __m256i p = _mm256_maddubs_epi16(q, loadu256(bx->qs + 32 * G));
                     isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p, scv));
+                    PIN(isum[c]);
                 }
             }
         }
@@ -441,9 +447,9 @@ AI void q6k_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t w
 
 Q_TILES(q6k)
 
-static void avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
-                        int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
-                        int64_t y_stride) {
+void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
+                      int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
+                      int64_t y_stride) {
     const struct tile_set *t;
     switch (wt) {
     case NX_TYPE_F32: t = &f32_set; break;
@@ -506,7 +512,7 @@ void kern_avx2_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst) 
 const struct kern_table kern_table_avx2 = {
     .name = "avx2",
     .quantize_act = kern_avx2_quantize_act,
-    .matmul = avx2_matmul,
+    .matmul = kern_avx2_matmul,
     .dot_kv = kern_avx2_dot_kv,
     .axpy_kv = kern_avx2_axpy_kv,
     .store_kv = kern_avx2_store_kv,
