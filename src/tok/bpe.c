@@ -373,8 +373,11 @@ static void split(struct bpe_call *c, int level, size_t off, size_t len) {
     size_t pos = 0;
     while (pos < len && c->ok) {
         int rc = pcre2_match(b->re[level], subj, len, pos, 0, c->md[level], NULL);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* the interpreter keeps its frames on the heap */
+            rc = pcre2_match(b->re[level], subj, len, pos, PCRE2_NO_JIT, c->md[level], NULL);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
+            NX_LOGE("tokenizer: pre-tokenizer regex failed (PCRE2 error %d)", rc);
             c->ok = false;
             return;
         }

@@ -33,7 +33,8 @@ static bool try_add(const struct nx_vocab *v, const char *buf, const struct spm_
     uint32_t n = syms[left].n + syms[right].n;
     nx_token id = tok_find(v, buf + syms[left].off, n);
     if (id < 0) return true;
-    struct tok_bigram b = {.prio = v->scores[id], .left = left, .right = right, .size = n, .id = id};
+    struct tok_bigram b = {
+        .prio = v->scores[id], .left = left, .right = right, .size = n, .id = id};
     return tok_heap_push(heap, b);
 }
 
