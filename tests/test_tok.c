@@ -707,7 +707,9 @@ enum mut {
     MUT_BPE_PRE_UNKNOWN,
     MUT_BPE_PRE_MISSING,
     MUT_BPE_MERGE_UNRESOLVED,
+    MUT_BPE_PRE_NAMED, /* tokenizer.ggml.pre = g_pre_name */
 };
+static const char *g_pre_name = "gpt-2";
 
 static const char *const k_tiny_tokens[] = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b",
                                             "\u2581a", "ab", "<0x0A>", "<|eot_id|>"};
@@ -765,7 +767,9 @@ static nx_status write_and_load(enum mut m, struct nx_vocab **out, struct nx_err
                                     m == MUT_BPE_MERGE_UNRESOLVED ? 4 : 3);
         if (m != MUT_BPE_PRE_MISSING)
             gguf_writer_add_str(w, "tokenizer.ggml.pre",
-                                m == MUT_BPE_PRE_UNKNOWN ? "no-such-pre" : "gpt-2");
+                                m == MUT_BPE_PRE_UNKNOWN ? "no-such-pre"
+                                : m == MUT_BPE_PRE_NAMED ? g_pre_name
+                                                         : "gpt-2");
         gguf_writer_add_u32(w, "tokenizer.ggml.eos_token_id", 6);
     }
     if (m == MUT_BOS_RANGE) gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 10);
@@ -869,6 +873,17 @@ TEST(tiny_vocabs_load_and_tokenize) {
         ASSERT_EQ(vocab_token_to_piece(v, 5, buf, 8, false), 3);
         ASSERT_TRUE(memcmp(buf, " ab", 3) == 0);
         ASSERT_TRUE(vocab_is_eog(v, 6));
+        vocab_free(v);
+    }
+    /* every pre-tokenizer family compiles and splits "ab ab ba" the same way */
+    const char *pres[] = {"default", "llama-bpe", "qwen2", "starcoder", "gpt-4o", "mpt"};
+    for (size_t i = 0; i < NX_ARRAY_LEN(pres); i++) {
+        g_pre_name = pres[i];
+        ASSERT_OK(write_and_load(MUT_BPE_PRE_NAMED, &v, &err));
+        n = vocab_tokenize(v, "ab ab ba", 8, t, 16, false, false);
+        nx_token want_bpe[] = {3, 5, 2, 1, 0};
+        ASSERT_EQ(n, 5);
+        ASSERT_TRUE(memcmp(t, want_bpe, sizeof want_bpe) == 0);
         vocab_free(v);
     }
     nx_log_set_level(level);
