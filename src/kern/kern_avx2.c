@@ -192,6 +192,13 @@ static void mm_drive(const struct tile_set *t, int64_t k, const void *w, size_t 
 /* Pins a vector in a register at this point: stops the compiler from reassociating integer
  * accumulation chains into trees of live temporaries (which spill). Emits no instruction. */
 #define PIN(v) __asm__("" : "+x"(v))
+
+/* Decode (1-column) tiles are memory-bound: they prefetch the weight stream this far ahead,
+ * which measurably beats the hardware prefetcher alone on long rows. */
+#define PF_DIST 1024
+AI void prefetch_lines(const uint8_t *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PF_DIST + o, _MM_HINT_T0);
+}
 #define UNROLL _Pragma("GCC unroll 16")
 
 /* ---- float weights (F32, F16, BF16) x F32 activations -------------------------------------- */
@@ -207,7 +214,10 @@ AI __m256 load_w8(enum nx_type wt, const uint8_t *w, int64_t i) {
 AI float load_w1(enum nx_type wt, const uint8_t *w, int64_t i) {
     if (wt == NX_TYPE_F32) return ((const float *)w)[i];
     if (wt == NX_TYPE_F16) return h2f(((const nx_half *)w)[i]);
-    return nx_bf16_to_f32(((const nx_bf16 *)w)[i]);
+    uint32_t u = (uint32_t)((const nx_bf16 *)w)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
 }
 
 AI void fl_tile(enum nx_type wt, const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
@@ -223,10 +233,12 @@ AI void fl_tile(enum nx_type wt, const int R, const int C, int64_t k, const uint
             UNROLL for (int r = 0; r < R; r++) acc[r * C + c] = _mm256_fmadd_ps(wv[r], xv, acc[r * C + c]);
         }
     }
-    UNROLL for (int r = 0; r < R; r++) {
-        UNROLL for (int c = 0; c < C; c++) {
+    float out[MAXT];
+    UNROLL for (int t = 0; t < R * C; t++) out[t] = hsum8(acc[t]);
+    for (int r = 0; r < R; r++) {
+        for (int c = 0; c < C; c++) {
             const float *xr = (const float *)(x + (size_t)c * xs);
-            float s = hsum8(acc[r * C + c]);
+            float s = out[r * C + c];
             for (int64_t i = k8; i < k; i++) s += load_w1(wt, w + (size_t)r * ws, i) * xr[i];
             y[c * ys + r] = s;
         }
@@ -277,6 +289,7 @@ AI void q80x_tile(bool is_q4, const int C, int64_t k, const uint8_t *w, const ui
             wq = loadu256(bw->qs);
             dw = h2f(bw->d);
         }
+        if (C == 1) _mm_prefetch((const char *)w + (is_q4 ? 18 : 34) * b + PF_DIST, _MM_HINT_T0);
         __m256i aw = _mm256_sign_epi8(wq, wq); /* |w|; -128 gives 0x80 = 128 unsigned, right */
         UNROLL for (int c = 0; c < C; c++) {
             const struct block_q8_0 *bx = (const struct block_q8_0 *)(x + (size_t)c * xs) + b;
@@ -312,31 +325,65 @@ Q_TILES(q80)
 /* ---- Q4_K / Q5_K weights x Q8_K activations ----------------------------------------------- */
 
 /*
- * One row's super-block b against C activation columns. Chunk j (64 elements) holds sub-block
- * 2j in the low nibbles and 2j+1 in the high nibbles of qs[32j..32j+31]; Q5_K adds bit s of
- * qh[l] as bit 4 of element l of sub-block s.
+ * Byte-shuffle masks over the unpacked scale vector R (both 128-bit lanes = bytes sc[0..7],
+ * m[0..7]): g_kq_sc[s] zero-extends sc[s] into every i16; g_kq_mdup zero-extends m[0..3]
+ * (low lane) and m[4..7] (high lane), each twice, to line up with the 16 bsums.
+ */
+static const uint8_t g_kq_sc[8][32] __attribute__((aligned(32))) = {
+#define S(s) {s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, \
+              s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80, s, 0x80}
+    S(0), S(1), S(2), S(3), S(4), S(5), S(6), S(7)
+#undef S
+};
+static const uint8_t g_kq_mdup[32] __attribute__((aligned(32))) = {
+    8,  0x80, 8,  0x80, 9,  0x80, 9,  0x80, 10, 0x80, 10, 0x80, 11, 0x80, 11, 0x80,
+    12, 0x80, 12, 0x80, 13, 0x80, 13, 0x80, 14, 0x80, 14, 0x80, 15, 0x80, 15, 0x80};
+
+/*
+ * The 12 packed scale bytes (read as 16: the 4 after them are quants, ignored) -> both lanes =
+ * sc[0..7], m[0..7] as bytes. Dwords a, b, c of the input (see kq_unpack_scales):
+ *   out = [a & 0x3f, (c & 0xf) | (a >> 6) << 4, b & 0x3f, (c >> 4) | (b >> 6) << 4] per byte.
+ */
+AI __m256i kq_scales_vec(const uint8_t *scales) {
+    __m128i v = loadu128(scales);
+    __m128i lo = _mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)); /* a c b c */
+    lo = _mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 0, 4));
+    lo = _mm_and_si128(lo, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    __m128i hi = _mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)); /* a a b b */
+    hi = _mm_and_si128(_mm_srli_epi32(hi, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    return _mm256_broadcastsi128_si256(_mm_or_si128(lo, hi));
+}
+
+/*
+ * One row against C activation columns. Chunk j (64 elements) holds sub-block 2j in the low
+ * nibbles and 2j+1 in the high nibbles of qs[32j..32j+31]; Q5_K adds bit s of qh[l] as bit 4
+ * of element l of sub-block s. Per super-block and column:
+ *   acc += dx * (d * isum - dmin * msum)   (8 lanes; isum, msum exact integers)
  */
 AI void kq_tile(int bits, const int C, int64_t k, const uint8_t *w, const uint8_t *x, size_t xs,
                 float *y, int64_t ys) {
     __m256 acc[MAXT];
     UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+    const size_t bsz = bits == 4 ? sizeof(struct block_q4_K) : sizeof(struct block_q5_K);
     int64_t nb = k / QK_K;
     for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *bw = w + (size_t)b * bsz;
+        if (C == 1) prefetch_lines(bw, bsz);
+        /* d, dmin: the first two halves of both layouts */
         const uint8_t *scales, *qs, *qh = NULL;
-        float dw, dmw;
         if (bits == 4) {
-            const struct block_q4_K *bw = (const struct block_q4_K *)w + b;
-            scales = bw->scales, qs = bw->qs, dw = h2f(bw->d), dmw = h2f(bw->dmin);
+            scales = ((const struct block_q4_K *)bw)->scales, qs = ((const struct block_q4_K *)bw)->qs;
         } else {
-            const struct block_q5_K *bw = (const struct block_q5_K *)w + b;
-            scales = bw->scales, qs = bw->qs, qh = bw->qh, dw = h2f(bw->d), dmw = h2f(bw->dmin);
+            scales = ((const struct block_q5_K *)bw)->scales, qs = ((const struct block_q5_K *)bw)->qs;
+            qh = ((const struct block_q5_K *)bw)->qh;
         }
-        uint32_t u[4];
-        kq_unpack_scales(scales, u);
-        /* the 8 scales as i16 in both 128-bit lanes */
-        __m256i sc = _mm256_broadcastsi128_si256(
-            _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[1], (int)u[0])));
+        uint32_t dd32;
+        memcpy(&dd32, bw, 4);
+        __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd32));
+        __m256 dwv = _mm256_broadcastss_ps(dd);
+        __m256 dmv = _mm256_broadcastss_ps(_mm_movehdup_ps(dd));
+        __m256i R = kq_scales_vec(scales);
         __m256i isum[MAXT];
         UNROLL for (int c = 0; c < C; c++) isum[c] = _mm256_setzero_si256();
         __m256i hb = bits == 5 ? loadu256(qh) : _mm256_setzero_si256();
@@ -351,7 +398,8 @@ AI void kq_tile(int bits, const int C, int64_t k, const uint8_t *w, const uint8_
                 hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 4), m10));
                 hb = _mm256_srli_epi16(hb, 1);
             }
-            __m256i sl = splat16(sc, 2 * j), sh = splat16(sc, 2 * j + 1);
+            __m256i sl = _mm256_shuffle_epi8(R, loadu256(g_kq_sc[2 * j]));
+            __m256i sh = _mm256_shuffle_epi8(R, loadu256(g_kq_sc[2 * j + 1]));
             UNROLL for (int c = 0; c < C; c++) {
                 const struct block_q8_K *bx = (const struct block_q8_K *)(x + (size_t)c * xs) + b;
                 __m256i pl = _mm256_maddubs_epi16(lo, loadu256(bx->qs + 64 * j));
@@ -361,14 +409,14 @@ AI void kq_tile(int bits, const int C, int64_t k, const uint8_t *w, const uint8_
                 PIN(isum[c]);
             }
         }
-        /* mins: m[s] * (bsums[2s] + bsums[2s+1]) with each min duplicated to match */
-        __m128i m16 = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[3], (int)u[2]));
-        __m256i mdup = _mm256_set_m128i(_mm_unpackhi_epi16(m16, m16), _mm_unpacklo_epi16(m16, m16));
+        /* mins: m[s] * (bsums[2s] + bsums[2s+1]) */
+        __m256i mdup = _mm256_shuffle_epi8(R, loadu256(g_kq_mdup));
         UNROLL for (int c = 0; c < C; c++) {
             const struct block_q8_K *bx = (const struct block_q8_K *)(x + (size_t)c * xs) + b;
             __m256i mp = _mm256_madd_epi16(loadu256(bx->bsums), mdup);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), _mm256_set1_ps(dw * bx->d), acc[c]);
-            acc[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mp), _mm256_set1_ps(dmw * bx->d), acc[c]);
+            __m256 t = _mm256_mul_ps(dwv, _mm256_cvtepi32_ps(isum[c]));
+            t = _mm256_fnmadd_ps(dmv, _mm256_cvtepi32_ps(mp), t);
+            acc[c] = _mm256_fmadd_ps(t, _mm256_broadcast_ss(&bx->d), acc[c]);
         }
     }
     UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
@@ -407,6 +455,7 @@ AI void q6k_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t w
     int64_t nb = k / QK_K;
     for (int64_t b = 0; b < nb; b++) {
         const struct block_q6_K *bw = (const struct block_q6_K *)w + b;
+        if (C == 1) prefetch_lines((const uint8_t *)bw, sizeof *bw);
         float dw = h2f(bw->d);
         __m128i s8 = loadu128(bw->scales);
         __m256i sc_nat = _mm256_cvtepi8_epi16(s8);
