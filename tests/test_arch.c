@@ -17,6 +17,7 @@
  *   requires the flipped model to miss the correct one by several times the tolerance.
  * - NX_TEST_VERBOSE=1 prints the measured error of every case.
  */
+#include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,9 +44,18 @@ static char g_tmpdir[64];
 
 static void tmp_cleanup(void) {
     if (!g_tmpdir[0]) return;
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmpdir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: cannot remove %s\n", g_tmpdir);
+    DIR *d = opendir(g_tmpdir);
+    if (d) {
+        struct dirent *e;
+        char p[sizeof g_tmpdir + 256];
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            snprintf(p, sizeof p, "%s/%s", g_tmpdir, e->d_name);
+            unlink(p);
+        }
+        closedir(d);
+    }
+    if (rmdir(g_tmpdir) != 0) fprintf(stderr, "warning: cannot remove %s\n", g_tmpdir);
 }
 
 static const char *tmp_path(const char *name, char *buf, size_t cap) {
