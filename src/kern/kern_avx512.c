@@ -1,10 +1,332 @@
-/* kern_avx512.c - placeholder (being written): reuses the AVX2 set. */
+/*
+ * kern_avx512.c - the AVX-512 kernel set (F, BW, VL, DQ, VNNI; compiled with the AVX-512
+ * flags, called only after dispatch.c has checked the CPU).
+ *
+ * DESIGN
+ * - Same structure and per-element arithmetic rules as kern_avx2.c (see its DESIGN): the tile
+ *   driver and K-quant scale unpacking are shared (kern_simd.h); each output element has a
+ *   fixed operation sequence, so results do not depend on row splits, tiling or nc. Results
+ *   differ from the AVX2 set's in float rounding only (16-lane float accumulators).
+ * - K-quants: a 64-element chunk (two sub-blocks) is one zmm; vpmaddubsw (u8 x i8 -> i16 pairs)
+ *   then VNNI vpdpwssd with the sub-block scales (i16 x i16 -> i32, accumulating): 2 uops per
+ *   64 products, against 6 for AVX2. Scale vectors come from one vpermw per chunk. The exact
+ *   integer super-block sums are folded to 8 lanes and finished with the AVX2 epilogue.
+ * - Q4_0/Q8_0: 32-element blocks stay in ymm; VNNI vpdpbusd (u8 x i8 -> i32) replaces
+ *   vpmaddubsw + vpmaddwd. Same |w| / sign(x, w) trick as AVX2 (x != -128, kern_impl.h).
+ * - Float weights: 16-wide FMA tiles (4 x 4 for prefill, 4 x 1 for decode), 16 lanes folded to
+ *   8 then summed like AVX2, k % 16 tail in order.
+ * - Activation quantization and the attention helpers are the AVX2 ones (not the bottleneck).
+ * - Testing without AVX-512 hardware: with -DNX_AVX512_EMULATE this file includes
+ *   kern/avx512_emu.h, which emulates the few AVX-512 intrinsics used here in plain C, so the
+ *   tests can run this code on an AVX2-only machine (see that header for the command).
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#ifdef NX_AVX512_EMULATE
+#include "kern/avx512_emu.h"
+#endif
+
+#include "core/nx_base.h"
 #include "kern/kern_impl.h"
+#include "kern/kern_simd.h"
+
+/* 16 float lanes -> 8 (lo + hi), then hsum8: the fixed reduction of every float tile. */
+AI float hsum16(__m512 v) {
+    __m256 lo = _mm512_castps512_ps256(v), hi = _mm512_extractf32x8_ps(v, 1);
+    return hsum8(_mm256_add_ps(lo, hi));
+}
+
+/* 16 i32 lanes -> 8. */
+AI __m256i fold16_epi32(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+AI __m512i combine256(__m256i lo, __m256i hi) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* ---- float weights (F32, F16, BF16) x F32 activations -------------------------------------- */
+
+AI __m512 load_w16(enum nx_type wt, const uint8_t *w, int64_t i) {
+    if (wt == NX_TYPE_F32) return _mm512_loadu_ps((const float *)w + i);
+    if (wt == NX_TYPE_F16) return _mm512_cvtph_ps(loadu256((const nx_half *)w + i));
+    __m512i v = _mm512_cvtepu16_epi32(loadu256((const nx_bf16 *)w + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
+AI float load_w1(enum nx_type wt, const uint8_t *w, int64_t i) {
+    if (wt == NX_TYPE_F32) return ((const float *)w)[i];
+    if (wt == NX_TYPE_F16) return h2f(((const nx_half *)w)[i]);
+    uint32_t u = (uint32_t)((const nx_bf16 *)w)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+AI void fl_tile(enum nx_type wt, const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
+                const uint8_t *x, size_t xs, float *y, int64_t ys) {
+    __m512 acc[MAXT];
+    UNROLL for (int t = 0; t < R * C; t++) acc[t] = _mm512_setzero_ps();
+    int64_t k16 = k & ~(int64_t)15;
+    for (int64_t i = 0; i < k16; i += 16) {
+        __m512 wv[4];
+        UNROLL for (int r = 0; r < R; r++) wv[r] = load_w16(wt, w + (size_t)r * ws, i);
+        UNROLL for (int c = 0; c < C; c++) {
+            __m512 xv = _mm512_loadu_ps((const float *)(x + (size_t)c * xs) + i);
+            UNROLL for (int r = 0; r < R; r++) acc[r * C + c] = _mm512_fmadd_ps(wv[r], xv, acc[r * C + c]);
+        }
+    }
+    float out[MAXT];
+    UNROLL for (int t = 0; t < R * C; t++) out[t] = hsum16(acc[t]);
+    for (int r = 0; r < R; r++) {
+        for (int c = 0; c < C; c++) {
+            const float *xr = (const float *)(x + (size_t)c * xs);
+            float s = out[r * C + c];
+            for (int64_t i = k16; i < k; i++) s += load_w1(wt, w + (size_t)r * ws, i) * xr[i];
+            y[c * ys + r] = s;
+        }
+    }
+}
+
+#define FL_TILES(tname, wt) \
+    AI void tname##_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws, \
+                         const uint8_t *x, size_t xs, float *y, int64_t ys) { \
+        fl_tile(wt, R, C, k, w, ws, x, xs, y, ys); \
+    } \
+    TILE_FN(tname, 4, 4) \
+    TILE_FN(tname, 1, 4) \
+    TILE_FN(tname, 4, 1) \
+    TILE_FN(tname, 1, 1) \
+    static const struct tile_set tname##_set = {tname##_4x4, tname##_1x4, tname##_4x1, \
+                                                tname##_1x1, 4, 4, 4};
+
+FL_TILES(f32, NX_TYPE_F32)
+FL_TILES(f16, NX_TYPE_F16)
+FL_TILES(bf16, NX_TYPE_BF16)
+
+/* ---- Q4_0 / Q8_0 weights x Q8_0 activations ------------------------------------------------ */
+
+AI void q80x_tile(bool is_q4, const int C, int64_t k, const uint8_t *w, const uint8_t *x,
+                  size_t xs, float *y, int64_t ys) {
+    __m256 acc[MAXT];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
+    int64_t nb = k / 32;
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i wq;
+        float dw;
+        if (is_q4) {
+            const struct block_q4_0 *bw = (const struct block_q4_0 *)w + b;
+            __m128i q = loadu128(bw->qs);
+            wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
+            wq = _mm256_sub_epi8(wq, eight);
+            dw = h2f(bw->d);
+        } else {
+            const struct block_q8_0 *bw = (const struct block_q8_0 *)w + b;
+            wq = loadu256(bw->qs);
+            dw = h2f(bw->d);
+        }
+        if (C == 1) _mm_prefetch((const char *)w + (is_q4 ? 18 : 34) * b + PF_DIST, _MM_HINT_T0);
+        __m256i aw = _mm256_sign_epi8(wq, wq); /* |w| as u8 (-128 -> 128) */
+        UNROLL for (int c = 0; c < C; c++) {
+            const struct block_q8_0 *bx = (const struct block_q8_0 *)(x + (size_t)c * xs) + b;
+            __m256i sx = _mm256_sign_epi8(loadu256(bx->qs), wq);
+            __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(bx->d)), acc[c]);
+        }
+    }
+    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
+}
+
+AI void q40_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
+                 const uint8_t *x, size_t xs, float *y, int64_t ys) {
+    (void)R, (void)ws;
+    q80x_tile(true, C, k, w, x, xs, y, ys);
+}
+
+AI void q80_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
+                 const uint8_t *x, size_t xs, float *y, int64_t ys) {
+    (void)R, (void)ws;
+    q80x_tile(false, C, k, w, x, xs, y, ys);
+}
+
+#define Q_TILES(tname) \
+    TILE_FN(tname, 1, 8) \
+    TILE_FN(tname, 1, 1) \
+    static const struct tile_set tname##_set = {tname##_1x8, tname##_1x8, tname##_1x1, \
+                                                tname##_1x1, 1, 8, 1};
+
+Q_TILES(q40)
+Q_TILES(q80)
+
+/* ---- Q4_K / Q5_K weights x Q8_K activations ----------------------------------------------- */
+
+/* vpermw indices: chunk j's scale vector = i16 sc[2j] in lanes 0..15, sc[2j+1] in 16..31. */
+static const uint16_t g_kq_idx[4][32] __attribute__((aligned(64))) = {
+#define I(a, b) {a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b, b}
+    I(0, 1), I(2, 3), I(4, 5), I(6, 7)
+#undef I
+};
+
+/* The same 64-element chunk layout as the AVX2 kq_tile; see there. */
+AI void kq_tile(int bits, const int C, int64_t k, const uint8_t *w, const uint8_t *x, size_t xs,
+                float *y, int64_t ys) {
+    __m256 acc[MAXT];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+    const size_t bsz = bits == 4 ? sizeof(struct block_q4_K) : sizeof(struct block_q5_K);
+    int64_t nb = k / QK_K;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *bw = w + (size_t)b * bsz;
+        if (C == 1) prefetch_lines(bw, bsz);
+        const uint8_t *scales, *qs, *qh = NULL;
+        if (bits == 4) {
+            scales = ((const struct block_q4_K *)bw)->scales, qs = ((const struct block_q4_K *)bw)->qs;
+        } else {
+            scales = ((const struct block_q5_K *)bw)->scales, qs = ((const struct block_q5_K *)bw)->qs;
+            qh = ((const struct block_q5_K *)bw)->qh;
+        }
+        uint32_t dd32;
+        memcpy(&dd32, bw, 4);
+        __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd32));
+        __m256 dwv = _mm256_broadcastss_ps(dd);
+        __m256 dmv = _mm256_broadcastss_ps(_mm_movehdup_ps(dd));
+        __m256i R = kq_scales_vec(scales);
+        /* sc[0..7] as i16 in lanes 0..7 (then m[0..7]; lanes 16..31 are not indexed) */
+        __m512i sc16 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(R)));
+        __m512i isum[MAXT];
+        UNROLL for (int c = 0; c < C; c++) isum[c] = _mm512_setzero_si512();
+        __m256i hb = bits == 5 ? loadu256(qh) : _mm256_setzero_si256();
+        UNROLL for (int j = 0; j < 4; j++) {
+            __m256i q = loadu256(qs + 32 * j);
+            __m256i lo = _mm256_and_si256(q, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if (bits == 5) {
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), m10));
+                hb = _mm256_srli_epi16(hb, 1);
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 4), m10));
+                hb = _mm256_srli_epi16(hb, 1);
+            }
+            __m512i qz = combine256(lo, hi);
+            __m512i sv = _mm512_permutexvar_epi16(_mm512_loadu_si512(g_kq_idx[j]), sc16);
+            UNROLL for (int c = 0; c < C; c++) {
+                const struct block_q8_K *bx = (const struct block_q8_K *)(x + (size_t)c * xs) + b;
+                __m512i p = _mm512_maddubs_epi16(qz, _mm512_loadu_si512(bx->qs + 64 * j));
+                isum[c] = _mm512_dpwssd_epi32(isum[c], p, sv);
+            }
+        }
+        __m256i mdup = _mm256_shuffle_epi8(R, loadu256(g_kq_mdup));
+        UNROLL for (int c = 0; c < C; c++) {
+            const struct block_q8_K *bx = (const struct block_q8_K *)(x + (size_t)c * xs) + b;
+            __m256i mp = _mm256_madd_epi16(loadu256(bx->bsums), mdup);
+            __m256 t = _mm256_mul_ps(dwv, _mm256_cvtepi32_ps(fold16_epi32(isum[c])));
+            t = _mm256_fnmadd_ps(dmv, _mm256_cvtepi32_ps(mp), t);
+            acc[c] = _mm256_fmadd_ps(t, _mm256_broadcast_ss(&bx->d), acc[c]);
+        }
+    }
+    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
+}
+
+AI void q4k_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
+                 const uint8_t *x, size_t xs, float *y, int64_t ys) {
+    (void)R, (void)ws;
+    kq_tile(4, C, k, w, x, xs, y, ys);
+}
+
+AI void q5k_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
+                 const uint8_t *x, size_t xs, float *y, int64_t ys) {
+    (void)R, (void)ws;
+    kq_tile(5, C, k, w, x, xs, y, ys);
+}
+
+Q_TILES(q4k)
+Q_TILES(q5k)
+
+/* ---- Q6_K weights x Q8_K activations ------------------------------------------------------ */
+
+/* vpermw indices: 64-element chunk m (0..3) covers sub-blocks 4m..4m+3, 8 i16 lanes each. */
+static const uint16_t g_q6_idx[4][32] __attribute__((aligned(64))) = {
+#define I(m) {4 * m,     4 * m,     4 * m,     4 * m,     4 * m,     4 * m,     4 * m,     4 * m, \
+              4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, \
+              4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, \
+              4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3}
+    I(0), I(1), I(2), I(3)
+#undef I
+};
+
+/* Group layout as in the AVX2 q6k_tile; groups 2m and 2m+1 form the zmm of chunk m. */
+AI void q6k_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
+                 const uint8_t *x, size_t xs, float *y, int64_t ys) {
+    (void)R, (void)ws;
+    __m256 acc[MAXT];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    int64_t nb = k / QK_K;
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_q6_K *bw = (const struct block_q6_K *)w + b;
+        if (C == 1) prefetch_lines((const uint8_t *)bw, sizeof *bw);
+        float dw = h2f(bw->d);
+        __m256i sc_nat = _mm256_cvtepi8_epi16(loadu128(bw->scales)); /* 16 x i16 */
+        __m512i sc16 = _mm512_castsi256_si512(sc_nat);
+        __m512i isum[MAXT];
+        UNROLL for (int c = 0; c < C; c++) isum[c] = _mm512_setzero_si512();
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m256i qa = loadu256(bw->ql + 64 * h), qb = loadu256(bw->ql + 64 * h + 32);
+            __m256i qh = loadu256(bw->qh + 32 * h);
+            __m256i g0 = _mm256_or_si256(_mm256_and_si256(qa, m4),
+                                         _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+            __m256i g1 = _mm256_or_si256(_mm256_and_si256(qb, m4),
+                                         _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+            __m256i g2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
+                                         _mm256_and_si256(qh, m30));
+            __m256i g3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+            UNROLL for (int half = 0; half < 2; half++) {
+                int m = 2 * h + half;
+                __m512i qz = half == 0 ? combine256(g0, g1) : combine256(g2, g3);
+                __m512i sv = _mm512_permutexvar_epi16(_mm512_loadu_si512(g_q6_idx[m]), sc16);
+                UNROLL for (int c = 0; c < C; c++) {
+                    const struct block_q8_K *bx = (const struct block_q8_K *)(x + (size_t)c * xs) + b;
+                    __m512i p = _mm512_maddubs_epi16(qz, _mm512_loadu_si512(bx->qs + 64 * m));
+                    isum[c] = _mm512_dpwssd_epi32(isum[c], p, sv);
+                }
+            }
+        }
+        UNROLL for (int c = 0; c < C; c++) {
+            const struct block_q8_K *bx = (const struct block_q8_K *)(x + (size_t)c * xs) + b;
+            __m256i off = _mm256_madd_epi16(loadu256(bx->bsums), sc_nat);
+            __m256i tot = _mm256_sub_epi32(fold16_epi32(isum[c]), _mm256_slli_epi32(off, 5));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_set1_ps(dw * bx->d), acc[c]);
+        }
+    }
+    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
+}
+
+Q_TILES(q6k)
+
+static void avx512_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
+                          int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
+                          int64_t y_stride) {
+    const struct tile_set *t;
+    switch (wt) {
+    case NX_TYPE_F32: t = &f32_set; break;
+    case NX_TYPE_F16: t = &f16_set; break;
+    case NX_TYPE_BF16: t = &bf16_set; break;
+    case NX_TYPE_Q4_0: t = &q40_set; break;
+    case NX_TYPE_Q8_0: t = &q80_set; break;
+    case NX_TYPE_Q4_K: t = &q4k_set; break;
+    case NX_TYPE_Q5_K: t = &q5k_set; break;
+    case NX_TYPE_Q6_K: t = &q6k_set; break;
+    default: NX_ASSERT(!"kern_matmul: unsupported weight type"); return;
+    }
+    mm_drive(t, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
+}
 
 const struct kern_table kern_table_avx512 = {
     .name = "avx512",
     .quantize_act = kern_avx2_quantize_act,
-    .matmul = kern_avx2_matmul,
+    .matmul = avx512_matmul,
     .dot_kv = kern_avx2_dot_kv,
     .axpy_kv = kern_avx2_axpy_kv,
     .store_kv = kern_avx2_store_kv,

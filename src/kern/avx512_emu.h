@@ -1,0 +1,160 @@
+/*
+ * avx512_emu.h - test-only plain-C emulation of the AVX-512 intrinsics kern_avx512.c uses, so
+ * that its kernels can be checked against the reference on a machine without AVX-512. Each
+ * emulation follows the instruction's definition in Intel's SDM (lane by lane); it is slow and
+ * never part of the library build. kern_avx512.c includes it only with -DNX_AVX512_EMULATE.
+ *
+ * Run the kernel tests with the emulated AVX-512 set (one line, from the project root):
+ *   make build/libnexus.a && mkdir -p build/emu512 && cc -std=c11 -D_GNU_SOURCE -O1 -Iinclude -Isrc -mavx2 -mfma -mf16c -DNX_AVX512_EMULATE -c src/kern/kern_avx512.c -o build/emu512/kern_avx512.o && cc -std=c11 -D_GNU_SOURCE -O1 -Iinclude -Isrc -DNX_TEST_AVX512_EMULATED -c tests/test_kern.c -o build/emu512/test_kern.o && cp build/libnexus.a build/emu512/lib.a && ar d build/emu512/lib.a kern_avx512.o && cc -o build/emu512/test_kern build/emu512/test_kern.o build/emu512/kern_avx512.o build/emu512/lib.a -lm -lpthread && ./build/emu512/test_kern
+ *
+ * Included after <immintrin.h>: the type and intrinsic names below are macros that shadow the
+ * real ones for the rest of the file.
+ */
+#ifndef NX_AVX512_EMU_H
+#define NX_AVX512_EMU_H
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef struct {
+    union {
+        int8_t b[64];
+        uint8_t ub[64];
+        int16_t w[32];
+        uint16_t uw[32];
+        int32_t d[16];
+        float f[16];
+    };
+} emu512;
+
+#define __m512 emu512
+#define __m512i emu512
+
+#define EMU static inline __attribute__((unused))
+
+EMU __m256i emu_lo256(emu512 v) { return _mm256_loadu_si256((const __m256i *)&v.b[0]); }
+EMU __m256i emu_hi256(emu512 v) { return _mm256_loadu_si256((const __m256i *)&v.b[32]); }
+
+EMU emu512 emu_zero(void) {
+    emu512 r;
+    memset(&r, 0, sizeof r);
+    return r;
+}
+
+#define _mm512_setzero_ps emu_zero
+#define _mm512_setzero_si512 emu_zero
+
+EMU emu512 emu_loadu(const void *p) {
+    emu512 r;
+    memcpy(&r, p, 64);
+    return r;
+}
+#define _mm512_loadu_ps(p) emu_loadu(p)
+#define _mm512_loadu_si512(p) emu_loadu(p)
+
+/* casts: reinterpretation; the undefined upper half of a widening cast is zero here */
+EMU emu512 emu_cast_same(emu512 v) { return v; }
+#define _mm512_castsi512_ps emu_cast_same
+EMU __m256 emu_castps512_ps256(emu512 v) { return _mm256_loadu_ps(&v.f[0]); }
+#define _mm512_castps512_ps256 emu_castps512_ps256
+#define _mm512_castsi512_si256 emu_lo256
+EMU emu512 emu_castsi256_si512(__m256i v) {
+    emu512 r = emu_zero();
+    _mm256_storeu_si256((__m256i *)&r.b[0], v);
+    return r;
+}
+#define _mm512_castsi256_si512 emu_castsi256_si512
+
+EMU __m256 emu_extractf32x8_ps(emu512 v, int i) { return _mm256_loadu_ps(&v.f[8 * (i & 1)]); }
+#define _mm512_extractf32x8_ps emu_extractf32x8_ps
+EMU __m256i emu_extracti64x4_epi64(emu512 v, int i) { return (i & 1) ? emu_hi256(v) : emu_lo256(v); }
+#define _mm512_extracti64x4_epi64 emu_extracti64x4_epi64
+EMU emu512 emu_inserti64x4(emu512 a, __m256i b, int i) {
+    _mm256_storeu_si256((__m256i *)&a.b[32 * (i & 1)], b);
+    return a;
+}
+#define _mm512_inserti64x4 emu_inserti64x4
+
+/* vcvtph2ps: 16 halves -> floats (exact) */
+EMU emu512 emu_cvtph_ps(__m256i h) {
+    uint16_t in[16];
+    emu512 r;
+    _mm256_storeu_si256((__m256i *)in, h);
+    for (int i = 0; i < 16; i++) r.f[i] = _cvtsh_ss(in[i]);
+    return r;
+}
+#define _mm512_cvtph_ps emu_cvtph_ps
+
+/* vpmovzxwd: 16 x u16 -> 16 x i32 */
+EMU emu512 emu_cvtepu16_epi32(__m256i v) {
+    uint16_t in[16];
+    emu512 r;
+    _mm256_storeu_si256((__m256i *)in, v);
+    for (int i = 0; i < 16; i++) r.d[i] = in[i];
+    return r;
+}
+#define _mm512_cvtepu16_epi32 emu_cvtepu16_epi32
+
+EMU emu512 emu_slli_epi32(emu512 v, unsigned n) {
+    for (int i = 0; i < 16; i++) v.d[i] = n > 31 ? 0 : (int32_t)((uint32_t)v.d[i] << n);
+    return v;
+}
+#define _mm512_slli_epi32 emu_slli_epi32
+
+EMU emu512 emu_fmadd_ps(emu512 a, emu512 b, emu512 c) {
+    emu512 r;
+    for (int i = 0; i < 16; i++) r.f[i] = fmaf(a.f[i], b.f[i], c.f[i]);
+    return r;
+}
+#define _mm512_fmadd_ps emu_fmadd_ps
+
+/* vpmaddubsw: u8 (a) x i8 (b), adjacent pairs summed with signed saturation */
+EMU emu512 emu_maddubs_epi16(emu512 a, emu512 b) {
+    emu512 r;
+    for (int i = 0; i < 32; i++) {
+        int s = a.ub[2 * i] * b.b[2 * i] + a.ub[2 * i + 1] * b.b[2 * i + 1];
+        r.w[i] = (int16_t)(s > 32767 ? 32767 : s < -32768 ? -32768 : s);
+    }
+    return r;
+}
+#define _mm512_maddubs_epi16 emu_maddubs_epi16
+
+/* vpdpwssd: acc + i16 x i16 pairs (no saturation, wraps) */
+EMU emu512 emu_dpwssd_epi32(emu512 acc, emu512 a, emu512 b) {
+    for (int i = 0; i < 16; i++) {
+        int64_t s = (int64_t)acc.d[i] + a.w[2 * i] * b.w[2 * i] + a.w[2 * i + 1] * b.w[2 * i + 1];
+        acc.d[i] = (int32_t)(uint32_t)s;
+    }
+    return acc;
+}
+#define _mm512_dpwssd_epi32 emu_dpwssd_epi32
+
+/* vpermw: r[i] = a[idx[i] & 31] */
+EMU emu512 emu_permutexvar_epi16(emu512 idx, emu512 a) {
+    emu512 r;
+    for (int i = 0; i < 32; i++) r.w[i] = a.w[idx.uw[i] & 31];
+    return r;
+}
+#define _mm512_permutexvar_epi16 emu_permutexvar_epi16
+
+/* vpdpbusd (256-bit, VL): acc + sum of 4 u8 (a) x i8 (b) products per i32 lane, wrapping */
+EMU __m256i emu_dpbusd256(__m256i acc, __m256i a, __m256i b) {
+    uint8_t ua[32];
+    int8_t sb[32];
+    int32_t d[8];
+    _mm256_storeu_si256((__m256i *)ua, a);
+    _mm256_storeu_si256((__m256i *)sb, b);
+    _mm256_storeu_si256((__m256i *)d, acc);
+    for (int i = 0; i < 8; i++) {
+        int64_t s = d[i];
+        for (int j = 0; j < 4; j++) s += ua[4 * i + j] * sb[4 * i + j];
+        d[i] = (int32_t)(uint32_t)s;
+    }
+    return _mm256_loadu_si256((const __m256i *)d);
+}
+#undef _mm256_dpbusd_epi32
+#define _mm256_dpbusd_epi32 emu_dpbusd256
+
+#endif
