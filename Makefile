@@ -50,7 +50,7 @@ all: deps $(BUILD)/nexus $(TEST_BIN)
 
 # Install the Debian packages the build needs, once (stamp), only when one is missing.
 deps: .deps.stamp
-.deps.stamp:
+.deps.stamp: Makefile
 	@missing=""; for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
