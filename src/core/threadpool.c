@@ -17,6 +17,7 @@
 #include "core/alloc.h"
 
 #define SPIN_ITERS 200000
+#define BARRIER_SPINS 20000
 
 struct nx_pool {
     int n;
@@ -160,6 +161,14 @@ void nx_pool_barrier(struct nx_pool *pool) {
         atomic_store(&pool->bar_count, 0);
         atomic_fetch_add(&pool->bar_gen, 1);
     } else {
-        while (atomic_load(&pool->bar_gen) == g) cpu_relax();
+        /* spin, but yield the core when it is oversubscribed (another process, more threads
+           than cores): a pure spin there would starve the thread everyone waits for */
+        int spins = 0;
+        while (atomic_load(&pool->bar_gen) == g) {
+            if (++spins < BARRIER_SPINS)
+                cpu_relax();
+            else
+                sched_yield();
+        }
     }
 }

@@ -14,6 +14,7 @@
  * keys are stored after RoPE at their absolute positions.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -56,6 +57,7 @@ struct nx_ctx {
     int32_t logits_rows;  /* rows kept by the last decode */
     bool logits_all;
     int32_t last_n;       /* tokens in the last decode call */
+    atomic_llong chunk_ctr; /* matmul chunk claims of the current pass (see mm_phase) */
 
     /* the current job */
     const nx_token *job_tok;
@@ -114,12 +116,63 @@ static void prep_rows(struct nx_ctx *c, unsigned char *xq, enum nx_type wt, cons
     for (int64_t t = t0; t < t1; t++) kern_quantize_act(wt, src + t * lds, xq + t * c->xq_row, k);
 }
 
-/* y[t*ldy + r] = W row r . x row t, for this thread's share of rows. */
-static void matmul_part(struct nx_ctx *c, const struct nx_weight *w, const unsigned char *xq,
-                        int64_t n, float *y, int64_t ldy, int ith, int nth) {
-    int64_t r0, r1;
-    split(w->ne1, 16, ith, nth, &r0, &r1);
-    if (r1 > r0) kern_matmul(w->type, w->ne0, w->data, w->row_bytes, r0, r1, xq, c->xq_row, n, y, ldy);
+/*
+ * Matrix-product phases with dynamic scheduling: the rows of every product in a phase are cut
+ * into chunks that threads claim from one shared atomic counter, so a slower thread takes fewer
+ * chunks instead of making the others wait at the barrier. Which thread computes a chunk does
+ * not change its values (kernels are pure per element), so results stay thread-count
+ * independent. The counter is never reset inside a pass: every thread advances its private
+ * `base` by (chunks in the phase + nth), which is exactly how far the counter moves (each thread
+ * makes one failing claim), so all threads agree on where the next phase starts.
+ */
+enum mm_post { MM_STORE, MM_ADD_RESIDUAL, MM_SWIGLU };
+
+struct mm_job {
+    const struct nx_weight *w;
+    const unsigned char *xq;
+    float *y;
+    int64_t ldy;
+    enum mm_post post;
+    const struct nx_weight *w2; /* MM_SWIGLU: the up projection (same rows as w = gate) */
+    const unsigned char *xq2;
+    float *y2;
+};
+
+static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs, int nj, int64_t n,
+                     int nth) {
+    int64_t chunk[4], count[4], total = 0;
+    for (int j = 0; j < nj; j++) {
+        int64_t rows = jobs[j].w->ne1;
+        int64_t ch = nx_align_up((size_t)(rows / ((int64_t)nth * 8) + 1), 16);
+        if (ch < 16) ch = 16;
+        chunk[j] = ch;
+        count[j] = (rows + ch - 1) / ch;
+        total += count[j];
+    }
+    for (;;) {
+        int64_t t = atomic_fetch_add_explicit(&c->chunk_ctr, 1, memory_order_relaxed) - *base;
+        if (t >= total) break;
+        int j = 0;
+        while (t >= count[j]) t -= count[j++];
+        const struct mm_job *jb = &jobs[j];
+        const struct nx_weight *w = jb->w;
+        int64_t r0 = t * chunk[j], r1 = NX_MIN(r0 + chunk[j], w->ne1);
+        kern_matmul(w->type, w->ne0, w->data, w->row_bytes, r0, r1, jb->xq, c->xq_row, n, jb->y,
+                    jb->ldy);
+        if (jb->post == MM_ADD_RESIDUAL) {
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t r = r0; r < r1; r++) c->x[i * jb->ldy + r] += jb->y[i * jb->ldy + r];
+        } else if (jb->post == MM_SWIGLU) {
+            const struct nx_weight *u = jb->w2;
+            kern_matmul(u->type, u->ne0, u->data, u->row_bytes, r0, r1, jb->xq2, c->xq_row, n,
+                        jb->y2, jb->ldy);
+            for (int64_t i = 0; i < n; i++) {
+                float *g = jb->y + i * jb->ldy, *up = jb->y2 + i * jb->ldy;
+                for (int64_t r = r0; r < r1; r++) g[r] = g[r] / (1.0f + expf(-g[r])) * up[r];
+            }
+        }
+    }
+    *base += total + nth;
 }
 
 static void forward_worker(void *arg, int ith, int nth) {
@@ -135,6 +188,7 @@ static void forward_worker(void *arg, int ith, int nth) {
     const float scale = 1.0f / sqrtf((float)hd);
     int64_t t0, t1;
     split(n, 1, ith, nth, &t0, &t1);
+    int64_t base = 0; /* this thread's view of where the chunk counter's current phase starts */
 
     /* embeddings and the RoPE table for this batch */
     for (int64_t t = t0; t < t1; t++) {
@@ -165,15 +219,23 @@ static void forward_worker(void *arg, int ith, int nth) {
         if (k_sep || v_sep)
             prep_rows(c, c->xq_b, k_sep ? L->wk.type : L->wv.type, c->xn, n_embd, n_embd, t0, t1);
         nx_pool_barrier(pool);
-        matmul_part(c, &L->wq, c->xq_a, n, c->q, qd, ith, nth);
-        matmul_part(c, &L->wk, k_sep ? c->xq_b : c->xq_a, n, c->k, kvd, ith, nth);
         if (v_sep && k_sep && !kv_same) {
-            /* three different types: k used xq_b; v needs its own preparation */
+            /* three different weight types: q and k first, then v with its own activations */
+            struct mm_job qk[2] = {{&L->wq, c->xq_a, c->q, qd, MM_STORE, 0, 0, 0},
+                                   {&L->wk, c->xq_b, c->k, kvd, MM_STORE, 0, 0, 0}};
+            mm_phase(c, &base, qk, 2, n, nth);
             nx_pool_barrier(pool);
             prep_rows(c, c->xq_b, L->wv.type, c->xn, n_embd, n_embd, t0, t1);
             nx_pool_barrier(pool);
+            struct mm_job vj = {&L->wv, c->xq_b, c->v, kvd, MM_STORE, 0, 0, 0};
+            mm_phase(c, &base, &vj, 1, n, nth);
+        } else {
+            struct mm_job qkv[3] = {
+                {&L->wq, c->xq_a, c->q, qd, MM_STORE, 0, 0, 0},
+                {&L->wk, k_sep ? c->xq_b : c->xq_a, c->k, kvd, MM_STORE, 0, 0, 0},
+                {&L->wv, v_sep ? c->xq_b : c->xq_a, c->v, kvd, MM_STORE, 0, 0, 0}};
+            mm_phase(c, &base, qkv, 3, n, nth);
         }
-        matmul_part(c, &L->wv, v_sep ? c->xq_b : c->xq_a, n, c->v, kvd, ith, nth);
         nx_pool_barrier(pool);
 
         /* biases, q/k norms, RoPE, store K and V: split over (token, head) */
@@ -233,14 +295,8 @@ static void forward_worker(void *arg, int ith, int nth) {
         prep_rows(c, c->xq_a, L->wo.type, c->xn, qd, qd, t0, t1);
         nx_pool_barrier(pool);
         {
-            int64_t r0, r1;
-            split(n_embd, 16, ith, nth, &r0, &r1);
-            if (r1 > r0) {
-                kern_matmul(L->wo.type, qd, L->wo.data, L->wo.row_bytes, r0, r1, c->xq_a,
-                            c->xq_row, n, c->ffa, n_embd);
-                for (int64_t t = 0; t < n; t++)
-                    for (int64_t r = r0; r < r1; r++) c->x[t * n_embd + r] += c->ffa[t * n_embd + r];
-            }
+            struct mm_job oj = {&L->wo, c->xq_a, c->ffa, n_embd, MM_ADD_RESIDUAL, 0, 0, 0};
+            mm_phase(c, &base, &oj, 1, n, nth);
         }
         nx_pool_barrier(pool);
 
@@ -252,32 +308,16 @@ static void forward_worker(void *arg, int ith, int nth) {
             prep_rows(c, c->xq_b, L->up.type, c->xn, n_embd, n_embd, t0, t1);
         nx_pool_barrier(pool);
         {
-            int64_t r0, r1;
-            split(n_ff, 16, ith, nth, &r0, &r1);
-            if (r1 > r0) {
-                kern_matmul(L->gate.type, n_embd, L->gate.data, L->gate.row_bytes, r0, r1,
-                            c->xq_a, c->xq_row, n, c->ffa, n_ff);
-                kern_matmul(L->up.type, n_embd, L->up.data, L->up.row_bytes, r0, r1,
-                            L->up.type != L->gate.type ? c->xq_b : c->xq_a, c->xq_row, n, c->ffb,
-                            n_ff);
-                for (int64_t t = 0; t < n; t++) {
-                    float *g = c->ffa + t * n_ff, *up = c->ffb + t * n_ff;
-                    for (int64_t r = r0; r < r1; r++) g[r] = g[r] / (1.0f + expf(-g[r])) * up[r];
-                }
-            }
+            struct mm_job gj = {&L->gate, c->xq_a, c->ffa, n_ff, MM_SWIGLU, &L->up,
+                                L->up.type != L->gate.type ? c->xq_b : c->xq_a, c->ffb};
+            mm_phase(c, &base, &gj, 1, n, nth);
         }
         nx_pool_barrier(pool);
         prep_rows(c, c->xq_a, L->down.type, c->ffa, n_ff, n_ff, t0, t1);
         nx_pool_barrier(pool);
         {
-            int64_t r0, r1;
-            split(n_embd, 16, ith, nth, &r0, &r1);
-            if (r1 > r0) {
-                kern_matmul(L->down.type, n_ff, L->down.data, L->down.row_bytes, r0, r1, c->xq_a,
-                            c->xq_row, n, c->ffb, n_embd);
-                for (int64_t t = 0; t < n; t++)
-                    for (int64_t r = r0; r < r1; r++) c->x[t * n_embd + r] += c->ffb[t * n_embd + r];
-            }
+            struct mm_job dj = {&L->down, c->xq_a, c->ffb, n_embd, MM_ADD_RESIDUAL, 0, 0, 0};
+            mm_phase(c, &base, &dj, 1, n, nth);
         }
         nx_pool_barrier(pool);
     }
@@ -291,7 +331,10 @@ static void forward_worker(void *arg, int ith, int nth) {
                 hp->rms_eps);
     prep_rows(c, c->xq_a, m->output.type, c->xn, n_embd, n_embd, o0, o1);
     nx_pool_barrier(pool);
-    matmul_part(c, &m->output, c->xq_a, nout, c->job_logits, hp->n_vocab, ith, nth);
+    if (nout > 0) {
+        struct mm_job lj = {&m->output, c->xq_a, c->job_logits, hp->n_vocab, MM_STORE, 0, 0, 0};
+        mm_phase(c, &base, &lj, 1, nout, nth);
+    }
 }
 
 /* ---- lifecycle ---- */
@@ -467,6 +510,7 @@ nx_status nx_decode(nx_ctx *c, const nx_token *tokens, int32_t n, bool all_logit
             c->job_logits = c->logits;
         }
         int nth = nb == 1 ? c->p.n_threads : c->p.n_threads_batch;
+        atomic_store(&c->chunk_ctr, 0);
         nx_pool_run(c->pool, forward_worker, c, nth);
         c->n_past += nb;
         done += nb;
