@@ -127,7 +127,8 @@ NX_API struct nx_model_params nx_model_default_params(void);
  * On failure *out is NULL, the return is negative and err (if not NULL, errlen > 0) holds a
  * message naming the problem: NX_STATUS_IO (cannot open/read), NX_STATUS_FORMAT (corrupt file,
  * naming the field), NX_STATUS_UNSUPPORTED (GGUF v1, unknown architecture or weight type),
- * NX_STATUS_NOMEM.
+ * NX_STATUS_NOMEM. A vocabulary-only GGUF (tokenizer metadata, no tensors) loads as a model that
+ * can tokenize but not run (nx_ctx_init refuses it).
  */
 NX_API nx_status nx_model_load(const char *path, const struct nx_model_params *params,
                                nx_model **out, char *err, size_t errlen);

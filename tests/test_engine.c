@@ -271,6 +271,22 @@ TEST(mmap_option_gives_same_logits) {
     nx_model_free(b);
 }
 
+TEST(vocab_only_file_tokenizes_but_cannot_run) {
+    nx_model *m = load("models/vocab/ggml-vocab-llama-bpe.gguf");
+    ASSERT_TRUE(m != NULL);
+    ASSERT_EQ(nx_model_n_vocab(m), 128256);
+    nx_token t[8];
+    ASSERT_EQ(nx_tokenize(m, "Hello world", 11, t, 8, false, false), 2);
+    ASSERT_EQ(t[0], 9906); /* "Hello" */
+    ASSERT_EQ(t[1], 1917); /* " world" */
+    nx_ctx *c = (nx_ctx *)1;
+    char err[256];
+    ASSERT_EQ(nx_ctx_init(m, NULL, &c, err, sizeof err), NX_STATUS_INVALID_ARG);
+    ASSERT_TRUE(c == NULL);
+    ASSERT_TRUE(strstr(err, "vocabulary only") != NULL);
+    nx_model_free(m);
+}
+
 /* ---- thread pool ---- */
 
 struct pool_job {

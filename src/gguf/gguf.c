@@ -626,7 +626,7 @@ static nx_status copy_names(struct gguf_file *f, struct nx_err *err) {
 
 static nx_status parse_all(struct gguf_file *f, struct nx_err *err) {
     struct rd r = {f->base, f->size, 0};
-    uint64_t n_tensors, n_kv;
+    uint64_t n_tensors = 0, n_kv = 0;
     nx_status st = parse_header(f, &r, &n_tensors, &n_kv, err);
     if (!st) st = parse_kvs(f, &r, n_kv, err);
     if (!st) st = parse_alignment(f, err);

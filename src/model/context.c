@@ -377,7 +377,9 @@ nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *params,
     if (p.n_batch <= 0) p.n_batch = 512;
     if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
     const char *bad = NULL;
-    if (p.n_ctx < 1 || p.n_ctx > (1 << 24))
+    if (model->vocab_only)
+        bad = "the model file has no weights (vocabulary only)";
+    else if (p.n_ctx < 1 || p.n_ctx > (1 << 24))
         bad = "n_ctx must be in [1, 16777216]";
     else if (p.n_threads < 1 || p.n_threads > 512 || p.n_threads_batch < 1 ||
              p.n_threads_batch > 512)

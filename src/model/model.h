@@ -79,6 +79,7 @@ struct nx_model {
     void *weight_buf;          /* weights read into memory (NULL with use_mmap) */
     size_t weight_bytes;       /* bytes of tensor data in use */
     size_t weight_map_bytes;   /* size of the weight_buf mapping */
+    bool vocab_only;           /* a tokenizer-only file: no weights, no contexts */
     char desc[160];
 };
 

@@ -143,6 +143,11 @@ static const void *bind_data(struct binder *b, const struct gguf_tensor *t) {
     b->used = off + t->nbytes;
     if (!b->buf) return NULL;
     memcpy(b->buf + off, t->data, t->nbytes);
+    /* drop the copied file pages from this process (they stay in the page cache), so the peak
+       resident size is the weights once, not twice */
+    uintptr_t lo = ((uintptr_t)t->data + 4095) & ~(uintptr_t)4095;
+    uintptr_t hi = ((uintptr_t)t->data + t->nbytes) & ~(uintptr_t)4095;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
     return b->buf + off;
 }
 
@@ -274,6 +279,16 @@ nx_status nx_model_load(const char *path, const struct nx_model_params *params, 
     if (!m) {
         st = nx_err_set(err, NX_STATUS_NOMEM, "out of memory");
         goto fail_close;
+    }
+    if (gguf_n_tensors(f) == 0) {
+        /* a vocabulary-only file (tokenizer metadata, no weights): usable for tokenizing */
+        if ((st = vocab_load(f, &m->vocab, err))) goto fail_model;
+        m->vocab_only = true;
+        m->hp.n_vocab = vocab_n_tokens(m->vocab);
+        snprintf(m->desc, sizeof m->desc, "vocabulary only, %d tokens", m->hp.n_vocab);
+        gguf_close(f);
+        *out = m;
+        return NX_STATUS_OK;
     }
     if ((st = load_hparams(f, &m->hp, err))) goto fail_model;
     const struct gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");

@@ -246,6 +246,7 @@ static int cmd_run(int argc, char **argv) {
     }
     double t_gen = now_s() - t1;
     printf("\n");
+    fflush(stdout);
     fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tokens/s)\n", n_prompt, t_prompt,
             n_prompt / t_prompt);
     fprintf(stderr, "generation: %ld tokens in %.3f s (%.1f tokens/s)\n", n_gen, t_gen,
