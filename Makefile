@@ -105,4 +105,6 @@ install: all
 clean:
 	rm -rf build build-san
 
+.SECONDARY:
+
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TSUP_OBJ:.o=.d) $(TEST_BIN:=.d)
