@@ -1,0 +1,187 @@
+/*
+ * kv_cache.c - DESIGN: the pool is four parallel arrays indexed by block id (keys, values,
+ * positions, optional accumulators) plus a stack of free ids. Tables own block ids; a block id
+ * is in exactly one table or on the free stack (invariant checked by the tests: in-use + free =
+ * pool size). Tables are sized at init for the whole pool, so nothing allocates after
+ * kv_cache_init. Compaction walks the kept tokens in order and copies each to the next write
+ * slot only when it moves; a dropped run that covers whole blocks costs nothing but the unlink.
+ */
+#include "kv/kv_cache.h"
+
+#include <string.h>
+
+#include "core/alloc.h"
+#include "kern/kern.h"
+
+nx_status kv_cache_init(const struct kv_cache_params *p, struct kv_cache **out) {
+    *out = NULL;
+    if (p->n_layer < 1 || p->n_head_kv < 1 || p->head_dim < 1 || p->block < 1 ||
+        p->n_blocks < 1 || p->n_blocks > INT32_MAX ||
+        (p->type != NX_TYPE_F16 && p->type != NX_TYPE_F32))
+        return NX_STATUS_INVALID_ARG;
+    struct kv_cache *c = nx_calloc(1, sizeof *c);
+    if (!c) return NX_STATUS_NOMEM;
+    c->p = *p;
+    c->row_bytes = (size_t)p->head_dim * (p->type == NX_TYPE_F32 ? 4 : 2);
+    size_t slots, kv_bytes;
+    if (!nx_mul_size((size_t)p->n_blocks, (size_t)p->block, &slots) ||
+        !nx_mul_size(slots, c->row_bytes, &kv_bytes))
+        goto nomem;
+    c->block_bytes = (size_t)p->block * (2 * c->row_bytes + sizeof(int32_t) +
+                                         (p->with_acc ? sizeof(float) : 0));
+    c->k_pool = nx_malloc_aligned(kv_bytes);
+    c->v_pool = nx_malloc_aligned(kv_bytes);
+    c->pos_pool = nx_malloc(slots * sizeof(int32_t));
+    if (p->with_acc) c->acc_pool = nx_calloc(slots, sizeof(float));
+    c->free_ids = nx_malloc((size_t)p->n_blocks * sizeof(int32_t));
+    size_t n_tables = (size_t)p->n_layer * (size_t)p->n_head_kv;
+    c->tables = nx_calloc(n_tables, sizeof *c->tables);
+    if (!c->k_pool || !c->v_pool || !c->pos_pool || (p->with_acc && !c->acc_pool) ||
+        !c->free_ids || !c->tables)
+        goto nomem;
+    for (size_t i = 0; i < n_tables; i++) {
+        /* a table can never hold more than the whole pool */
+        c->tables[i].cap = (int32_t)p->n_blocks;
+        c->tables[i].blocks = nx_malloc((size_t)p->n_blocks * sizeof(int32_t));
+        if (!c->tables[i].blocks) goto nomem;
+    }
+    kv_cache_clear(c);
+    c->peak_blocks = 0;
+    *out = c;
+    return NX_STATUS_OK;
+nomem:
+    kv_cache_free(c);
+    return NX_STATUS_NOMEM;
+}
+
+void kv_cache_free(struct kv_cache *c) {
+    if (!c) return;
+    if (c->tables) {
+        size_t n_tables = (size_t)c->p.n_layer * (size_t)c->p.n_head_kv;
+        for (size_t i = 0; i < n_tables; i++) nx_free(c->tables[i].blocks);
+    }
+    nx_free(c->tables);
+    nx_free_aligned(c->k_pool);
+    nx_free_aligned(c->v_pool);
+    nx_free(c->pos_pool);
+    nx_free(c->acc_pool);
+    nx_free(c->free_ids);
+    nx_free(c);
+}
+
+void kv_cache_clear(struct kv_cache *c) {
+    size_t n_tables = (size_t)c->p.n_layer * (size_t)c->p.n_head_kv;
+    for (size_t i = 0; i < n_tables; i++) {
+        c->tables[i].n_blocks = 0;
+        c->tables[i].n_tokens = 0;
+    }
+    /* hand out low ids first (pop from the top) */
+    c->n_free = c->p.n_blocks;
+    for (int64_t i = 0; i < c->p.n_blocks; i++) c->free_ids[i] = (int32_t)(c->p.n_blocks - 1 - i);
+}
+
+static int64_t blocks_needed(const struct kv_cache *c, const struct kv_table *t, int64_t n_new) {
+    int64_t need = (t->n_tokens + n_new + c->p.block - 1) / c->p.block;
+    return need > t->n_blocks ? need - t->n_blocks : 0;
+}
+
+nx_status kv_cache_reserve(struct kv_cache *c, int64_t n_new) {
+    size_t n_tables = (size_t)c->p.n_layer * (size_t)c->p.n_head_kv;
+    int64_t total = 0;
+    for (size_t i = 0; i < n_tables; i++) total += blocks_needed(c, &c->tables[i], n_new);
+    if (total > c->n_free) return NX_STATUS_KV_FULL;
+    for (size_t i = 0; i < n_tables; i++) {
+        struct kv_table *t = &c->tables[i];
+        for (int64_t k = blocks_needed(c, t, n_new); k > 0; k--) {
+            int32_t b = c->free_ids[--c->n_free];
+            if (c->acc_pool) memset(kv_block_acc(c, b), 0, sizeof(float) * (size_t)c->p.block);
+            t->blocks[t->n_blocks++] = b;
+        }
+    }
+    int64_t used = c->p.n_blocks - c->n_free;
+    if (used > c->peak_blocks) c->peak_blocks = used;
+    return NX_STATUS_OK;
+}
+
+void kv_append(struct kv_cache *c, struct kv_table *t, int32_t pos, const float *k,
+               const float *v) {
+    int64_t i = t->n_tokens;
+    NX_ASSERT(i / c->p.block < t->n_blocks);
+    int32_t b = kv_slot_block(c, t, i);
+    size_t slot = (size_t)(i % c->p.block);
+    kern_store_kv(c->p.type, c->p.head_dim, k, kv_block_k(c, b) + slot * c->row_bytes);
+    kern_store_kv(c->p.type, c->p.head_dim, v, kv_block_v(c, b) + slot * c->row_bytes);
+    kv_block_pos(c, b)[slot] = pos;
+    if (c->acc_pool) kv_block_acc(c, b)[slot] = 0;
+    t->n_tokens = i + 1;
+}
+
+/* Return blocks beyond what n_tokens needs to the pool. */
+static void release_tail(struct kv_cache *c, struct kv_table *t) {
+    int32_t need = (int32_t)((t->n_tokens + c->p.block - 1) / c->p.block);
+    while (t->n_blocks > need) c->free_ids[c->n_free++] = t->blocks[--t->n_blocks];
+}
+
+void kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep) {
+    const int64_t B = c->p.block, n = t->n_tokens;
+    /* fast path: whole blocks dropped, every other token kept -> unlink blocks */
+    bool block_aligned = true;
+    for (int64_t s = 0; s < n && block_aligned; s += B) {
+        int64_t e = NX_MIN(s + B, n);
+        bool any = false, all = true;
+        for (int64_t i = s; i < e; i++) {
+            any |= keep[i] != 0;
+            all &= keep[i] != 0;
+        }
+        if (any && !all) block_aligned = false;
+    }
+    if (block_aligned) {
+        int32_t w = 0;
+        int64_t kept = 0;
+        int32_t nb = t->n_blocks;
+        for (int32_t bi = 0; bi < nb; bi++) {
+            int64_t s = (int64_t)bi * B;
+            if (s < n && keep[s]) {
+                t->blocks[w++] = t->blocks[bi];
+                kept += NX_MIN(B, n - s);
+            } else {
+                c->free_ids[c->n_free++] = t->blocks[bi];
+            }
+        }
+        /* the kept blocks are full except possibly the last, which was the table's last */
+        t->n_blocks = w;
+        t->n_tokens = kept;
+        return;
+    }
+    int64_t w = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!keep[i]) continue;
+        if (w != i) {
+            int32_t sb = kv_slot_block(c, t, i), db = kv_slot_block(c, t, w);
+            size_t ss = (size_t)(i % B), ds = (size_t)(w % B);
+            memcpy(kv_block_k(c, db) + ds * c->row_bytes, kv_block_k(c, sb) + ss * c->row_bytes,
+                   c->row_bytes);
+            memcpy(kv_block_v(c, db) + ds * c->row_bytes, kv_block_v(c, sb) + ss * c->row_bytes,
+                   c->row_bytes);
+            kv_block_pos(c, db)[ds] = kv_block_pos(c, sb)[ss];
+            if (c->acc_pool) kv_block_acc(c, db)[ds] = kv_block_acc(c, sb)[ss];
+        }
+        w++;
+    }
+    t->n_tokens = w;
+    release_tail(c, t);
+}
+
+void kv_truncate(struct kv_cache *c, struct kv_table *t, int64_t n) {
+    if (n < t->n_tokens) {
+        t->n_tokens = n < 0 ? 0 : n;
+        release_tail(c, t);
+    }
+}
+
+int64_t kv_blocks_in_use(const struct kv_cache *c) { return c->p.n_blocks - c->n_free; }
+size_t kv_bytes_in_use(const struct kv_cache *c) {
+    return (size_t)kv_blocks_in_use(c) * c->block_bytes;
+}
+size_t kv_bytes_peak(const struct kv_cache *c) { return (size_t)c->peak_blocks * c->block_bytes; }
+size_t kv_bytes_pool(const struct kv_cache *c) { return (size_t)c->p.n_blocks * c->block_bytes; }

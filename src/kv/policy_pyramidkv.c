@@ -1,0 +1,76 @@
+/*
+ * policy_pyramidkv.c - "pyramidkv": SnapKV scores with a per-layer pyramid budget
+ * (EVICTION.md §1.4, the KVCache-Factory integer rule).
+ *
+ * DESIGN
+ * - Budget of layer l (kvp_pyramid_keep), with L = tokens seen by the sequence
+ *   (max(n_tokens, pos[n-1] + 1): the prompt length for prefill-once compression, the stream
+ *   length in the streaming regime, the same for every layer), w = recent and C = keep:
+ *     L <= C or L < 2 * (C - w), or C - w <= 0: uniform, the layer keeps C;
+ *     otherwise base = C - w, mn = floor(base / beta), mx = 2 * base - mn; if mx >= L - w then
+ *     mx = L - w, mn = 2 * base - mx; step = (mx - mn) / (NL - 1) (integer; 0 when NL == 1);
+ *     the layer keeps (mx - l * step) + w tokens. Layers near the bottom keep more.
+ *   Sum over layers: NL * C <= sum < NL * C + NL * (NL - 1) / 2 (the step is floored, as in
+ *   KVCache-Factory), so the average over layers stays within (NL - 1) / 2 tokens above keep.
+ *   The sink is part of the prefix capacity mx - l * step; a layer whose capacity falls below
+ *   the sink (only when (keep - recent) / beta < sink) still keeps the sink: protection wins.
+ * - Using L = tokens seen rather than the layer's own cache length keeps each layer's budget a
+ *   function of the stream only, so in the streaming regime every layer converges to its own
+ *   budget (the early, uniform phase lasts while L < 2 * (C - w)). kvpress' float version
+ *   (round, budget including the window) differs by rounding only.
+ * - Selection: exactly snapkv's with the layer budget; per KV head. No window: recency.
+ * - Scratch: as snapkv.
+ */
+#include "kv/kv_policy_impl.h"
+
+int64_t kvp_pyramid_keep(const struct kv_layer_view *view, int64_t keep,
+                         const struct kv_policy_params *params) {
+    const int64_t w = NX_MAX(params->recent, 0), base = keep - w;
+    int64_t seen = NX_MAX(view->n_tokens, 0);
+    if (view->n_tokens > 0 && view->pos)
+        seen = NX_MAX(seen, (int64_t)view->pos[view->n_tokens - 1] + 1);
+    if (base <= 0 || seen <= keep || seen < 2 * base) return keep;
+    if (!(params->pyramid_beta > 0.0f) || view->n_layer < 1) return keep;
+    int64_t mn = (int64_t)((double)base / (double)params->pyramid_beta);
+    int64_t mx = 2 * base - mn;
+    if (mx >= seen - w) {
+        mx = seen - w;
+        mn = 2 * base - mx;
+    }
+    int64_t step = view->n_layer > 1 ? (mx - mn) / (view->n_layer - 1) : 0;
+    int64_t layer = NX_MAX(0, NX_MIN(view->layer, view->n_layer - 1));
+    return mx - layer * step + w;
+}
+
+static nx_status pyramidkv_select(const struct kv_layer_view *view, int64_t keep,
+                                  const struct kv_policy_params *params, void *scratch,
+                                  struct kv_selection *out) {
+    nx_status st = kvp_check(view, keep, params, out);
+    if (st != NX_STATUS_OK) return st;
+    const int64_t n = view->n_tokens, keep_l = kvp_pyramid_keep(view, keep, params);
+    if (n <= keep_l) {
+        kvp_keep_all(view, out);
+        return NX_STATUS_OK;
+    }
+    struct kvp_arena arena;
+    kvp_arena_init(&arena, scratch, kv_policy_scratch_bytes(view));
+    double *score = kvp_take(&arena, (size_t)view->n_head_kv * (size_t)n * sizeof(double));
+    if (!score) return NX_STATUS_INVALID_ARG;
+    int64_t s, r;
+    kvp_protected(n, params, &s, &r);
+    if (kvp_has_window(view)) {
+        st = kvp_snap_scores(view, params, r, score, &arena);
+        if (st != NX_STATUS_OK) return st;
+    } else {
+        kvp_recency_scores(n, view->n_head_kv, score);
+    }
+    return kvp_select_scored(view, keep_l, params, score, false, NULL, &arena, out);
+}
+
+const struct kv_policy kv_policy_pyramidkv = {
+    .name = "pyramidkv",
+    .needs_acc_attn = false,
+    .per_head = true,
+    .block_granular = false,
+    .select = pyramidkv_select,
+};
