@@ -23,19 +23,19 @@
 #include "kern/kern.h"
 #include "kern/quant.h"
 #include "kern/types.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
+
+#define NX_KV_BLOCK 32 /* tokens per KV block */
 
 struct nx_ctx {
     const struct nx_model *model;
     struct nx_ctx_params p;
     struct nx_pool *pool;
 
-    size_t kv_elt;      /* bytes per KV element */
-    size_t kv_row;      /* bytes per position per layer: n_head_kv*head_dim*kv_elt */
-    unsigned char *k_cache; /* (n_layer, n_ctx, kvd) */
-    unsigned char *v_cache;
-    size_t kv_bytes;
-    int32_t n_past;
+    struct kv_cache *kv; /* paged K/V blocks, one table per (layer, KV head) */
+    int32_t n_past;      /* positions processed so far (the next token's position) */
+    int64_t max_tokens;  /* most tokens one table can hold (its share of the pool) */
 
     /* work buffers for up to n_batch tokens */
     float *x;      /* (n_batch, n_embd) residual stream */
@@ -49,7 +49,8 @@ struct nx_ctx {
     unsigned char *xq_b;
     size_t xq_row;
     float *rope_cs;  /* (n_batch, n_rot/2, 2) cos, sin */
-    float *scores;   /* (n_threads_max, n_ctx) */
+    float *scores;   /* (n_threads_max, gqa, max_tokens) attention probabilities */
+    float *att_tmp;  /* (n_threads_max, gqa, head_dim) per-block attention output */
     int n_threads_max;
 
     float *logits;   /* (logits_cap, n_vocab) */
@@ -207,8 +208,6 @@ static void forward_worker(void *arg, int ith, int nth) {
 
     for (int il = 0; il < hp->n_layer; il++) {
         const struct nx_layer *L = &m->layers[il];
-        unsigned char *kc = c->k_cache + (size_t)il * (size_t)c->p.n_ctx * c->kv_row;
-        unsigned char *vc = c->v_cache + (size_t)il * (size_t)c->p.n_ctx * c->kv_row;
         bool k_sep = L->wk.type != L->wq.type, v_sep = L->wv.type != L->wq.type;
         bool kv_same = L->wk.type == L->wv.type;
 
@@ -238,23 +237,24 @@ static void forward_worker(void *arg, int ith, int nth) {
         }
         nx_pool_barrier(pool);
 
-        /* biases, q/k norms, RoPE, store K and V: split over (token, head) */
+        /* q: bias, norm, RoPE per (token, head); k/v: per KV head, tokens appended in order */
         {
-            int64_t units = n * (hp->n_head + hp->n_head_kv);
+            int64_t units = n * hp->n_head + hp->n_head_kv;
             int64_t u0, u1;
             split(units, 1, ith, nth, &u0, &u1);
             for (int64_t u = u0; u < u1; u++) {
-                int64_t t = u / (hp->n_head + hp->n_head_kv);
-                int64_t h = u % (hp->n_head + hp->n_head_kv);
-                const float *cs = c->rope_cs + t * half * 2;
-                if (h < hp->n_head) {
+                if (u < n * hp->n_head) {
+                    int64_t t = u / hp->n_head, h = u % hp->n_head;
                     float *qh = c->q + t * qd + h * hd;
                     if (L->bq)
                         for (int64_t i = 0; i < hd; i++) qh[i] += L->bq[h * hd + i];
                     if (L->q_norm) rmsnorm(qh, qh, L->q_norm, hd, hp->rms_eps);
-                    rope_apply(qh, cs, hp->n_rot, hp->rope_neox);
-                } else {
-                    h -= hp->n_head;
+                    rope_apply(qh, c->rope_cs + t * half * 2, hp->n_rot, hp->rope_neox);
+                    continue;
+                }
+                int64_t h = u - n * hp->n_head;
+                struct kv_table *tab = kv_table_at(c->kv, il, (int)h);
+                for (int64_t t = 0; t < n; t++) {
                     float *kh = c->k + t * kvd + h * hd;
                     float *vh = c->v + t * kvd + h * hd;
                     if (L->bk)
@@ -262,33 +262,41 @@ static void forward_worker(void *arg, int ith, int nth) {
                     if (L->bv)
                         for (int64_t i = 0; i < hd; i++) vh[i] += L->bv[h * hd + i];
                     if (L->k_norm) rmsnorm(kh, kh, L->k_norm, hd, hp->rms_eps);
-                    rope_apply(kh, cs, hp->n_rot, hp->rope_neox);
-                    size_t off = (size_t)(pos0 + t) * c->kv_row + (size_t)(h * hd) * c->kv_elt;
-                    kern_store_kv(c->p.kv_type, hd, kh, kc + off);
-                    kern_store_kv(c->p.kv_type, hd, vh, vc + off);
+                    rope_apply(kh, c->rope_cs + t * half * 2, hp->n_rot, hp->rope_neox);
+                    kv_append(c->kv, tab, (int32_t)(pos0 + t), kh, vh);
                 }
             }
         }
         nx_pool_barrier(pool);
 
-        /* causal attention: split over (token, head); output into xn (n, qd) */
+        /* causal attention per (token, KV head), the gqa query heads of the group together;
+           output into xn (n, qd) */
         {
-            float *sc = c->scores + (size_t)ith * (size_t)c->p.n_ctx;
+            const struct kv_cache *kv = c->kv;
+            const int64_t B = kv->p.block;
+            float *sc = c->scores + (size_t)ith * (size_t)gqa * (size_t)c->max_tokens;
+            float *acc = c->att_tmp + (size_t)ith * (size_t)gqa * (size_t)hd;
             int64_t u0, u1;
-            split(n * hp->n_head, 1, ith, nth, &u0, &u1);
+            split(n * hp->n_head_kv, 1, ith, nth, &u0, &u1);
             for (int64_t u = u0; u < u1; u++) {
-                int64_t t = u / hp->n_head, h = u % hp->n_head;
-                int64_t kvh = h / gqa, npos = pos0 + t + 1;
-                const float *qh = c->q + t * qd + h * hd;
-                size_t hoff = (size_t)(kvh * hd) * c->kv_elt;
-                for (int64_t j = 0; j < npos; j++)
-                    sc[j] = kern_dot_kv(c->p.kv_type, hd, kc + (size_t)j * c->kv_row + hoff, qh) *
-                            scale;
-                softmax(sc, npos);
-                float *out = c->xn + t * qd + h * hd;
-                memset(out, 0, sizeof(float) * (size_t)hd);
-                for (int64_t j = 0; j < npos; j++)
-                    kern_axpy_kv(c->p.kv_type, hd, sc[j], vc + (size_t)j * c->kv_row + hoff, out);
+                int64_t t = u / hp->n_head_kv, kvh = u % hp->n_head_kv;
+                const struct kv_table *tab = &kv->tables[(size_t)il * hp->n_head_kv + kvh];
+                int64_t ntok = tab->n_tokens - n + t + 1; /* cached before the batch + causal */
+                const float *qg = c->q + t * qd + kvh * gqa * hd;
+                float *out = c->xn + t * qd + kvh * gqa * hd;
+                for (int64_t j0 = 0; j0 < ntok; j0 += B) {
+                    int32_t b = tab->blocks[j0 / B];
+                    kern_attn_scores(kv->p.type, hd, kv_block_k(kv, b), kv->row_bytes,
+                                     NX_MIN(B, ntok - j0), qg, gqa, scale, sc + j0, c->max_tokens);
+                }
+                for (int g = 0; g < gqa; g++) softmax(sc + (size_t)g * c->max_tokens, ntok);
+                memset(out, 0, sizeof(float) * (size_t)(gqa * hd));
+                for (int64_t j0 = 0; j0 < ntok; j0 += B) {
+                    int32_t b = tab->blocks[j0 / B];
+                    kern_attn_values(kv->p.type, hd, kv_block_v(kv, b), kv->row_bytes,
+                                     NX_MIN(B, ntok - j0), sc + j0, c->max_tokens, gqa, acc);
+                    for (int64_t i = 0; i < gqa * hd; i++) out[i] += acc[i];
+                }
             }
         }
         nx_pool_barrier(pool);
@@ -397,16 +405,16 @@ nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *params,
     const struct nx_hparams *hp = &model->hp;
     size_t hd = (size_t)hp->head_dim, qd = (size_t)hp->n_head * hd, kvd = (size_t)hp->n_head_kv * hd;
     size_t nb = (size_t)p.n_batch;
-    c->kv_elt = p.kv_type == NX_TYPE_F32 ? 4 : 2;
-    c->kv_row = kvd * c->kv_elt;
-    size_t per_layer, total;
-    if (!nx_mul_size(c->kv_row, (size_t)p.n_ctx, &per_layer) ||
-        !nx_mul_size(per_layer, (size_t)hp->n_layer, &total))
-        goto nomem;
-    c->k_cache = nx_malloc_aligned(total);
-    c->v_cache = nx_malloc_aligned(total);
-    if (!c->k_cache || !c->v_cache) goto nomem;
-    c->kv_bytes = 2 * total;
+    {
+        /* the plain (no eviction) budget: every table can hold n_ctx tokens */
+        struct kv_cache_params kp = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
+                                     .head_dim = hp->head_dim, .type = p.kv_type,
+                                     .block = NX_KV_BLOCK, .with_acc = false};
+        int64_t per_table = (p.n_ctx + kp.block - 1) / kp.block;
+        kp.n_blocks = per_table * hp->n_layer * hp->n_head_kv;
+        if (kp.n_blocks > INT32_MAX || kv_cache_init(&kp, &c->kv) != NX_STATUS_OK) goto nomem;
+        c->max_tokens = per_table * kp.block;
+    }
     bool ok = true;
     size_t wide = NX_MAX((size_t)hp->n_embd, qd);
     c->x = alloc_f(nb, (size_t)hp->n_embd, &ok);
@@ -442,15 +450,21 @@ nx_status nx_ctx_set_threads(nx_ctx *c, int32_t n_threads, int32_t n_threads_bat
         nx_status st = nx_pool_init(want, &pool);
         if (st) return st;
         bool ok = true;
-        float *sc = alloc_f((size_t)want, (size_t)c->p.n_ctx, &ok);
+        int gqa = c->model->hp.n_head / c->model->hp.n_head_kv;
+        float *sc = alloc_f((size_t)want * (size_t)gqa, (size_t)c->max_tokens, &ok);
+        float *tmp = alloc_f((size_t)want * (size_t)gqa, (size_t)c->model->hp.head_dim, &ok);
         if (!ok) {
             nx_pool_free(pool);
+            nx_free_aligned(sc);
+            nx_free_aligned(tmp);
             return NX_STATUS_NOMEM;
         }
         nx_pool_free(c->pool);
         nx_free_aligned(c->scores);
+        nx_free_aligned(c->att_tmp);
         c->pool = pool;
         c->scores = sc;
+        c->att_tmp = tmp;
         c->n_threads_max = want;
     }
     c->p.n_threads = n_threads;
@@ -461,9 +475,8 @@ nx_status nx_ctx_set_threads(nx_ctx *c, int32_t n_threads, int32_t n_threads_bat
 void nx_ctx_free(nx_ctx *c) {
     if (!c) return;
     nx_pool_free(c->pool);
-    nx_free_aligned(c->k_cache);
-    nx_free_aligned(c->v_cache);
-    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->ffa, c->ffb, c->rope_cs, c->scores,
+    kv_cache_free(c->kv);
+    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->ffa, c->ffb, c->rope_cs, c->scores, c->att_tmp,
                      c->logits, (float *)c->xq_a, (float *)c->xq_b};
     for (size_t i = 0; i < NX_ARRAY_LEN(bufs); i++) nx_free_aligned(bufs[i]);
     nx_free(c);
@@ -484,7 +497,7 @@ nx_status nx_decode(nx_ctx *c, const nx_token *tokens, int32_t n, bool all_logit
                      tokens[i], i, hp->n_vocab);
             return NX_STATUS_INVALID_ARG;
         }
-    if ((int64_t)c->n_past + n > c->p.n_ctx) {
+    if (c->kv->tables[0].n_tokens + n > c->p.n_ctx || kv_cache_reserve(c->kv, n) != NX_STATUS_OK) {
         snprintf(c->err, sizeof c->err, "KV cache full: %d + %d tokens > n_ctx %d", c->n_past, n,
                  c->p.n_ctx);
         return NX_STATUS_KV_FULL;
@@ -535,13 +548,26 @@ int32_t nx_ctx_n_past(const nx_ctx *c) { return c->n_past; }
 int32_t nx_ctx_n_ctx(const nx_ctx *c) { return c->p.n_ctx; }
 void nx_ctx_reset(nx_ctx *c) {
     c->n_past = 0;
+    kv_cache_clear(c->kv);
     c->last_n = 0;
 }
 nx_status nx_ctx_truncate(nx_ctx *c, int32_t n_past) {
     if (n_past < 0 || n_past > c->n_past) return NX_STATUS_INVALID_ARG;
+    /* drop every cached token at a position >= n_past */
+    for (int il = 0; il < c->model->hp.n_layer; il++)
+        for (int h = 0; h < c->model->hp.n_head_kv; h++) {
+            struct kv_table *t = kv_table_at(c->kv, il, h);
+            int64_t keep = t->n_tokens;
+            while (keep > 0) {
+                int32_t b = kv_slot_block(c->kv, t, keep - 1);
+                if (kv_block_pos(c->kv, b)[(keep - 1) % c->kv->p.block] < n_past) break;
+                keep--;
+            }
+            kv_truncate(c->kv, t, keep);
+        }
     c->n_past = n_past;
     c->last_n = 0;
     return NX_STATUS_OK;
 }
-size_t nx_ctx_kv_bytes(const nx_ctx *c) { return c->kv_bytes; }
+size_t nx_ctx_kv_bytes(const nx_ctx *c) { return kv_bytes_pool(c->kv); }
 const char *nx_ctx_last_error(const nx_ctx *c) { return c->err; }
