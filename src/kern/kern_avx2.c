@@ -5,28 +5,35 @@
  * DESIGN
  * - Matmul = a driver (mm_drive) that walks output tiles, plus per-type micro-kernels ("tiles")
  *   that compute a small block of outputs y[c][r] for R rows x C columns over the whole k.
- *   Quantized types use 1 x C tiles: one unpacked weight block (nibbles split, scales
+ *   Q4_0/Q8_0/Q5_K use 1 x C tiles: one unpacked weight block (nibbles split, scales
  *   broadcast) is reused for C activation columns, which is what makes prefill compute-bound
  *   instead of unpack-bound. Float types use R x C register tiles of FMA accumulators.
+ *   Q4_K/Q6_K have their own driver (kq_drive): weights unpacked once per call into an
+ *   L2-sized buffer, activations permuted once per call, 2 x 3 integer register tiles.
  *   Decode (nc = 1) uses the 1 x 1 (quantized) or 4 x 1 (float) tiles.
  * - Fixed per-element arithmetic: every output element has its own accumulator and sees the
  *   same sequence of operations whatever the tile it is computed in; tiles only choose which
  *   elements are computed together. So results do not depend on [r0, r1) splits, on the tiling
  *   or on nc (decode and prefill of the same token give bit-identical outputs).
  *   Per element: a float 8-lane accumulator, one FMA per block (quantized: the block's exact
- *   integer dot product, converted, times d_w * d_x; float types: one FMA per 8 elements), then
- *   a fixed horizontal sum, then (float types only) the k % 8 tail in order.
+ *   integer dot product, converted, times d_w * d_x; Q4_K adds one FNMA per block for the
+ *   mins; float types: one FMA per 8 elements), then a fixed horizontal sum, then (float types
+ *   only) the k % 8 tail in order.
  * - Integer dot products: Q4_K/Q5_K/Q6_K use unsigned weights with vpmaddubsw (u8 x i8 -> i16
  *   pairs, no saturation possible for these ranges), then vpmaddwd with the sub-block scale
- *   (i16 -> i32). Q6_K's -32 offset and Q4_K/Q5_K's mins come from the activation's bsums.
+ *   (i16 -> i32); Q4_K/Q6_K first sum 8 / 2 such products in int16 (see the Q4_K / Q6_K section).
+ *   Q6_K's -32 offset and Q4_K/Q5_K's mins come from the activation's bsums.
  *   Q4_0/Q8_0 have signed weights: |w| with vpsignb moving w's sign onto x (needs x != -128,
  *   guaranteed by the activation format, see kern_impl.h).
  * - Activation quantization repeats quant_ref.c's float operations in the same order, so it
  *   is bit-identical to the reference (rounding is vroundps nearest-even = rintf).
- * - Cache blocking: rows are walked in blocks of ~128 KiB of weights (L2-resident) and, inside
- *   a block, every column tile sweeps the rows, so activations stay in L1 and weights in L2.
+ * - Cache blocking: rows are walked in blocks of ~128 KiB of weights (L2-resident; Q4_K/Q6_K:
+ *   ~96 KiB unpacked) and, inside a block, every column tile sweeps the rows, so activations
+ *   stay in L1 and weights in L2.
  */
 #include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/nx_base.h"
@@ -224,7 +231,7 @@ AI void q80_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t w
 Q_TILES(q40)
 Q_TILES(q80)
 
-/* ---- Q4_K / Q5_K weights x Q8_K activations ----------------------------------------------- */
+/* ---- Q5_K weights x Q8_K activations (Q4_K has its own path below) ------------------------- */
 
 /*
  * One row against C activation columns. Chunk j (64 elements) holds sub-block 2j in the low
@@ -294,79 +301,414 @@ AI void kq_tile(int bits, const int C, int64_t k, const uint8_t *w, const uint8_
     UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
 }
 
-AI void q4k_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
-                 const uint8_t *x, size_t xs, float *y, int64_t ys) {
-    (void)R, (void)ws;
-    kq_tile(4, C, k, w, x, xs, y, ys);
-}
-
 AI void q5k_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
                  const uint8_t *x, size_t xs, float *y, int64_t ys) {
     (void)R, (void)ws;
     kq_tile(5, C, k, w, x, xs, y, ys);
 }
 
-Q_TILES(q4k)
 Q_TILES(q5k)
 
-/* ---- Q6_K weights x Q8_K activations ------------------------------------------------------ */
+/* ---- Q4_K / Q6_K: permuted-activation GEMM ------------------------------------------------ */
 
 /*
- * Group G (0..7) = elements 32G..32G+31, i.e. sub-blocks 2G (low 128-bit lane) and 2G+1
- * (high lane). With half h = G / 4 and g = G % 4: low 4 bits from ql[64h + 32*(g & 1) + l]
- * (low nibble for g < 2, high for g >= 2), high 2 bits from qh[32h + l] >> 2g.
- * The unsigned quants (0..63) are dotted, and 32 * scale * bsum is subtracted.
+ * Q4_K and Q6_K weights x Q8_K activations (kq_drive). Per call, the activation quants of all
+ * columns are permuted into a per-thread buffer; per block of rows (~96 KiB unpacked, L2), the
+ * weight rows are unpacked (unsigned quants in the same permuted order, scale vectors, float
+ * scales); then 2 x 3 register tiles (rows x columns) run over the unpacked rows: each
+ * activation load feeds two rows, each weight load three columns. Decode (nc < 3) skips the
+ * weight buffer: q4k_dec / q6k_dec unpack in registers with the same operations.
+ *
+ * The permutation lets several vpmaddubsw products be summed in int16 before one vpmaddwd
+ * applies the sub-block scales: every i16 lane of the summed products belongs to one
+ * sub-block. A dot product does not care about the order of its terms and the integer sums are
+ * exact, so every output element sees the same operations whichever path computes it.
+ *
+ * Q4_K: chunk (t, l) (t = 0..3, l = 0..1; 32 bytes) of a super-block holds, in dword i of its
+ * low 128-bit lane, elements 16l+4t .. 16l+4t+3 of sub-block 2i and, in dword i of its high
+ * lane, the same elements of sub-block 2i+1 (i = 0..3). All 8 chunk products are summed in
+ * int16 (|lane| <= 8 * 2 * 15 * 127 = 30480), then one vpmaddwd with the 8 scales.
+ *
+ * Q6_K: group G (32 quants, see q6k_w32) holds sub-block 2G in its low and 2G+1 in its high
+ * 128-bit lane. Pair P = groups 2P, 2P+1: A_P / B_P = the low / high 8 bytes of each lane of
+ * both groups (vpunpckl/hqdq), so both have sub-blocks 4P, 4P+2 | 4P+1, 4P+3 in i16 lanes
+ * 0-3, 4-7 | 8-11, 12-15. The two products are summed in int16 (|lane| <= 2 * 2 * 63 * 127 =
+ * 32004), then one vpmaddwd per pair.
  */
-AI void q6k_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
-                 const uint8_t *x, size_t xs, float *y, int64_t ys) {
-    (void)R, (void)ws;
-    __m256 acc[MAXT];
-    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    const __m128i even_odd = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-    int64_t nb = k / QK_K;
+
+/* In-lane 4 x 4 dword transpose: out[t] dword i of lane l = in[i] dword 4l + t. */
+AI void tr4x4(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256i out[4]) {
+    __m256i t0 = _mm256_unpacklo_epi32(a0, a1), t1 = _mm256_unpackhi_epi32(a0, a1);
+    __m256i t2 = _mm256_unpacklo_epi32(a2, a3), t3 = _mm256_unpackhi_epi32(a2, a3);
+    out[0] = _mm256_unpacklo_epi64(t0, t2), out[1] = _mm256_unpackhi_epi64(t0, t2);
+    out[2] = _mm256_unpacklo_epi64(t1, t3), out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+#define Q4K_XB (QK_K + 64)  /* permuted activation block: chunks, dx * bsum[s] (8 f32), dx x8 */
+#define Q4K_WB (QK_K + 96)  /* unpacked weight block: chunks, scales (16 i16), dmin * m[s], d x8 */
+#define Q4K_C 3             /* columns of the prefill tiles (Q4_K and Q6_K) */
+
+/* The scale vector: sc[0, 2, 4, 6] (low lane) / sc[1, 3, 5, 7] (high lane), each over the two
+ * i16 lanes of its dword, from R (kq_scales_vec). */
+static const uint8_t g_q4k_sv[32] __attribute__((aligned(32))) = {
+    0, 0x80, 0, 0x80, 2, 0x80, 2, 0x80, 4, 0x80, 4, 0x80, 6, 0x80, 6, 0x80,
+    1, 0x80, 1, 0x80, 3, 0x80, 3, 0x80, 5, 0x80, 5, 0x80, 7, 0x80, 7, 0x80};
+
+/* Writes the permuted form of the nb Q8_K blocks of activation row x to xp. */
+static void q4k_perm_x(const uint8_t *x, uint8_t *xp, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, xp += Q4K_XB) {
+        const struct block_q8_K *bx = (const struct block_q8_K *)x + b;
+        __m256i L[4], H[4];
+        tr4x4(loadu256(bx->qs), loadu256(bx->qs + 64), loadu256(bx->qs + 128), loadu256(bx->qs + 192), L);
+        tr4x4(loadu256(bx->qs + 32), loadu256(bx->qs + 96), loadu256(bx->qs + 160), loadu256(bx->qs + 224), H);
+        UNROLL for (int t = 0; t < 4; t++) {
+            _mm256_storeu_si256((__m256i *)(xp + 64 * t), _mm256_permute2x128_si256(L[t], H[t], 0x20));
+            _mm256_storeu_si256((__m256i *)(xp + 64 * t + 32), _mm256_permute2x128_si256(L[t], H[t], 0x31));
+        }
+        __m256 dx = _mm256_set1_ps(bx->d);
+        __m256i bs = _mm256_madd_epi16(loadu256(bx->bsums), _mm256_set1_epi16(1));
+        _mm256_storeu_ps((float *)(xp + QK_K), _mm256_mul_ps(dx, _mm256_cvtepi32_ps(bs)));
+        _mm256_storeu_ps((float *)(xp + QK_K + 32), dx);
+    }
+}
+
+/* The 8 chunks of Q4_K block bw (chunk 2t + l = (t, l)), unsigned 4-bit. */
+AI void q4k_wchunks(const struct block_q4_K *bw, __m256i out[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    UNROLL for (int l = 0; l < 2; l++) {
+        /* lane l of each qs row, in both lanes; transposed: T[t] = lane l of Q_t twice, whose
+         * low nibbles (low lane) / high nibbles (high lane) make chunk (t, l) */
+        __m256i T[4];
+        tr4x4(_mm256_broadcastsi128_si256(loadu128(bw->qs + 16 * l)),
+              _mm256_broadcastsi128_si256(loadu128(bw->qs + 32 + 16 * l)),
+              _mm256_broadcastsi128_si256(loadu128(bw->qs + 64 + 16 * l)),
+              _mm256_broadcastsi128_si256(loadu128(bw->qs + 96 + 16 * l)), T);
+        UNROLL for (int t = 0; t < 4; t++) out[2 * t + l] = _mm256_and_si256(_mm256_srlv_epi32(T[t], sh), m4);
+    }
+}
+
+/* Block bw's scale vector (see g_q4k_sv), dmin * m[s] (lane s) and d (8 lanes). */
+AI void q4k_wscales(const struct block_q4_K *bw, __m256i *sv, __m256 *mw, __m256 *dw) {
+    uint32_t dd32;
+    memcpy(&dd32, bw, 4);
+    __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd32));
+    __m256i R = kq_scales_vec(bw->scales);
+    *sv = _mm256_shuffle_epi8(R, loadu256(g_q4k_sv));
+    __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(_mm256_castsi256_si128(R), 8)));
+    *mw = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), m);
+    *dw = _mm256_broadcastss_ps(dd);
+}
+
+/* Unpacks the nb Q4_K blocks of weight row w to wp. */
+static void q4k_unpack_w(const uint8_t *w, uint8_t *wp, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, wp += Q4K_WB) {
+        const struct block_q4_K *bw = (const struct block_q4_K *)w + b;
+        __m256i ch[8], sv;
+        __m256 mw, dw;
+        q4k_wchunks(bw, ch);
+        UNROLL for (int i = 0; i < 8; i++) _mm256_storeu_si256((__m256i *)(wp + 32 * i), ch[i]);
+        q4k_wscales(bw, &sv, &mw, &dw);
+        _mm256_storeu_si256((__m256i *)(wp + QK_K), sv);
+        _mm256_storeu_ps((float *)(wp + QK_K + 32), mw);
+        _mm256_storeu_ps((float *)(wp + QK_K + 64), dw);
+    }
+}
+
+/* Decode: one raw Q4_K row x one permuted column, unpacking in registers; the same
+ * per-element operations as q4k_tile. */
+static void q4k_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) {
+    __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const struct block_q6_K *bw = (const struct block_q6_K *)w + b;
-        if (C == 1) prefetch_lines((const uint8_t *)bw, sizeof *bw);
-        float dw = h2f(bw->d);
-        __m128i s8 = loadu128(bw->scales);
-        __m256i sc_nat = _mm256_cvtepi8_epi16(s8);
-        /* low lane: scales 0, 2, .., 14; high lane: 1, 3, .., 15 */
-        __m256i sc_eo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(s8, even_odd));
-        __m256i isum[MAXT];
-        UNROLL for (int c = 0; c < C; c++) isum[c] = _mm256_setzero_si256();
-        UNROLL for (int h = 0; h < 2; h++) {
-            __m256i qa = loadu256(bw->ql + 64 * h), qb = loadu256(bw->ql + 64 * h + 32);
-            __m256i qh = loadu256(bw->qh + 32 * h);
-            UNROLL for (int g = 0; g < 4; g++) {
-                __m256i lo4 = g == 0 ? qa : g == 1 ? qb : g == 2 ? _mm256_srli_epi16(qa, 4)
-                                                                 : _mm256_srli_epi16(qb, 4);
-                __m256i hi2 = g == 0   ? _mm256_slli_epi16(qh, 4)
-                              : g == 1 ? _mm256_slli_epi16(qh, 2)
-                              : g == 2 ? qh
-                                       : _mm256_srli_epi16(qh, 2);
-                __m256i q = _mm256_or_si256(_mm256_and_si256(lo4, m4), _mm256_and_si256(hi2, m30));
-                int G = 4 * h + g;
-                __m256i scv = splat16(sc_eo, G);
-                UNROLL for (int c = 0; c < C; c++) {
-                    const struct block_q8_K *bx = (const struct block_q8_K *)(x + (size_t)c * xs) + b;
-                    __m256i p = _mm256_maddubs_epi16(q, loadu256(bx->qs + 32 * G));
-                    isum[c] = _mm256_add_epi32(isum[c], _mm256_madd_epi16(p, scv));
-                    PIN(isum[c]);
+        const struct block_q4_K *bw = (const struct block_q4_K *)w + b;
+        const uint8_t *xb = xp + (size_t)b * Q4K_XB;
+        prefetch_lines((const uint8_t *)bw, sizeof *bw);
+        __m256i ch[8], sv;
+        __m256 mw, dw;
+        q4k_wchunks(bw, ch);
+        __m256i s = _mm256_maddubs_epi16(ch[0], loadu256(xb));
+        UNROLL for (int i = 1; i < 8; i++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(ch[i], loadu256(xb + 32 * i)));
+        q4k_wscales(bw, &sv, &mw, &dw);
+        __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, sv));
+        __m256 a = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + QK_K + 32))), acc);
+        acc = _mm256_fnmadd_ps(mw, _mm256_loadu_ps((const float *)(xb + QK_K)), a);
+    }
+    *y = hsum8(acc);
+}
+
+/*
+ * R unpacked rows (stride wps) x C permuted columns (stride xps). Per super-block, row and
+ * column, with isum the exact integer sum_s sc[s] * dot_s (8 lanes of partial sums):
+ *   acc += cvt(isum) * (d * dx);  acc -= (dmin * m[s]) * (dx * bsum[s])  (lane s = sub-block s)
+ * Register use at R x C = 2 x 3: 6 int16 sums, 6 float accumulators, 2 weight vectors, 1
+ * activation vector.
+ */
+AI void q4k_tile(const int R, const int C, int64_t nb, const uint8_t *wp, size_t wps,
+                 const uint8_t *xp, size_t xps, float *y, int64_t ys) {
+    __m256 acc[2][Q4K_C];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *wb = wp + (size_t)b * Q4K_WB, *xb = xp + (size_t)b * Q4K_XB;
+        __m256i s[2][Q4K_C];
+        UNROLL for (int ch = 0; ch < 8; ch++) {
+            __m256i wv[2];
+            UNROLL for (int r = 0; r < R; r++) wv[r] = loadu256(wb + (size_t)r * wps + 32 * ch);
+            UNROLL for (int c = 0; c < C; c++) {
+                __m256i xv = loadu256(xb + (size_t)c * xps + 32 * ch);
+                UNROLL for (int r = 0; r < R; r++) {
+                    __m256i p = _mm256_maddubs_epi16(wv[r], xv);
+                    s[r][c] = ch == 0 ? p : _mm256_add_epi16(s[r][c], p);
+                    PIN(s[r][c]);
                 }
             }
         }
-        UNROLL for (int c = 0; c < C; c++) {
-            const struct block_q8_K *bx = (const struct block_q8_K *)(x + (size_t)c * xs) + b;
-            __m256i off = _mm256_madd_epi16(loadu256(bx->bsums), sc_nat);
-            __m256i tot = _mm256_sub_epi32(isum[c], _mm256_slli_epi32(off, 5));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_set1_ps(dw * bx->d), acc[c]);
+        UNROLL for (int r = 0; r < R; r++) {
+            const uint8_t *wr = wb + (size_t)r * wps;
+            __m256i sv = loadu256(wr + QK_K);
+            __m256 mw = _mm256_loadu_ps((const float *)(wr + QK_K + 32));
+            __m256 dw = _mm256_loadu_ps((const float *)(wr + QK_K + 64));
+            UNROLL for (int c = 0; c < C; c++) {
+                const uint8_t *xc = xb + (size_t)c * xps;
+                __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[r][c], sv));
+                __m256 a = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xc + QK_K + 32))), acc[r][c]);
+                acc[r][c] = _mm256_fnmadd_ps(mw, _mm256_loadu_ps((const float *)(xc + QK_K)), a);
+                PIN(acc[r][c]);
+            }
         }
     }
-    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) y[c * ys + r] = hsum8(acc[r][c]);
 }
 
-Q_TILES(q6k)
+typedef void (*q4k_tile_fn)(int64_t nb, const uint8_t *wp, size_t wps, const uint8_t *xp,
+                            size_t xps, float *y, int64_t ys);
+#define Q4K_TILE_FN(R, C) \
+    __attribute__((noinline)) static void q4k_##R##x##C(int64_t nb, const uint8_t *wp, size_t wps, const uint8_t *xp, \
+                              size_t xps, float *y, int64_t ys) { \
+        q4k_tile(R, C, nb, wp, wps, xp, xps, y, ys); \
+    }
+Q4K_TILE_FN(2, 3)
+Q4K_TILE_FN(1, 3)
+Q4K_TILE_FN(2, 1)
+Q4K_TILE_FN(1, 1)
+
+/*
+ * Per-thread scratch buffer of the K-quant drivers (grown as needed, kept for the thread's
+ * life, freed at thread exit): a fresh allocation per call would page-fault its way through
+ * megabytes on every prefill matmul.
+ */
+static pthread_key_t g_scratch_key;
+static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static _Thread_local uint8_t *t_scratch;
+static _Thread_local size_t t_scratch_n;
+static void scratch_key_init(void) { NX_ASSERT(pthread_key_create(&g_scratch_key, free) == 0); }
+
+static uint8_t *kq_scratch(size_t n) {
+    if (n > t_scratch_n) {
+        pthread_once(&g_scratch_once, scratch_key_init);
+        free(t_scratch);
+        n = (n + n / 4 + 65535) & ~(size_t)65535;
+        t_scratch = aligned_alloc(64, n);
+        NX_ASSERT(t_scratch);
+        t_scratch_n = n;
+        pthread_setspecific(g_scratch_key, t_scratch);
+    }
+    return t_scratch;
+}
+
+/* Q6_K group G (0..7) as unsigned 6-bit quants: low lane sub-block 2G, high lane 2G+1. With
+ * half h = G / 4 and g = G % 4: low 4 bits from ql[64h + 32*(g & 1) + l] (low nibble for
+ * g < 2, high for g >= 2), high 2 bits from qh[32h + l] >> 2g. */
+AI __m256i q6k_w32(const struct block_q6_K *bw, int G) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    int h = G / 4, g = G % 4;
+    __m256i q = loadu256(bw->ql + 64 * h + 32 * (g & 1));
+    __m256i qh = loadu256(bw->qh + 32 * h);
+    __m256i lo4 = g < 2 ? q : _mm256_srli_epi16(q, 4);
+    __m256i hi2 = g == 0 ? _mm256_slli_epi16(qh, 4) : g == 1 ? _mm256_slli_epi16(qh, 2)
+                  : g == 2 ? qh : _mm256_srli_epi16(qh, 2);
+    return _mm256_or_si256(_mm256_and_si256(lo4, m4), _mm256_and_si256(hi2, m30));
+}
+
+/* Over 8 scales as i16 in both lanes: pair 0 (of these 8) -> sc 0,2 | 1,3, pair 1 -> 4,6 | 5,7,
+ * each over 4 i16 lanes. */
+static const uint8_t g_q6k_sc[2][32] __attribute__((aligned(32))) = {
+#define S(a, b, c, d) {2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * a, 2 * a + 1, \
+                       2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, \
+                       2 * c, 2 * c + 1, 2 * c, 2 * c + 1, 2 * c, 2 * c + 1, 2 * c, 2 * c + 1, \
+                       2 * d, 2 * d + 1, 2 * d, 2 * d + 1, 2 * d, 2 * d + 1, 2 * d, 2 * d + 1}
+    S(0, 2, 1, 3), S(4, 6, 5, 7)
+#undef S
+};
+
+/* Bytes per block of a permuted activation row (Q6_K): the unpacked quants (pair P at
+ * 64P: A_P then B_P), the 16 bsums, dx 8 times. */
+#define Q6K_XB (QK_K + 64)
+/* Unpacked Q6_K weight block: pairs A_P, B_P; the 4 pair scale vectors; 32 * sc[s] (16 i16);
+ * d 8 times. */
+#define Q6K_WB (QK_K + 192)
+
+static void q6k_perm_x(const uint8_t *x, uint8_t *xp, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, xp += Q6K_XB) {
+        const struct block_q8_K *bx = (const struct block_q8_K *)x + b;
+        UNROLL for (int p = 0; p < 4; p++) {
+            __m256i g0 = loadu256(bx->qs + 64 * p), g1 = loadu256(bx->qs + 64 * p + 32);
+            _mm256_storeu_si256((__m256i *)(xp + 64 * p), _mm256_unpacklo_epi64(g0, g1));
+            _mm256_storeu_si256((__m256i *)(xp + 64 * p + 32), _mm256_unpackhi_epi64(g0, g1));
+        }
+        _mm256_storeu_si256((__m256i *)(xp + QK_K), loadu256(bx->bsums));
+        _mm256_storeu_ps((float *)(xp + QK_K + 32), _mm256_set1_ps(bx->d));
+    }
+}
+
+/* The unpacked block (layout of Q6K_WB) of Q6_K block bw, in registers. */
+AI void q6k_wblock(const struct block_q6_K *bw, __m256i wv[8], __m256i scv[4], __m256i *sc32, __m256 *dw) {
+    __m128i s8 = loadu128(bw->scales);
+    *sc32 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5); /* |.| <= 4096 */
+    __m256i s03 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(s8));
+    __m256i s47 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(s8, 8)));
+    UNROLL for (int p = 0; p < 4; p++) {
+        __m256i g0 = q6k_w32(bw, 2 * p), g1 = q6k_w32(bw, 2 * p + 1);
+        wv[2 * p] = _mm256_unpacklo_epi64(g0, g1), wv[2 * p + 1] = _mm256_unpackhi_epi64(g0, g1);
+        scv[p] = _mm256_shuffle_epi8(p < 2 ? s03 : s47, loadu256(g_q6k_sc[p & 1]));
+    }
+    *dw = _mm256_set1_ps(h2f(bw->d));
+}
+
+static void q6k_unpack_w(const uint8_t *w, uint8_t *wp, int64_t nb) {
+    for (int64_t b = 0; b < nb; b++, wp += Q6K_WB) {
+        __m256i wv[8], scv[4], sc32;
+        __m256 dw;
+        q6k_wblock((const struct block_q6_K *)w + b, wv, scv, &sc32, &dw);
+        UNROLL for (int i = 0; i < 8; i++) _mm256_storeu_si256((__m256i *)(wp + 32 * i), wv[i]);
+        UNROLL for (int p = 0; p < 4; p++) _mm256_storeu_si256((__m256i *)(wp + QK_K + 32 * p), scv[p]);
+        _mm256_storeu_si256((__m256i *)(wp + QK_K + 128), sc32);
+        _mm256_storeu_ps((float *)(wp + QK_K + 160), dw);
+    }
+}
+
+/* Per super-block, row and column:
+ *   acc += cvt(sum_P vpmaddwd(A_P.x + B_P.x, scv_P) - vpmaddwd(bsums, 32 sc)) * (d * dx) */
+static void q6k_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_q6_K *bw = (const struct block_q6_K *)w + b;
+        const uint8_t *xb = xp + (size_t)b * Q6K_XB;
+        prefetch_lines((const uint8_t *)bw, sizeof *bw);
+        __m256i wv[8], scv[4], sc32;
+        __m256 dw;
+        q6k_wblock(bw, wv, scv, &sc32, &dw);
+        __m256i isum = _mm256_madd_epi16(loadu256(xb + QK_K), sc32);
+        UNROLL for (int p = 0; p < 4; p++) {
+            __m256i sp = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2 * p], loadu256(xb + 64 * p)),
+                                          _mm256_maddubs_epi16(wv[2 * p + 1], loadu256(xb + 64 * p + 32)));
+            isum = p == 0 ? _mm256_sub_epi32(_mm256_madd_epi16(sp, scv[p]), isum)
+                          : _mm256_add_epi32(isum, _mm256_madd_epi16(sp, scv[p]));
+        }
+        __m256 dwx = _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + QK_K + 32)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dwx, acc);
+    }
+    *y = hsum8(acc);
+}
+
+/* R unpacked rows x C permuted columns; the float accumulators live in memory (one load and
+ * store per block), the registers hold the int32 sums. */
+AI void q6k_tile(const int R, const int C, int64_t nb, const uint8_t *wp, size_t wps,
+                 const uint8_t *xp, size_t xps, float *y, int64_t ys) {
+    __m256 acc[2][Q4K_C];
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+    __asm__("" : : "r"(acc) : "memory");
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *wb = wp + (size_t)b * Q6K_WB, *xb = xp + (size_t)b * Q6K_XB;
+        __m256i is[2][Q4K_C];
+        UNROLL for (int p = 0; p < 4; p++) {
+            __m256i wa[2], wbv[2];
+            UNROLL for (int r = 0; r < R; r++) {
+                wa[r] = loadu256(wb + (size_t)r * wps + 64 * p);
+                wbv[r] = loadu256(wb + (size_t)r * wps + 64 * p + 32);
+            }
+            UNROLL for (int c = 0; c < C; c++) {
+                __m256i xa = loadu256(xb + (size_t)c * xps + 64 * p), xb2 = loadu256(xb + (size_t)c * xps + 64 * p + 32);
+                UNROLL for (int r = 0; r < R; r++) {
+                    const uint8_t *wr = wb + (size_t)r * wps;
+                    __m256i sp = _mm256_add_epi16(_mm256_maddubs_epi16(wa[r], xa), _mm256_maddubs_epi16(wbv[r], xb2));
+                    __m256i m = _mm256_madd_epi16(sp, loadu256(wr + QK_K + 32 * p));
+                    if (p == 0) {
+                        __m256i off = _mm256_madd_epi16(loadu256(xb + (size_t)c * xps + QK_K), loadu256(wr + QK_K + 128));
+                        is[r][c] = _mm256_sub_epi32(m, off);
+                    } else {
+                        is[r][c] = _mm256_add_epi32(is[r][c], m);
+                    }
+                    PIN(is[r][c]);
+                }
+            }
+        }
+        UNROLL for (int r = 0; r < R; r++) {
+            __m256 dw = _mm256_loadu_ps((const float *)(wb + (size_t)r * wps + QK_K + 160));
+            UNROLL for (int c = 0; c < C; c++) {
+                __m256 dwx = _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + (size_t)c * xps + QK_K + 32)));
+                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[r][c]), dwx, acc[r][c]);
+            }
+        }
+        __asm__("" : : : "memory");
+    }
+    UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) y[c * ys + r] = hsum8(acc[r][c]);
+}
+
+#define Q6K_TILE_FN(R, C) \
+    __attribute__((noinline)) static void q6k_##R##x##C(int64_t nb, const uint8_t *wp, size_t wps, \
+                                                        const uint8_t *xp, size_t xps, float *y, int64_t ys) { \
+        q6k_tile(R, C, nb, wp, wps, xp, xps, y, ys); \
+    }
+Q6K_TILE_FN(2, 3)
+Q6K_TILE_FN(1, 3)
+Q6K_TILE_FN(2, 1)
+Q6K_TILE_FN(1, 1)
+
+struct kq_kern {
+    size_t xb, wb; /* bytes per block: permuted activations, unpacked weights */
+    void (*perm_x)(const uint8_t *x, uint8_t *xp, int64_t nb);
+    void (*unpack_w)(const uint8_t *w, uint8_t *wp, int64_t nb);
+    void (*dec)(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y);
+    q4k_tile_fn t2x3, t1x3, t2x1, t1x1;
+};
+static const struct kq_kern q4k_kern = {Q4K_XB, Q4K_WB, q4k_perm_x, q4k_unpack_w, q4k_dec,
+                                        q4k_2x3, q4k_1x3, q4k_2x1, q4k_1x1};
+static const struct kq_kern q6k_kern = {Q6K_XB, Q6K_WB, q6k_perm_x, q6k_unpack_w, q6k_dec,
+                                        q6k_2x3, q6k_1x3, q6k_2x1, q6k_1x1};
+
+static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size_t ws, int64_t r0, int64_t r1,
+                      const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
+    int64_t nb = k / QK_K;
+    size_t xps = (size_t)nb * kk->xb, wps = (size_t)nb * kk->wb;
+    /* decode (and nc < tile width): raw rows, one column at a time */
+    bool dec = nc < Q4K_C;
+    /* rows per block: ~96 KiB of unpacked weights (L2), even */
+    int64_t rb = dec ? 0 : (int64_t)((96 * 1024) / wps);
+    rb = rb < 2 ? 2 : rb & ~(int64_t)1;
+    size_t xbytes = (xps * (size_t)nc + 63) & ~(size_t)63;
+    uint8_t *xp = kq_scratch(xbytes + (dec ? 0 : wps * (size_t)rb)), *wp = xp + xbytes;
+    for (int64_t c = 0; c < nc; c++) kk->perm_x(x + (size_t)c * xs, xp + (size_t)c * xps, nb);
+    if (dec) {
+        for (int64_t c = 0; c < nc; c++) {
+            for (int64_t r = r0; r < r1; r++) kk->dec(nb, w + (size_t)r * ws, xp + (size_t)c * xps, y + c * ys + r);
+        }
+        return;
+    }
+    for (int64_t b0 = r0; b0 < r1; b0 += rb) {
+        int64_t b1 = NX_MIN(r1, b0 + rb);
+        for (int64_t r = b0; r < b1; r++) kk->unpack_w(w + (size_t)r * ws, wp + (size_t)(r - b0) * wps, nb);
+        int64_t c = 0;
+        for (; c + Q4K_C <= nc; c += Q4K_C) {
+            int64_t r = b0;
+            for (; r + 2 <= b1; r += 2) kk->t2x3(nb, wp + (size_t)(r - b0) * wps, wps, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
+            for (; r < b1; r++) kk->t1x3(nb, wp + (size_t)(r - b0) * wps, wps, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
+        }
+        for (; c < nc; c++) {
+            int64_t r = b0;
+            for (; r + 2 <= b1; r += 2) kk->t2x1(nb, wp + (size_t)(r - b0) * wps, wps, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
+            for (; r < b1; r++) kk->t1x1(nb, wp + (size_t)(r - b0) * wps, wps, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
+        }
+    }
+}
 
 void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                       int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
@@ -378,9 +720,13 @@ void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride
     case NX_TYPE_BF16: t = &bf16_set; break;
     case NX_TYPE_Q4_0: t = &q40_set; break;
     case NX_TYPE_Q8_0: t = &q80_set; break;
-    case NX_TYPE_Q4_K: t = &q4k_set; break;
+    case NX_TYPE_Q4_K:
+        kq_drive(&q4k_kern, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
+        return;
     case NX_TYPE_Q5_K: t = &q5k_set; break;
-    case NX_TYPE_Q6_K: t = &q6k_set; break;
+    case NX_TYPE_Q6_K:
+        kq_drive(&q6k_kern, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
+        return;
     default: NX_ASSERT(!"kern_matmul: unsupported weight type"); return;
     }
     mm_drive(t, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
