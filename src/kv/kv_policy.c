@@ -338,4 +338,4 @@ uint64_t kvp_rng_bits(uint64_t seed, uint64_t layer, uint64_t block, uint64_t dr
     return kvp_mix64(h ^ draw);
 }
 
-double kvp_u01(uint64_t bits) { return ((double)(bits >> 11) + 0.5) * 0x1p-53; }
+double kvp_u01(uint64_t bits) { return ((double)(bits >> 12) + 0.5) * 0x1p-52; }

@@ -127,7 +127,8 @@ uint64_t kvp_mix64(uint64_t z);
  */
 uint64_t kvp_rng_bits(uint64_t seed, uint64_t layer, uint64_t block, uint64_t draw,
                       uint64_t stream);
-/* Uniform in the open interval (0, 1) from 64 bits: ((x >> 11) + 0.5) * 2^-53. */
+/* Uniform in the open interval (0, 1) from 64 bits: ((x >> 12) + 0.5) * 2^-52 (52 bits, so
+   the largest value 1 - 2^-53 is exact in double; the smallest is 2^-53). */
 double kvp_u01(uint64_t bits);
 
 /* ---- Nexus (policy_nexus.c) --------------------------------------------------------------- */

@@ -9,11 +9,14 @@
  *     L <= C or L < 2 * (C - w), or C - w <= 0: uniform, the layer keeps C;
  *     otherwise base = C - w, mn = floor(base / beta), mx = 2 * base - mn; if mx >= L - w then
  *     mx = L - w, mn = 2 * base - mx; step = (mx - mn) / (NL - 1) (integer; 0 when NL == 1);
- *     the layer keeps (mx - l * step) + w tokens. Layers near the bottom keep more.
+ *     the layer keeps max(mx - l * step, sink) + w tokens. Layers near the bottom keep more.
+ *     A single layer (NL == 1) is uniform (the rule divides by NL - 1).
  *   Sum over layers: NL * C <= sum < NL * C + NL * (NL - 1) / 2 (the step is floored, as in
  *   KVCache-Factory), so the average over layers stays within (NL - 1) / 2 tokens above keep.
  *   The sink is part of the prefix capacity mx - l * step; a layer whose capacity falls below
- *   the sink (only when (keep - recent) / beta < sink) still keeps the sink: protection wins.
+ *   the sink (only when (keep - recent) / beta < sink) is raised to the sink (+ recent), which
+ *   adds at most NL * sink to that sum; with the defaults (sink = recent = 32, beta = 20) it
+ *   never happens once keep >= 672.
  * - Using L = tokens seen rather than the layer's own cache length keeps each layer's budget a
  *   function of the stream only, so in the streaming regime every layer converges to its own
  *   budget (the early, uniform phase lasts while L < 2 * (C - w)). kvpress' float version
@@ -30,16 +33,17 @@ int64_t kvp_pyramid_keep(const struct kv_layer_view *view, int64_t keep,
     if (view->n_tokens > 0 && view->pos)
         seen = NX_MAX(seen, (int64_t)view->pos[view->n_tokens - 1] + 1);
     if (base <= 0 || seen <= keep || seen < 2 * base) return keep;
-    if (!(params->pyramid_beta > 0.0f) || view->n_layer < 1) return keep;
+    if (!(params->pyramid_beta > 0.0f) || view->n_layer <= 1) return keep;
     int64_t mn = (int64_t)((double)base / (double)params->pyramid_beta);
     int64_t mx = 2 * base - mn;
     if (mx >= seen - w) {
         mx = seen - w;
         mn = 2 * base - mx;
     }
-    int64_t step = view->n_layer > 1 ? (mx - mn) / (view->n_layer - 1) : 0;
+    int64_t step = (mx - mn) / (view->n_layer - 1);
     int64_t layer = NX_MAX(0, NX_MIN(view->layer, view->n_layer - 1));
-    return mx - layer * step + w;
+    int64_t cap = NX_MAX(mx - layer * step, (int64_t)NX_MAX(params->sink, 0));
+    return cap + w;
 }
 
 static nx_status pyramidkv_select(const struct kv_layer_view *view, int64_t keep,
