@@ -338,7 +338,8 @@ static void oracle_cases(const char *name, bool pool_max, bool morph_max, struct
             shared = true;
             sc = calloc((size_t)n, sizeof(double));
             for (int32_t h = 0; h < 4; h++)
-                for (int64_t i = 0; i < n; i++) sc[i] += P[((size_t)h * n_win + n_win - 1) * n + i] / 4;
+                for (int64_t i = 0; i < n; i++)
+                    sc[i] += P[((size_t)h * n_win + n_win - 1) * n + i] / 4;
         }
         if (!strcmp(name, "pyramidkv")) {
             /* independent restatement of the integer pyramid rule */
