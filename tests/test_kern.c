@@ -673,10 +673,11 @@ static void check_matmul_set(const struct kern_table *set) {
 static void check_split_set(const struct kern_table *set) {
     for (int t = 0; t < N_WTYPES; t++) {
         enum nx_type wt = g_wtypes[t];
-        int64_t k = blck(wt) == 1 ? 264 : 4 * blck(wt);
-        for (int rep = 0; rep < 2; rep++) {
+        for (int rep = 0; rep < 3; rep++) {
+            /* rep 2: long rows, so that the K-quant drivers walk several row blocks */
+            int64_t k = blck(wt) == 1 ? (rep == 2 ? 1000 : 264) : (rep == 2 ? 16 : 4) * blck(wt);
             struct mm_problem p;
-            int64_t nc = rep ? 11 : 5, rows = 37;
+            int64_t nc = (int64_t[]){5, 11, 7}[rep], rows = 37;
             mm_setup(&p, wt, k, rows, nc, W_RANDOM, X_RANDOM);
             int64_t n = nc * rows;
             float *y0 = malloc(n * sizeof(float)), *y1 = malloc(n * sizeof(float));
