@@ -203,6 +203,21 @@ void quant_dequantize_row_ref(enum nx_type t, const void *src, float *dst, int64
 static inline int round_int(float v) { return (int)rintf(v); }
 
 static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
+/* clamp_int(round_int(v), lo, hi) for finite v, without data-dependent branches (clamping
+ * before rounding to an integer bound gives the same result). */
+static inline int round_clamp(float v, int lo, int hi) {
+    v = v > (float)lo ? v : (float)lo;
+    v = v < (float)hi ? v : (float)hi;
+    return round_int(v);
+}
+/* rintf(clamp(v, lo, hi)) for finite v and integer bounds |lo|, |hi| < 2^22, in plain float
+ * operations (adding and subtracting 1.5 * 2^23 rounds to an integer, nearest even) so that
+ * loops over it vectorize. */
+static inline float round_clamp_f(float v, float lo, float hi) {
+    v = v > lo ? v : lo;
+    v = v < hi ? v : hi;
+    return (v + 0x1.8p23f) - 0x1.8p23f;
+}
 
 static void quant_q4_0(const float *x, struct block_q4_0 *b, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, b++, x += QK4_0) {
@@ -269,39 +284,60 @@ static float fit_scale_min(const float *x, int n, int nmax, float *mn_out) {
         *mn_out = -lo;
         return 0.0f;
     }
+    /* n is a multiple of 4 (<= QK_K): sums use 4 partial accumulators (no long dependency
+     * chains); sums of integers are exact */
+    NX_ASSERT(n % 4 == 0 && n <= QK_K);
     float best_scale = (hi - lo) / (float)nmax, best_min = lo;
-    double best_err = 0;
-    for (int i = 0; i < n; i++) {
-        int l = clamp_int(round_int((x[i] - lo) / best_scale), 0, nmax);
-        double e = (double)best_scale * l + lo - x[i];
-        best_err += e * e;
+    float xs[QK_K];
+    double best_err = 0, sx = 0;
+    {
+        double e4[4] = {0}, s4[4] = {0};
+        for (int i = 0; i < n; i += 4) {
+            for (int j = 0; j < 4; j++) {
+                xs[i + j] = x[i + j] - lo;
+                int l = round_clamp(xs[i + j] / best_scale, 0, nmax);
+                double e = (double)best_scale * l + lo - x[i + j];
+                e4[j] += e * e;
+                s4[j] += x[i + j];
+            }
+        }
+        best_err = (e4[0] + e4[1]) + (e4[2] + e4[3]);
+        sx = (s4[0] + s4[1]) + (s4[2] + s4[3]);
     }
     for (int step = -10; step <= 10; step++) {
         float iscale = ((float)nmax + 0.1f * (float)step) / (hi - lo);
-        double sl = 0, sll = 0, sx = 0, slx = 0;
-        int lq[QK_K];
-        for (int i = 0; i < n; i++) {
-            int l = clamp_int(round_int(iscale * (x[i] - lo)), 0, nmax);
-            lq[i] = l;
-            sl += l;
-            sll += (double)l * l;
-            sx += x[i];
-            slx += (double)l * x[i];
+        /* the quants as floats (exact small integers; their sums are exact in float) */
+        float sl4[4] = {0}, sll4[4] = {0}, lq[QK_K];
+        double slx4[4] = {0};
+        for (int i = 0; i < n; i += 4) {
+            for (int j = 0; j < 4; j++) {
+                float l = round_clamp_f(iscale * xs[i + j], 0.0f, (float)nmax);
+                lq[i + j] = l;
+                sl4[j] += l;
+                sll4[j] += l * l;
+                slx4[j] += (double)l * x[i + j];
+            }
         }
-        double det = n * sll - sl * sl;
+        int64_t sl = (int64_t)((sl4[0] + sl4[1]) + (sl4[2] + sl4[3]));
+        int64_t sll = (int64_t)((sll4[0] + sll4[1]) + (sll4[2] + sll4[3]));
+        double slx = (slx4[0] + slx4[1]) + (slx4[2] + slx4[3]);
+        double det = (double)n * (double)sll - (double)sl * (double)sl;
         if (det <= 0) continue;
-        double a = (n * slx - sl * sx) / det; /* scale */
-        double b = (sll * sx - sl * slx) / det; /* offset (= -mn) */
+        double a = (n * slx - (double)sl * sx) / det; /* scale */
+        double b = ((double)sll * sx - (double)sl * slx) / det; /* offset (= -mn) */
         if (b > 0) {
             b = 0;
-            a = sll > 0 ? slx / sll : 0;
+            a = sll > 0 ? slx / (double)sll : 0;
         }
         if (!(a > 0)) continue;
-        double err = 0;
-        for (int i = 0; i < n; i++) {
-            double e = a * lq[i] + b - x[i];
-            err += e * e;
+        double e4[4] = {0};
+        for (int i = 0; i < n; i += 4) {
+            for (int j = 0; j < 4; j++) {
+                double e = a * lq[i + j] + b - x[i + j];
+                e4[j] += e * e;
+            }
         }
+        double err = (e4[0] + e4[1]) + (e4[2] + e4[3]);
         if (err < best_err) {
             best_err = err;
             best_scale = (float)a;
@@ -348,8 +384,7 @@ static void quant_kq_super(const float *x, int nmax, nx_half *d_out, nx_half *dm
     for (int s = 0; s < 8; s++) {
         float ds = dh * ls[s], ms = dminh * lm[s];
         for (int l = 0; l < 32; l++) {
-            int q = ds > 0 ? round_int((x[32 * s + l] + ms) / ds) : 0;
-            L[32 * s + l] = (uint8_t)clamp_int(q, 0, nmax);
+            L[32 * s + l] = (uint8_t)(ds > 0 ? round_clamp((x[32 * s + l] + ms) / ds, 0, nmax) : 0);
         }
     }
 }
@@ -397,22 +432,30 @@ static float fit_scale_sym6(const float *x, int n) {
     if (amax == 0) return 0.0f;
     float best = 0;
     double best_err = -1;
+    NX_ASSERT(n % 4 == 0 && n <= 16); /* 4 partial sums, as in fit_scale_min */
     for (int step = -8; step <= 8; step++) {
         float iscale = -(32.0f + 0.1f * (float)step) / mx;
-        double slx = 0, sll = 0;
-        int lq[16];
-        for (int i = 0; i < n; i++) {
-            int l = clamp_int(round_int(iscale * x[i]), -32, 31);
-            lq[i] = l;
-            slx += (double)l * x[i];
-            sll += (double)l * l;
+        double slx4[4] = {0};
+        float sll4[4] = {0}, lq[16]; /* exact small integers */
+        for (int i = 0; i < n; i += 4) {
+            for (int j = 0; j < 4; j++) {
+                float l = round_clamp_f(iscale * x[i + j], -32.0f, 31.0f);
+                lq[i + j] = l;
+                slx4[j] += (double)l * x[i + j];
+                sll4[j] += l * l;
+            }
         }
+        int64_t sll = (int64_t)((sll4[0] + sll4[1]) + (sll4[2] + sll4[3]));
         if (sll <= 0) continue;
-        double s = slx / sll, err = 0;
-        for (int i = 0; i < n; i++) {
-            double e = s * lq[i] - x[i];
-            err += e * e;
+        double slx = (slx4[0] + slx4[1]) + (slx4[2] + slx4[3]);
+        double s = slx / (double)sll, e4[4] = {0};
+        for (int i = 0; i < n; i += 4) {
+            for (int j = 0; j < 4; j++) {
+                double e = s * lq[i + j] - x[i + j];
+                e4[j] += e * e;
+            }
         }
+        double err = (e4[0] + e4[1]) + (e4[2] + e4[3]);
         if (best_err < 0 || err < best_err) {
             best_err = err;
             best = (float)s;
@@ -444,7 +487,7 @@ static void quant_q6_K(const float *x, struct block_q6_K *b, int64_t nb) {
             float ds = dh * (float)sc;
             for (int j = 0; j < 16; j++) {
                 int e = 16 * s + j;
-                int q = ds != 0 ? clamp_int(round_int(x[16 * s + j] / ds), -32, 31) : 0;
+                int q = ds != 0 ? round_clamp(x[16 * s + j] / ds, -32, 31) : 0;
                 int u = q + 32;
                 int h = e / 128, p = e % 128, g = p / 32, l = p % 32;
                 b->ql[64 * h + l + 32 * (g & 1)] |= (uint8_t)((u & 15) << (g >= 2 ? 4 : 0));
