@@ -182,7 +182,48 @@ struct nx_ctx_params {
     int32_t n_threads;       /* threads for single-token decode (>= 1) */
     int32_t n_threads_batch; /* threads for prompt batches (>= 1) */
     enum nx_type kv_type;    /* NX_TYPE_F16 (default) or NX_TYPE_F32 */
+
+    /*
+     * KV-cache budget and eviction. Budget: tokens kept per KV head per layer, sink and recent
+     * blocks included (one definition for every policy). kv_budget > 0 fixes it; otherwise
+     * kv_density > 0 makes it floor(density * tokens seen so far); both 0: no eviction. A budget
+     * below what the policy needs to keep its sink and recent blocks is raised to that minimum.
+     * The pool is sized once here for the largest budget n_ctx allows, plus one batch.
+     */
+    const char *kv_policy;   /* "full" (default), "streaming", "h2o", "snapkv", "pyramidkv",
+                                "adakv", "morphkv", "tova", "nexus" */
+    float kv_density;
+    int32_t kv_budget;
+    int32_t kv_regime;       /* NX_KV_REGIME_PREFILL: compress at the end of each multi-token
+                                decode (the prompt); NX_KV_REGIME_STREAM: also whenever a layer
+                                holds a block more than its budget during generation */
+    int32_t kv_block;        /* tokens per KV block (32) */
+    int32_t kv_sink;         /* tokens always kept at the start (32) */
+    int32_t kv_recent;       /* newest tokens always kept (32) */
+    int32_t kv_window;       /* observation window: recent queries scored against (16) */
+    int32_t nexus_walk;      /* H: window rows in the walk (3) */
+    float nexus_lambda;      /* bridge-score weight (0.5) */
+    float nexus_eps;         /* recency tie-break (1e-6) */
+    int32_t nexus_n;         /* uniforms averaged per reservoir priority (5) */
+    float nexus_w_scale;     /* weights are multiplied by this before sampling (1) */
+    uint64_t kv_seed;        /* seed of the reservoir draws */
+    bool nexus_fresh_draws;  /* redraw uniforms at each eviction (default: fixed per block) */
+    bool nexus_mean_vectors; /* head aggregation by averaged q/k vectors instead of averaged
+                                probability rows */
 };
+enum { NX_KV_REGIME_PREFILL = 0, NX_KV_REGIME_STREAM = 1 };
+
+/* KV-cache statistics of a context. */
+struct nx_kv_stats {
+    size_t bytes_current;    /* KV bytes held by the sequence now (blocks in use) */
+    size_t bytes_peak;       /* the most ever held */
+    size_t bytes_pool;       /* bytes of the pool allocated at init */
+    int64_t evictions;       /* eviction events (one per layer compaction round) */
+    int64_t tokens_evicted;  /* token slots freed, summed over layers and KV heads */
+    double evict_seconds;    /* wall time spent scoring and compacting */
+    int64_t tokens_cached;   /* tokens in layer 0, KV head 0 now */
+};
+NX_API void nx_ctx_kv_stats(const nx_ctx *ctx, struct nx_kv_stats *out);
 NX_API struct nx_ctx_params nx_ctx_default_params(void);
 
 /* Create a context. *out owned by the caller (nx_ctx_free). Errors: INVALID_ARG, NOMEM. */
@@ -215,7 +256,7 @@ NX_API void nx_ctx_reset(nx_ctx *ctx);
 NX_API nx_status nx_ctx_truncate(nx_ctx *ctx, int32_t n_past);
 /* Change the thread counts; the pool is resized (threads created or joined). */
 NX_API nx_status nx_ctx_set_threads(nx_ctx *ctx, int32_t n_threads, int32_t n_threads_batch);
-/* Bytes of KV cache memory allocated for this context. */
+/* Bytes of KV cache memory allocated for this context (the block pool). */
 NX_API size_t nx_ctx_kv_bytes(const nx_ctx *ctx);
 /* Message for the last failed call on this context, "" if none. Borrowed. */
 NX_API const char *nx_ctx_last_error(const nx_ctx *ctx);

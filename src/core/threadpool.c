@@ -16,7 +16,7 @@
 
 #include "core/alloc.h"
 
-#define SPIN_ITERS 200000
+#define SPIN_ITERS 20000 /* ~0.5 ms of polling before sleeping */
 #define BARRIER_SPINS 20000
 
 struct nx_pool {

@@ -8,6 +8,7 @@
  */
 #include "kv/kv_cache.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -116,10 +117,20 @@ void kv_append(struct kv_cache *c, struct kv_table *t, int32_t pos, const float 
     t->n_tokens = i + 1;
 }
 
+/* The free stack is shared by every table; compactions of different tables may run on
+   different threads (one per layer), so pushes take this lock. */
+static pthread_mutex_t g_free_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void push_free(struct kv_cache *c, int32_t b) {
+    pthread_mutex_lock(&g_free_lock);
+    c->free_ids[c->n_free++] = b;
+    pthread_mutex_unlock(&g_free_lock);
+}
+
 /* Return blocks beyond what n_tokens needs to the pool. */
 static void release_tail(struct kv_cache *c, struct kv_table *t) {
     int32_t need = (int32_t)((t->n_tokens + c->p.block - 1) / c->p.block);
-    while (t->n_blocks > need) c->free_ids[c->n_free++] = t->blocks[--t->n_blocks];
+    while (t->n_blocks > need) push_free(c, t->blocks[--t->n_blocks]);
 }
 
 void kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep) {
@@ -145,7 +156,7 @@ void kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep) {
                 t->blocks[w++] = t->blocks[bi];
                 kept += NX_MIN(B, n - s);
             } else {
-                c->free_ids[c->n_free++] = t->blocks[bi];
+                push_free(c, t->blocks[bi]);
             }
         }
         /* the kept blocks are full except possibly the last, which was the table's last */

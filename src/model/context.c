@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/threadpool.h"
@@ -24,9 +25,11 @@
 #include "kern/quant.h"
 #include "kern/types.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_evict.h"
+#include "kv/kv_policy.h"
+#include "model/context.h"
 #include "model/model.h"
 
-#define NX_KV_BLOCK 32 /* tokens per KV block */
 
 struct nx_ctx {
     const struct nx_model *model;
@@ -36,6 +39,10 @@ struct nx_ctx {
     struct kv_cache *kv; /* paged K/V blocks, one table per (layer, KV head) */
     int32_t n_past;      /* positions processed so far (the next token's position) */
     int64_t max_tokens;  /* most tokens one table can hold (its share of the pool) */
+    struct kv_evictor *ev; /* NULL when nothing is ever evicted */
+    bool acc_attn;       /* accumulate attention per cached token (h2o) */
+    char policy_name[32];
+    struct kv_policy_params pp; /* the policy's parameters, from nx_ctx_params */
 
     /* work buffers for up to n_batch tokens */
     float *x;      /* (n_batch, n_embd) residual stream */
@@ -250,6 +257,12 @@ static void forward_worker(void *arg, int ith, int nth) {
                         for (int64_t i = 0; i < hd; i++) qh[i] += L->bq[h * hd + i];
                     if (L->q_norm) rmsnorm(qh, qh, L->q_norm, hd, hp->rms_eps);
                     rope_apply(qh, c->rope_cs + t * half * 2, hp->n_rot, hp->rope_neox);
+                    if (c->ev && t >= n - c->p.kv_window) {
+                        int32_t pos = (int32_t)(pos0 + t);
+                        memcpy(kv_evict_window_slot(c->ev, il, pos) + h * hd, qh,
+                               sizeof(float) * (size_t)hd);
+                        if (h == 0) kv_evict_window_mark(c->ev, il, pos);
+                    }
                     continue;
                 }
                 int64_t h = u - n * hp->n_head;
@@ -276,10 +289,12 @@ static void forward_worker(void *arg, int ith, int nth) {
             const int64_t B = kv->p.block;
             float *sc = c->scores + (size_t)ith * (size_t)gqa * (size_t)c->max_tokens;
             float *acc = c->att_tmp + (size_t)ith * (size_t)gqa * (size_t)hd;
+            /* with accumulators, one thread owns all tokens of a KV head (no shared writes) */
             int64_t u0, u1;
-            split(n * hp->n_head_kv, 1, ith, nth, &u0, &u1);
+            split(n * hp->n_head_kv, c->acc_attn ? n : 1, ith, nth, &u0, &u1);
             for (int64_t u = u0; u < u1; u++) {
-                int64_t t = u / hp->n_head_kv, kvh = u % hp->n_head_kv;
+                int64_t t = c->acc_attn ? u % n : u / hp->n_head_kv;
+                int64_t kvh = c->acc_attn ? u / n : u % hp->n_head_kv;
                 const struct kv_table *tab = &kv->tables[(size_t)il * hp->n_head_kv + kvh];
                 int64_t ntok = tab->n_tokens - n + t + 1; /* cached before the batch + causal */
                 const float *qg = c->q + t * qd + kvh * gqa * hd;
@@ -290,6 +305,14 @@ static void forward_worker(void *arg, int ith, int nth) {
                                      NX_MIN(B, ntok - j0), qg, gqa, scale, sc + j0, c->max_tokens);
                 }
                 for (int g = 0; g < gqa; g++) softmax(sc + (size_t)g * c->max_tokens, ntok);
+                if (c->acc_attn) {
+                    for (int64_t j0 = 0; j0 < ntok; j0 += B) {
+                        float *acc_b = kv_block_acc(kv, tab->blocks[j0 / B]);
+                        for (int64_t j = j0; j < NX_MIN(j0 + B, ntok); j++)
+                            for (int g = 0; g < gqa; g++)
+                                acc_b[j - j0] += sc[(size_t)g * c->max_tokens + j];
+                    }
+                }
                 memset(out, 0, sizeof(float) * (size_t)(gqa * hd));
                 for (int64_t j0 = 0; j0 < ntok; j0 += B) {
                     int32_t b = tab->blocks[j0 / B];
@@ -345,11 +368,67 @@ static void forward_worker(void *arg, int ith, int nth) {
     }
 }
 
+/* ---- eviction ---- */
+
+struct evict_job {
+    struct nx_ctx *c;
+    int64_t budget;
+};
+
+static void evict_worker(void *arg, int ith, int nth) {
+    struct evict_job *j = arg;
+    for (int il = ith; il < j->c->model->hp.n_layer; il += nth)
+        kv_evict_layer(j->c->ev, il, j->budget, ith);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* One eviction round over every layer, layers split across the pool's threads. */
+static void evict_round(struct nx_ctx *c, bool prompt) {
+    double t0 = now_s();
+    struct evict_job j = {c, kv_evict_budget(c->ev, c->n_past)};
+    int nth = NX_MIN(prompt ? c->p.n_threads_batch : c->p.n_threads, c->n_threads_max);
+    nx_pool_run(c->pool, evict_worker, &j, nth);
+    kv_evict_round_done(c->ev, now_s() - t0);
+}
+
+struct kv_cache *ctx_kv_cache(nx_ctx *c) { return c->kv; }
+
+int64_t ctx_kv_budget(const nx_ctx *c, int layer) {
+    if (!c->ev) return -1;
+    int64_t budget = kv_evict_budget(c->ev, c->n_past);
+    struct kv_layer_view v = {.layer = layer, .n_layer = c->model->hp.n_layer,
+                              .n_tokens = c->n_past};
+    return kv_policy_layer_keep(kv_policy_find(c->policy_name), &v, budget, &c->pp);
+}
+
+void nx_ctx_kv_stats(const nx_ctx *c, struct nx_kv_stats *out) {
+    memset(out, 0, sizeof *out);
+    out->bytes_current = kv_bytes_in_use(c->kv);
+    out->bytes_peak = kv_bytes_peak(c->kv);
+    out->bytes_pool = kv_bytes_pool(c->kv);
+    out->tokens_cached = c->kv->tables[0].n_tokens;
+    if (c->ev) {
+        out->evictions = kv_evict_rounds(c->ev);
+        out->tokens_evicted = kv_evict_tokens_evicted(c->ev);
+        out->evict_seconds = kv_evict_seconds(c->ev);
+    }
+}
+
 /* ---- lifecycle ---- */
 
 struct nx_ctx_params nx_ctx_default_params(void) {
     struct nx_ctx_params p = {
-        .n_ctx = 0, .n_batch = 512, .n_threads = 2, .n_threads_batch = 2, .kv_type = NX_TYPE_F16};
+        .n_ctx = 0, .n_batch = 512, .n_threads = 2, .n_threads_batch = 2, .kv_type = NX_TYPE_F16,
+        .kv_policy = "full", .kv_density = 0, .kv_budget = 0, .kv_regime = NX_KV_REGIME_PREFILL,
+        .kv_block = 32, .kv_sink = 32, .kv_recent = 32, .kv_window = 16, .nexus_walk = 3,
+        .nexus_lambda = 0.5f, .nexus_eps = 1e-6f, .nexus_n = 5, .nexus_w_scale = 1.0f,
+        .kv_seed = 0x6e657875735f6b76ull, .nexus_fresh_draws = false,
+        .nexus_mean_vectors = false};
     return p;
 }
 
@@ -381,7 +460,7 @@ nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *params,
                       char *err, size_t errlen) {
     struct nx_ctx_params p = params ? *params : nx_ctx_default_params();
     *out = NULL;
-    if (p.n_ctx == 0) p.n_ctx = model->hp.n_ctx_train;
+    if (p.n_ctx == 0) p.n_ctx = NX_MIN(model->hp.n_ctx_train, 4096);
     if (p.n_batch <= 0) p.n_batch = 512;
     if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
     const char *bad = NULL;
@@ -394,6 +473,20 @@ nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *params,
         bad = "thread counts must be in [1, 512]";
     else if (p.kv_type != NX_TYPE_F16 && p.kv_type != NX_TYPE_F32)
         bad = "kv_type must be F16 or F32";
+    else if (p.kv_policy && !kv_policy_find(p.kv_policy))
+        bad = "unknown KV policy (full, streaming, h2o, snapkv, pyramidkv, adakv, morphkv, tova, "
+              "nexus)";
+    else if (!(p.kv_density >= 0 && p.kv_density <= 1) || p.kv_budget < 0)
+        bad = "kv_density must be in [0, 1] and kv_budget >= 0";
+    else if (p.kv_block < 1 || p.kv_block > 4096 || p.kv_sink < 0 || p.kv_recent < 0 ||
+             p.kv_window < 1 || p.kv_window > 256)
+        bad = "kv_block must be in [1, 4096], kv_sink/kv_recent >= 0, kv_window in [1, 256]";
+    else if (p.kv_regime != NX_KV_REGIME_PREFILL && p.kv_regime != NX_KV_REGIME_STREAM)
+        bad = "kv_regime must be prefill or stream";
+    else if (p.nexus_walk < 0 || p.nexus_n < 1 || !(p.nexus_lambda >= 0) ||
+             !(p.nexus_eps >= 0) || !(p.nexus_w_scale > 0))
+        bad = "nexus parameters out of range (walk >= 0, n >= 1, lambda >= 0, eps >= 0, "
+              "w_scale > 0)";
     if (bad) {
         if (err && errlen) snprintf(err, errlen, "%s", bad);
         return NX_STATUS_INVALID_ARG;
@@ -405,15 +498,44 @@ nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *params,
     const struct nx_hparams *hp = &model->hp;
     size_t hd = (size_t)hp->head_dim, qd = (size_t)hp->n_head * hd, kvd = (size_t)hp->n_head_kv * hd;
     size_t nb = (size_t)p.n_batch;
+    const struct kv_policy *pol = kv_policy_find(p.kv_policy ? p.kv_policy : "full");
+    snprintf(c->policy_name, sizeof c->policy_name, "%s", pol->name);
+    c->p.kv_policy = c->policy_name;
+    struct kv_policy_params pp = kv_policy_default_params();
+    pp.block = p.kv_block;
+    pp.sink = p.kv_sink;
+    pp.recent = p.kv_recent;
+    pp.nexus_walk = p.nexus_walk;
+    pp.nexus_lambda = p.nexus_lambda;
+    pp.nexus_eps = p.nexus_eps;
+    pp.nexus_n = p.nexus_n;
+    pp.nexus_w_scale = p.nexus_w_scale;
+    pp.nexus_fixed_draws = !p.nexus_fresh_draws;
+    pp.nexus_mean_vectors = p.nexus_mean_vectors;
+    pp.seed = p.kv_seed;
+    c->pp = pp;
+    bool evicting = strcmp(pol->name, "full") != 0 && (p.kv_budget > 0 || p.kv_density > 0);
     {
-        /* the plain (no eviction) budget: every table can hold n_ctx tokens */
+        /* pool: without eviction every table can hold n_ctx tokens; with eviction, the largest
+           budget n_ctx allows (twice that for pyramid layers) plus one batch and two blocks */
+        int64_t B = p.kv_block, per_table_tokens = p.n_ctx;
+        if (evicting) {
+            int64_t budget = p.kv_budget > 0 ? p.kv_budget
+                                             : (int64_t)ceil((double)p.kv_density * p.n_ctx);
+            budget = NX_MAX(budget, kv_policy_min_keep(pol, &pp));
+            if (strcmp(pol->name, "pyramidkv") == 0) budget *= 2;
+            per_table_tokens = NX_MIN(budget + p.n_batch + 2 * B, (int64_t)p.n_ctx + B);
+        }
         struct kv_cache_params kp = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
                                      .head_dim = hp->head_dim, .type = p.kv_type,
-                                     .block = NX_KV_BLOCK, .with_acc = false};
-        int64_t per_table = (p.n_ctx + kp.block - 1) / kp.block;
+                                     .block = p.kv_block, .with_acc = pol->needs_acc_attn};
+        int64_t per_table = (per_table_tokens + B - 1) / B;
         kp.n_blocks = per_table * hp->n_layer * hp->n_head_kv;
         if (kp.n_blocks > INT32_MAX || kv_cache_init(&kp, &c->kv) != NX_STATUS_OK) goto nomem;
-        c->max_tokens = per_table * kp.block;
+        /* a per-head policy may give one head up to every head's share (Ada-KV) */
+        c->max_tokens = NX_MIN(per_table * B * (pol->per_head ? hp->n_head_kv : 1),
+                               (int64_t)p.n_ctx + B);
+        c->acc_attn = evicting && pol->needs_acc_attn;
     }
     bool ok = true;
     size_t wide = NX_MAX((size_t)hp->n_embd, qd);
@@ -433,6 +555,13 @@ nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *params,
     if (!ok) goto nomem;
     nx_status st = nx_ctx_set_threads(c, p.n_threads, p.n_threads_batch);
     if (st) goto nomem;
+    if (evicting) {
+        struct kv_evict_params ep = {.policy = pol, .pp = pp, .density = p.kv_density,
+                                     .budget = p.kv_budget, .regime = p.kv_regime,
+                                     .window = p.kv_window, .n_head = hp->n_head,
+                                     .n_threads = c->n_threads_max, .max_tokens = c->max_tokens};
+        if (kv_evict_init(c->kv, &ep, &c->ev) != NX_STATUS_OK) goto nomem;
+    }
     *out = c;
     return NX_STATUS_OK;
 nomem:
@@ -475,6 +604,7 @@ nx_status nx_ctx_set_threads(nx_ctx *c, int32_t n_threads, int32_t n_threads_bat
 void nx_ctx_free(nx_ctx *c) {
     if (!c) return;
     nx_pool_free(c->pool);
+    kv_evict_free(c->ev);
     kv_cache_free(c->kv);
     float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->ffa, c->ffb, c->rope_cs, c->scores, c->att_tmp,
                      c->logits, (float *)c->xq_a, (float *)c->xq_b};
@@ -497,7 +627,8 @@ nx_status nx_decode(nx_ctx *c, const nx_token *tokens, int32_t n, bool all_logit
                      tokens[i], i, hp->n_vocab);
             return NX_STATUS_INVALID_ARG;
         }
-    if (c->kv->tables[0].n_tokens + n > c->p.n_ctx || kv_cache_reserve(c->kv, n) != NX_STATUS_OK) {
+    if ((int64_t)c->n_past + n > c->p.n_ctx ||
+        kv_cache_reserve(c->kv, NX_MIN(n, c->p.n_batch)) != NX_STATUS_OK) {
         snprintf(c->err, sizeof c->err, "KV cache full: %d + %d tokens > n_ctx %d", c->n_past, n,
                  c->p.n_ctx);
         return NX_STATUS_KV_FULL;
@@ -513,6 +644,10 @@ nx_status nx_decode(nx_ctx *c, const nx_token *tokens, int32_t n, bool all_logit
     }
     for (int32_t done = 0; done < n;) {
         int32_t nb = NX_MIN(n - done, c->p.n_batch);
+        if (done > 0 && kv_cache_reserve(c->kv, nb) != NX_STATUS_OK) {
+            snprintf(c->err, sizeof c->err, "KV pool exhausted after %d of %d tokens", done, n);
+            return NX_STATUS_KV_FULL;
+        }
         bool last_chunk = done + nb == n;
         c->job_tok = tokens + done;
         c->job_n = nb;
@@ -529,6 +664,7 @@ nx_status nx_decode(nx_ctx *c, const nx_token *tokens, int32_t n, bool all_logit
         nx_pool_run(c->pool, forward_worker, c, nth);
         c->n_past += nb;
         done += nb;
+        if (c->ev && kv_evict_due(c->ev, c->n_past, n > 1)) evict_round(c, n > 1);
     }
     c->logits_rows = rows;
     c->logits_all = all_logits;
@@ -549,6 +685,7 @@ int32_t nx_ctx_n_ctx(const nx_ctx *c) { return c->p.n_ctx; }
 void nx_ctx_reset(nx_ctx *c) {
     c->n_past = 0;
     kv_cache_clear(c->kv);
+    if (c->ev) kv_evict_reset(c->ev);
     c->last_n = 0;
 }
 nx_status nx_ctx_truncate(nx_ctx *c, int32_t n_past) {
@@ -565,6 +702,7 @@ nx_status nx_ctx_truncate(nx_ctx *c, int32_t n_past) {
             }
             kv_truncate(c->kv, t, keep);
         }
+    if (c->ev) kv_evict_forget_from(c->ev, n_past);
     c->n_past = n_past;
     c->last_n = 0;
     return NX_STATUS_OK;

@@ -86,6 +86,7 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
     }
     int reps = p->reps;
     double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
+    double tg_total = 0; /* seconds in all decode runs (eviction time is part of it) */
     if (!pp || !tg) return 1;
     for (int r = 0; r < reps; r++) {
         if (p->n_prompt > 0) {
@@ -106,7 +107,9 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
                     return 1;
                 }
             }
-            tg[r] = p->n_gen / (now_s() - t0);
+            double dt = now_s() - t0;
+            tg_total += dt;
+            tg[r] = p->n_gen / dt;
         }
         if (!p->json)
             fprintf(stderr, "  rep %d/%d: pp %.1f t/s, tg %.1f t/s\n", r + 1, reps, pp[r], tg[r]);
@@ -118,6 +121,8 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
     double kv_row = (double)nx_ctx_kv_bytes(c) / 2.0 / nl / nx_ctx_n_ctx(c); /* per layer/pos */
     double bytes_tok = (double)nx_model_decode_bytes(m) + 2.0 * nl * mean_depth * kv_row;
     double roof = bw > 0 ? bw / bytes_tok : 0;
+    struct nx_kv_stats ks;
+    nx_ctx_kv_stats(c, &ks);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double rss = (double)ru.ru_maxrss * 1024.0;
@@ -127,10 +132,14 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
                "\"depth\":%d,\"reps\":%d,\"pp_tps\":%.3f,\"pp_tps_min\":%.3f,\"pp_tps_max\":%.3f,"
                "\"tg_tps\":%.3f,\"tg_tps_min\":%.3f,\"tg_tps_max\":%.3f,\"peak_rss_bytes\":%.0f,"
                "\"weight_bytes\":%zu,\"decode_bytes_per_token\":%.0f,\"read_bandwidth_bps\":%.0f,"
-               "\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f}\n",
+               "\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f,\"kv_bytes_peak\":%zu,"
+               "\"kv_bytes_final\":%zu,\"evict_seconds\":%.6f,\"evictions\":%lld,"
+               "\"decode_seconds\":%.6f}\n",
                nx_model_desc(m), n_threads, nx_kernels_name(), p->n_prompt, p->n_gen, p->depth,
                reps, spp.med, spp.min, spp.max, stg.med, stg.min, stg.max, rss,
-               nx_model_weight_bytes(m), bytes_tok, bw, roof, roof > 0 ? stg.med / roof : 0);
+               nx_model_weight_bytes(m), bytes_tok, bw, roof, roof > 0 ? stg.med / roof : 0,
+               ks.bytes_peak, ks.bytes_current, ks.evict_seconds, (long long)ks.evictions,
+               tg_total);
     } else {
         printf("model: %s, %d threads, kernels %s, depth %d, %d reps\n", nx_model_desc(m),
                n_threads, nx_kernels_name(), p->depth, reps);
@@ -144,6 +153,11 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
                "roofline %.2f t/s; tg reaches %.0f%% of it\n",
                rss / 1048576.0, bytes_tok / 1048576.0, bw / 1e9, roof,
                roof > 0 ? 100.0 * stg.med / roof : 0.0);
+        printf("KV: peak %.1f MiB, final %.1f MiB, %lld eviction rounds, %.3f s evicting "
+               "(%.1f%% of decode time)\n",
+               (double)ks.bytes_peak / 1048576.0, (double)ks.bytes_current / 1048576.0,
+               (long long)ks.evictions, ks.evict_seconds,
+               tg_total > 0 ? 100.0 * ks.evict_seconds / tg_total : 0.0);
     }
     free(pp);
     free(tg);

@@ -87,6 +87,7 @@ struct common_opts {
     const char *model;
     int threads;
     int ctx;
+    struct nx_ctx_params cp; /* KV policy and budget flags land here */
     enum nx_type kv_type;
     bool use_mmap;
     bool ref_kernels;
@@ -111,6 +112,44 @@ static bool common_flag(struct common_opts *o, int argc, char **argv, int *i) {
             die("--kv-type: expected f16 or f32, got '%s'", v);
     } else if (!strcmp(a, "--mmap"))
         o->use_mmap = true;
+    else if (!strcmp(a, "--kv-policy"))
+        o->cp.kv_policy = need_arg(argc, argv, i);
+    else if (!strcmp(a, "--kv-density"))
+        o->cp.kv_density = (float)parse_double(a, need_arg(argc, argv, i));
+    else if (!strcmp(a, "--kv-budget"))
+        o->cp.kv_budget = (int32_t)parse_long(a, need_arg(argc, argv, i), 1, INT32_MAX);
+    else if (!strcmp(a, "--kv-regime")) {
+        const char *v = need_arg(argc, argv, i);
+        if (!strcmp(v, "prefill"))
+            o->cp.kv_regime = NX_KV_REGIME_PREFILL;
+        else if (!strcmp(v, "stream"))
+            o->cp.kv_regime = NX_KV_REGIME_STREAM;
+        else
+            die("--kv-regime: expected prefill or stream, got '%s'", v);
+    } else if (!strcmp(a, "--kv-block"))
+        o->cp.kv_block = (int32_t)parse_long(a, need_arg(argc, argv, i), 1, 4096);
+    else if (!strcmp(a, "--kv-sink"))
+        o->cp.kv_sink = (int32_t)parse_long(a, need_arg(argc, argv, i), 0, 1 << 20);
+    else if (!strcmp(a, "--kv-recent"))
+        o->cp.kv_recent = (int32_t)parse_long(a, need_arg(argc, argv, i), 0, 1 << 20);
+    else if (!strcmp(a, "--kv-window"))
+        o->cp.kv_window = (int32_t)parse_long(a, need_arg(argc, argv, i), 1, 256);
+    else if (!strcmp(a, "--kv-seed"))
+        o->cp.kv_seed = (uint64_t)parse_long(a, need_arg(argc, argv, i), 0, LONG_MAX);
+    else if (!strcmp(a, "--nexus-walk"))
+        o->cp.nexus_walk = (int32_t)parse_long(a, need_arg(argc, argv, i), 0, 256);
+    else if (!strcmp(a, "--nexus-lambda"))
+        o->cp.nexus_lambda = (float)parse_double(a, need_arg(argc, argv, i));
+    else if (!strcmp(a, "--nexus-eps"))
+        o->cp.nexus_eps = (float)parse_double(a, need_arg(argc, argv, i));
+    else if (!strcmp(a, "--nexus-n"))
+        o->cp.nexus_n = (int32_t)parse_long(a, need_arg(argc, argv, i), 1, 100000);
+    else if (!strcmp(a, "--nexus-w-scale"))
+        o->cp.nexus_w_scale = (float)parse_double(a, need_arg(argc, argv, i));
+    else if (!strcmp(a, "--nexus-fresh-draws"))
+        o->cp.nexus_fresh_draws = true;
+    else if (!strcmp(a, "--nexus-mean-vectors"))
+        o->cp.nexus_mean_vectors = true;
     else if (!strcmp(a, "--ref-kernels"))
         o->ref_kernels = true;
     else
@@ -120,6 +159,7 @@ static bool common_flag(struct common_opts *o, int argc, char **argv, int *i) {
 
 static struct common_opts common_defaults(void) {
     struct common_opts o = {.model = NULL, .threads = 2, .ctx = 0, .kv_type = NX_TYPE_F16};
+    o.cp = nx_ctx_default_params();
     return o;
 }
 
@@ -139,7 +179,7 @@ static nx_model *load_model(const struct common_opts *o) {
 }
 
 static nx_ctx *make_ctx(const nx_model *m, const struct common_opts *o) {
-    struct nx_ctx_params cp = nx_ctx_default_params();
+    struct nx_ctx_params cp = o->cp;
     cp.n_ctx = o->ctx;
     cp.n_threads = o->threads;
     cp.n_threads_batch = o->threads;
@@ -251,7 +291,15 @@ static int cmd_run(int argc, char **argv) {
             n_prompt / t_prompt);
     fprintf(stderr, "generation: %ld tokens in %.3f s (%.1f tokens/s)\n", n_gen, t_gen,
             n_gen > 0 ? n_gen / t_gen : 0.0);
-    fprintf(stderr, "kv cache: %.1f MiB\n", (double)nx_ctx_kv_bytes(c) / 1048576.0);
+    struct nx_kv_stats ks;
+    nx_ctx_kv_stats(c, &ks);
+    fprintf(stderr,
+            "kv cache (%s): peak %.2f MiB, final %.2f MiB (pool %.2f MiB), %lld tokens cached, "
+            "%lld eviction rounds, %lld token slots evicted, %.3f s evicting\n",
+            o.cp.kv_policy ? o.cp.kv_policy : "full", (double)ks.bytes_peak / 1048576.0,
+            (double)ks.bytes_current / 1048576.0, (double)ks.bytes_pool / 1048576.0,
+            (long long)ks.tokens_cached, (long long)ks.evictions, (long long)ks.tokens_evicted,
+            ks.evict_seconds);
     free(toks);
     free(owned);
     nx_sampler_free(s);
@@ -422,7 +470,12 @@ static void usage(void) {
             "  nexus tokenize -m MODEL (--text TEXT | --file F) [--bos]\n"
             "  nexus bench -m MODEL [-p 512] [-n 128] [--depth D] [-t N] [-r REPS] [--json]\n"
             "  nexus mkmodel -o OUT.gguf [--preset NAME] [--arch A] [--type T] ... (--help)\n"
-            "common: --kv-type f16|f32, --mmap (use weights in place), --ref-kernels\n",
+            "common: --kv-type f16|f32, --mmap (use weights in place), --ref-kernels\n"
+            "KV budget (run, bench): --kv-policy full|streaming|h2o|snapkv|pyramidkv|adakv|\n"
+            "  morphkv|tova|nexus, --kv-density D | --kv-budget TOKENS, --kv-regime prefill|stream,\n"
+            "  --kv-block 32, --kv-sink 32, --kv-recent 32, --kv-window 16, --kv-seed S,\n"
+            "  --nexus-walk 3, --nexus-lambda 0.5, --nexus-eps 1e-6, --nexus-n 5,\n"
+            "  --nexus-w-scale 1, --nexus-fresh-draws, --nexus-mean-vectors\n",
             nx_version());
 }
 

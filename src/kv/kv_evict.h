@@ -1,0 +1,65 @@
+/*
+ * kv_evict.h - holds a sequence's KV cache to its budget: decides when to evict, builds the
+ * policy's view of each layer (keys as floats, positions, the observation window, cumulative
+ * attention), runs the policy and compacts the tables.
+ *
+ * The forward pass feeds it the post-RoPE queries of the newest tokens (a ring of `window`
+ * per layer) and, for policies that need it, cumulative attention in the cache's per-slot
+ * accumulators. All buffers are sized at init; kv_evict_layer allocates nothing. Layers are
+ * independent: different threads may run kv_evict_layer on different layers at once, each with
+ * its own thread index.
+ */
+#ifndef NX_KV_EVICT_H
+#define NX_KV_EVICT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv/kv_cache.h"
+#include "kv/kv_policy.h"
+
+struct kv_evict_params {
+    const struct kv_policy *policy;
+    struct kv_policy_params pp;
+    float density;     /* budget = floor(density * seen) when budget == 0 */
+    int64_t budget;    /* fixed budget in tokens (> 0), or 0 */
+    int regime;        /* NX_KV_REGIME_PREFILL / NX_KV_REGIME_STREAM */
+    int32_t window;    /* observation-window queries kept per layer */
+    int32_t n_head;    /* query heads */
+    int n_threads;     /* most threads that will call kv_evict_layer at once */
+    int64_t max_tokens; /* most tokens a table can hold */
+};
+
+struct kv_evictor;
+
+nx_status kv_evict_init(struct kv_cache *kv, const struct kv_evict_params *p,
+                        struct kv_evictor **out);
+void kv_evict_free(struct kv_evictor *e);
+/* Forget the window (with kv_cache_clear). */
+void kv_evict_reset(struct kv_evictor *e);
+
+/* Where the forward pass stores the n_head*head_dim query floats of the token at `pos` in
+ * `layer` (ring slot pos % window). Query head h's row starts at h*head_dim; threads may fill
+ * different heads of one slot concurrently. kv_evict_window_mark records that the slot holds
+ * pos (once per token, by one thread). */
+float *kv_evict_window_slot(struct kv_evictor *e, int layer, int32_t pos);
+void kv_evict_window_mark(struct kv_evictor *e, int layer, int32_t pos);
+/* Drop window rows of positions >= pos (after a truncation). */
+void kv_evict_forget_from(struct kv_evictor *e, int32_t pos);
+
+/* Budget (tokens per KV head per layer) after `seen` tokens, never below the policy's minimum. */
+int64_t kv_evict_budget(const struct kv_evictor *e, int64_t seen);
+/* Whether an eviction round is due after a chunk: prefill regime -> after a multi-token call's
+ * chunks; stream regime -> also when a layer holds >= budget + block tokens. */
+bool kv_evict_due(const struct kv_evictor *e, int64_t seen, bool prompt_chunk);
+/* Evict layer `layer` to `budget` using thread ith's buffers. */
+void kv_evict_layer(struct kv_evictor *e, int layer, int64_t budget, int ith);
+/* Account one finished round (all layers) that took `seconds`. */
+void kv_evict_round_done(struct kv_evictor *e, double seconds);
+
+bool kv_evict_needs_acc(const struct kv_evictor *e);
+int64_t kv_evict_rounds(const struct kv_evictor *e);
+int64_t kv_evict_tokens_evicted(const struct kv_evictor *e);
+double kv_evict_seconds(const struct kv_evictor *e);
+
+#endif
