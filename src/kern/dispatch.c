@@ -13,6 +13,9 @@
  *   could otherwise mix sets, whose roundings differ).
  * - The activation format is shared by all sets (kern_impl.h), so kern_act_row_bytes does not
  *   depend on the set.
+ * - A set whose table leaves attn_scores / attn_values NULL gets the AVX2 versions: only SIMD
+ *   sets may do so (the reference table always sets them), and every SIMD set requires AVX2,
+ *   FMA and F16C.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -113,4 +116,21 @@ void kern_axpy_kv(enum nx_type kvt, int64_t n, float a, const void *v, float *y)
 
 void kern_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst) {
     kern_table_current()->store_kv(kvt, n, x, dst);
+}
+
+void kern_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                      int64_t npos, const float *q, int64_t ng, float scale, float *scores,
+                      int64_t ld) {
+    if (npos <= 0 || ng <= 0) return;
+    const struct kern_table *t = kern_table_current();
+    (t->attn_scores ? t->attn_scores : kern_avx2_attn_scores)(kvt, hd, k, k_stride, npos, q, ng,
+                                                               scale, scores, ld);
+}
+
+void kern_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
+                      int64_t npos, const float *p, int64_t ld, int64_t ng, float *out) {
+    if (ng <= 0 || hd <= 0) return;
+    const struct kern_table *t = kern_table_current();
+    (t->attn_values ? t->attn_values : kern_avx2_attn_values)(kvt, hd, v, v_stride, npos, p, ld,
+                                                               ng, out);
 }

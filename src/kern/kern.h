@@ -49,4 +49,25 @@ void kern_axpy_kv(enum nx_type kvt, int64_t n, float a, const void *v, float *y)
 /* store n floats as kvt */
 void kern_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst);
 
+/*
+ * Grouped attention over one KV head: the ng query heads that share it are processed together,
+ * so each K/V row is read (and converted from F16) once for all of them.
+ *   K_j = (const char *)k + j*k_stride, V_j = (const char *)v + j*v_stride: rows of hd elements
+ *   of kvt (F32 or F16) for positions j in [0, npos); strides are in bytes (any value, rows may
+ *   be interleaved with other heads' slices; F16 rows need only 2-byte alignment).
+ *   q: ng query rows of hd floats, contiguous (q + g*hd); scores / p: ng rows, ld floats apart.
+ * Both are pure, single-threaded functions of their inputs (no state, no dependence on the
+ * caller's thread); each output element's summation order is fixed and does not depend on ng,
+ * npos, ld or the other heads (see attn_ref.c / attn_avx2.c). ng <= 0 or npos <= 0 is allowed.
+ */
+/* scores[g*ld + j] = scale * dot(q + g*hd, K_j) for g in [0, ng), j in [0, npos); ld >= npos;
+ * nothing else of scores is written; scores must not overlap q or the K rows. */
+void kern_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                      int64_t npos, const float *q, int64_t ng, float scale, float *scores,
+                      int64_t ld);
+/* out[g*hd + i] = sum_j p[g*ld + j] * V_j[i] for g in [0, ng), i in [0, hd). Overwrites out
+ * (all zeros when npos <= 0); out must not overlap p or the V rows. */
+void kern_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
+                      int64_t npos, const float *p, int64_t ld, int64_t ng, float *out);
+
 #endif

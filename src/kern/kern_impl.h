@@ -33,6 +33,11 @@ struct kern_table {
     float (*dot_kv)(enum nx_type kvt, int64_t n, const void *k, const float *q);
     void (*axpy_kv)(enum nx_type kvt, int64_t n, float a, const void *v, float *y);
     void (*store_kv)(enum nx_type kvt, int64_t n, const float *x, void *dst);
+    void (*attn_scores)(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                        int64_t npos, const float *q, int64_t ng, float scale, float *scores,
+                        int64_t ld);
+    void (*attn_values)(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
+                        int64_t npos, const float *p, int64_t ld, int64_t ng, float *out);
 };
 
 /* The kernel sets. Only call a SIMD set's functions when kern_cpu_supports(name) is true. */
@@ -55,6 +60,12 @@ void kern_ref_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride,
 float kern_ref_dot_kv(enum nx_type kvt, int64_t n, const void *k, const float *q);
 void kern_ref_axpy_kv(enum nx_type kvt, int64_t n, float a, const void *v, float *y);
 void kern_ref_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst);
+/* attn_ref.c */
+void kern_ref_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                          int64_t npos, const float *q, int64_t ng, float scale, float *scores,
+                          int64_t ld);
+void kern_ref_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
+                          int64_t npos, const float *p, int64_t ld, int64_t ng, float *out);
 
 /* AVX2 entry points (kern_avx2.c); the AVX-512 set reuses some of them. */
 void kern_avx2_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k);
@@ -64,6 +75,12 @@ void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride
 float kern_avx2_dot_kv(enum nx_type kvt, int64_t n, const void *k, const float *q);
 void kern_avx2_axpy_kv(enum nx_type kvt, int64_t n, float a, const void *v, float *y);
 void kern_avx2_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst);
+/* attn_avx2.c (also used by the AVX-512 set) */
+void kern_avx2_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                           int64_t npos, const float *q, int64_t ng, float scale, float *scores,
+                           int64_t ld);
+void kern_avx2_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
+                           int64_t npos, const float *p, int64_t ld, int64_t ng, float *out);
 
 /*
  * Q4_K / Q5_K scale unpacking: 12 bytes hold eight 6-bit scales and eight 6-bit mins. With the

@@ -204,4 +204,6 @@ const struct kern_table kern_table_ref = {
     .dot_kv = kern_ref_dot_kv,
     .axpy_kv = kern_ref_axpy_kv,
     .store_kv = kern_ref_store_kv,
+    .attn_scores = kern_ref_attn_scores,
+    .attn_values = kern_ref_attn_values,
 };

@@ -1,0 +1,59 @@
+/*
+ * attn_ref.c - reference (plain C) grouped attention kernels: kern_attn_scores and
+ * kern_attn_values for the "ref" kernel set, and the oracle the SIMD versions are tested
+ * against.
+ *
+ * DESIGN
+ * - Written to repeat, element for element, what the per-call reference path computes (the
+ *   forward pass's old loop of kern_ref_dot_kv / kern_ref_axpy_kv), so switching the forward
+ *   pass to the grouped kernels does not change any result under NX_KERNELS=ref:
+ *   - scores: each dot product accumulates (double)K[i] * q[i] in a double, in index order
+ *     i = 0 .. hd-1, is rounded to float once, then multiplied by scale in float.
+ *   - values: each output element starts at 0.0f and accumulates fmaf(p[j], V_j[i], acc) in
+ *     float, in position order j = 0 .. npos-1 (one rounding per position).
+ * - F16 elements are converted exactly with nx_half_to_f32.
+ * - Loops are ordered for clarity (head, then position, then element); every output element
+ *   is an independent computation, so the order of the outer loops cannot change results.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "core/nx_base.h"
+#include "kern/kern_impl.h"
+
+/* Element i of a KV row of type kvt, as a float (exact). */
+static inline float kv_elem(enum nx_type kvt, const void *row, int64_t i) {
+    if (kvt == NX_TYPE_F32) return ((const float *)row)[i];
+    return nx_half_to_f32(((const nx_half *)row)[i]);
+}
+
+void kern_ref_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                          int64_t npos, const float *q, int64_t ng, float scale, float *scores,
+                          int64_t ld) {
+    NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
+    const char *kb = k;
+    for (int64_t g = 0; g < ng; g++) {
+        const float *qg = q + g * hd;
+        for (int64_t j = 0; j < npos; j++) {
+            const void *row = kb + (size_t)j * k_stride;
+            double acc = 0.0;
+            for (int64_t i = 0; i < hd; i++) acc += (double)kv_elem(kvt, row, i) * qg[i];
+            scores[g * ld + j] = (float)acc * scale;
+        }
+    }
+}
+
+void kern_ref_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
+                          int64_t npos, const float *p, int64_t ld, int64_t ng, float *out) {
+    NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
+    const char *vb = v;
+    for (int64_t g = 0; g < ng; g++) {
+        float *o = out + g * hd;
+        for (int64_t i = 0; i < hd; i++) o[i] = 0.0f;
+        for (int64_t j = 0; j < npos; j++) {
+            const void *row = vb + (size_t)j * v_stride;
+            float a = p[g * ld + j];
+            for (int64_t i = 0; i < hd; i++) o[i] = fmaf(a, kv_elem(kvt, row, i), o[i]);
+        }
+    }
+}

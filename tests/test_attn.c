@@ -1,0 +1,423 @@
+/*
+ * test_attn.c - tests of the grouped attention kernels kern_attn_scores / kern_attn_values
+ * (src/kern/attn_ref.c, src/kern/attn_avx2.c) and their dispatch.
+ *
+ * DESIGN
+ * - Inputs mimic the KV cache: rows of several interleaved heads, the tested head's slice at an
+ *   odd element offset inside a row (so F16 rows are only 2-byte aligned), strides larger than
+ *   hd, both unaligned ones and powers of two >= 1 KiB (which make the AVX2 kernels use short
+ *   position blocks); buffers are sized exactly to the last slice so AddressSanitizer sees any
+ *   over-read.
+ *   Score rows use ld > npos, and the gaps (and a guard after out) hold a NaN sentinel that
+ *   must survive.
+ * - Shapes: every combination of F32 / F16, hd in {8, 64, 80, 128, 13}, ng in {1, 2, 3, 4, 5, 8}
+ *   and npos in {1, 7, 64, 300} (300: several position blocks plus leftovers; 13: the
+ *   zero-padded partial chunk).
+ * - Oracles: a double-precision dot product / weighted sum written here. Tolerances are
+ *   relative to S = the sum of |terms| of the element: 1e-5 * S for scores (float lanes: about
+ *   hd/8 + 4 roundings) and for AVX2 vs reference; max(1e-5, npos * FLT_EPSILON) * S for values
+ *   against double (a float chain of npos FMAs, in both sets).
+ * - Exact properties: the reference equals the old per-call path (kern_ref_dot_kv * scale,
+ *   kern_ref_axpy_kv loop) bit for bit; AVX2 values equal the reference bit for bit (same FMA
+ *   sequence); every set gives bit-identical elements whatever ng / npos subset a call covers
+ *   (what makes results independent of how the caller splits work across threads).
+ * - AVX2 parts print "skipped: no AVX2" and pass on CPUs without AVX2/FMA/F16C.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/nx_base.h"
+#include "kern/kern.h"
+#include "kern/kern_impl.h"
+#include "kern/quant.h"
+#include "test.h"
+
+static uint64_t g_rng = 0x243f6a8885a308d3ull;
+
+static uint32_t rng_u32(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 32);
+}
+
+/* uniform in [-1, 1) */
+static float rng_f(void) { return (float)rng_u32() / 2147483648.0f - 1.0f; }
+
+static const int64_t g_hds[] = {8, 64, 80, 128, 13};
+static const int64_t g_ngs[] = {1, 2, 3, 4, 5, 8};
+static const int64_t g_nposs[] = {1, 7, 64, 300};
+static const enum nx_type g_kvts[] = {NX_TYPE_F32, NX_TYPE_F16};
+#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* A KV cache stand-in: npos rows, stride bytes apart; the tested slice (hd elements) starts
+ * at base. vals holds the slice's exact float values, npos x hd. */
+struct kv {
+    enum nx_type kvt;
+    int64_t hd, npos;
+    size_t stride, elt;
+    char *buf;        /* exactly sized: ends with the last row's slice */
+    const char *base; /* buf + slice offset */
+    float *vals;
+};
+
+/* Row strides: 0 = 3 heads' worth plus 5 elements (no power-of-two alignment); 1 = a power of
+ * two >= 1 KiB, like real caches (the AVX2 kernels then use 8- or 16-row blocks). */
+static int g_stride_mode;
+
+static void kv_make(struct kv *c, enum nx_type kvt, int64_t hd, int64_t npos, float amp) {
+    c->kvt = kvt;
+    c->hd = hd;
+    c->npos = npos;
+    c->elt = kvt == NX_TYPE_F32 ? 4 : 2;
+    /* our slice starts at element hd + 1 of each row */
+    c->stride = (size_t)(3 * hd + 5) * c->elt;
+    if (g_stride_mode == 1) {
+        c->stride = 1024;
+        while (c->stride < (size_t)(2 * hd + 2) * c->elt) c->stride *= 2;
+    }
+    size_t off = (size_t)(hd + 1) * c->elt;
+    size_t bytes = (size_t)(npos - 1) * c->stride + off + (size_t)hd * c->elt;
+    c->buf = malloc(bytes);
+    c->vals = malloc((size_t)(npos * hd) * sizeof(float));
+    for (size_t b = 0; b < bytes; b++) c->buf[b] = (char)rng_u32(); /* other heads: noise */
+    c->base = c->buf + off;
+    for (int64_t j = 0; j < npos; j++) {
+        char *row = c->buf + off + (size_t)j * c->stride;
+        for (int64_t i = 0; i < hd; i++) {
+            float x = amp * rng_f();
+            if (kvt == NX_TYPE_F32) {
+                memcpy(row + (size_t)i * 4, &x, 4);
+            } else {
+                nx_half h = nx_f32_to_half(x);
+                memcpy(row + (size_t)i * 2, &h, 2);
+                x = nx_half_to_f32(h);
+            }
+            c->vals[j * hd + i] = x;
+        }
+    }
+}
+
+static void kv_free(struct kv *c) {
+    free(c->buf);
+    free(c->vals);
+}
+
+static float *rand_floats(int64_t n, float amp) {
+    float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = amp * rng_f();
+    return x;
+}
+
+static float *nan_floats(int64_t n) {
+    float *x = malloc((size_t)n * sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+
+typedef void (*scores_fn)(enum nx_type, int64_t, const void *, size_t, int64_t, const float *,
+                          int64_t, float, float *, int64_t);
+typedef void (*values_fn)(enum nx_type, int64_t, const void *, size_t, int64_t, const float *,
+                          int64_t, int64_t, float *);
+
+static bool have_avx2(void) {
+    if (kern_cpu_supports("avx2")) return true;
+    printf("  skipped: no AVX2\n");
+    return false;
+}
+
+static bool same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+/* ---- scores ------------------------------------------------------------------------------- */
+
+/*
+ * Every shape: the set's scores against a double dot product (and, when ref is given, against
+ * the reference set's scores), tolerance 1e-5 * S; the ld gaps must keep their sentinel.
+ */
+static void check_scores(scores_fn fn, scores_fn ref, const char *what) {
+    const float scale = 0.125f;
+    for (g_stride_mode = 0; g_stride_mode < 2; g_stride_mode++)
+    for (int a = 0; a < N_OF(g_kvts); a++)
+    for (int b = 0; b < N_OF(g_hds); b++)
+    for (int c = 0; c < N_OF(g_ngs); c++)
+    for (int d = 0; d < N_OF(g_nposs); d++) {
+        enum nx_type kvt = g_kvts[a];
+        int64_t hd = g_hds[b], ng = g_ngs[c], npos = g_nposs[d], ld = npos + 3;
+        struct kv k;
+        kv_make(&k, kvt, hd, npos, 2.0f);
+        float *q = rand_floats(ng * hd, 3.0f);
+        float *s = nan_floats(ng * ld), *sr = nan_floats(ng * ld);
+        fn(kvt, hd, k.base, k.stride, npos, q, ng, scale, s, ld);
+        if (ref) ref(kvt, hd, k.base, k.stride, npos, q, ng, scale, sr, ld);
+        int bad = 0;
+        for (int64_t g = 0; g < ng && !bad; g++) {
+            for (int64_t j = 0; j < ld && !bad; j++) {
+                float got = s[g * ld + j];
+                if (j >= npos) {
+                    if (!isnan(got)) {
+                        printf("  %s: ld gap written: type %d hd %lld ng %lld npos %lld\n", what,
+                               (int)kvt, (long long)hd, (long long)ng, (long long)npos);
+                        bad = 1;
+                    }
+                    continue;
+                }
+                double dot = 0.0, sabs = 0.0;
+                for (int64_t i = 0; i < hd; i++) {
+                    double t = (double)k.vals[j * hd + i] * q[g * hd + i];
+                    dot += t;
+                    sabs += fabs(t);
+                }
+                double want = dot * scale, tol = 1e-5 * sabs * scale + 1e-30;
+                double err = fabs(got - want), err_ref = ref ? fabs(got - sr[g * ld + j]) : 0;
+                if (!(err <= tol) || !(err_ref <= tol)) {
+                    printf("  %s: stride mode %d type %d hd %lld ng %lld npos %lld g %lld j %lld: "
+                           "got %.9g want %.9g ref %.9g tol %.3g\n",
+                           what, g_stride_mode, (int)kvt, (long long)hd, (long long)ng,
+                           (long long)npos, (long long)g, (long long)j, got, want,
+                           ref ? sr[g * ld + j] : 0.0, tol);
+                    bad = 1;
+                }
+            }
+        }
+        free(q);
+        free(s);
+        free(sr);
+        kv_free(&k);
+        if (bad) FAILF("%s: wrong scores (see above)", what);
+    }
+}
+
+TEST(scores_ref_vs_double) { check_scores(kern_ref_attn_scores, NULL, "ref"); }
+
+TEST(scores_avx2_vs_ref_and_double) {
+    if (!have_avx2()) return;
+    check_scores(kern_avx2_attn_scores, kern_ref_attn_scores, "avx2");
+}
+
+/* kern_attn_scores (whatever set this CPU picked) and the forced reference, vs double. */
+TEST(scores_dispatch_vs_double) {
+    check_scores(kern_attn_scores, NULL, kern_name());
+    kern_force_ref(true);
+    check_scores(kern_attn_scores, NULL, "forced ref");
+    kern_force_ref(false);
+}
+
+/* ---- values ------------------------------------------------------------------------------- */
+
+/*
+ * Every shape: out against a double weighted sum (tolerance max(1e-5, npos*eps) * S) and,
+ * when ref is given, against the reference set within 1e-5 * S; the guard after out must
+ * keep its sentinel.
+ */
+static void check_values(values_fn fn, values_fn ref, const char *what) {
+    for (g_stride_mode = 0; g_stride_mode < 2; g_stride_mode++)
+    for (int a = 0; a < N_OF(g_kvts); a++)
+    for (int b = 0; b < N_OF(g_hds); b++)
+    for (int c = 0; c < N_OF(g_ngs); c++)
+    for (int d = 0; d < N_OF(g_nposs); d++) {
+        enum nx_type kvt = g_kvts[a];
+        int64_t hd = g_hds[b], ng = g_ngs[c], npos = g_nposs[d], ld = npos + 5;
+        struct kv v;
+        kv_make(&v, kvt, hd, npos, 2.0f);
+        float *p = rand_floats(ng * ld, 1.0f);
+        const int64_t guard = 9;
+        float *o = nan_floats(ng * hd + guard), *orf = nan_floats(ng * hd + guard);
+        fn(kvt, hd, v.base, v.stride, npos, p, ld, ng, o);
+        if (ref) ref(kvt, hd, v.base, v.stride, npos, p, ld, ng, orf);
+        double rel = fmax(1e-5, (double)npos * FLT_EPSILON);
+        int bad = 0;
+        for (int64_t x = ng * hd; x < ng * hd + guard; x++) {
+            if (!isnan(o[x])) bad = 1;
+        }
+        if (bad) printf("  %s: wrote past out\n", what);
+        for (int64_t g = 0; g < ng && !bad; g++) {
+            for (int64_t i = 0; i < hd && !bad; i++) {
+                double sum = 0.0, sabs = 0.0;
+                for (int64_t j = 0; j < npos; j++) {
+                    double t = (double)p[g * ld + j] * v.vals[j * hd + i];
+                    sum += t;
+                    sabs += fabs(t);
+                }
+                float got = o[g * hd + i];
+                double err = fabs(got - sum), err_ref = ref ? fabs(got - orf[g * hd + i]) : 0;
+                if (!(err <= rel * sabs + 1e-30) || !(err_ref <= 1e-5 * sabs + 1e-30)) {
+                    printf("  %s: stride mode %d type %d hd %lld ng %lld npos %lld g %lld i %lld: "
+                           "got %.9g want %.9g ref %.9g S %.3g\n",
+                           what, g_stride_mode, (int)kvt, (long long)hd, (long long)ng,
+                           (long long)npos, (long long)g, (long long)i, got, sum,
+                           ref ? orf[g * hd + i] : 0.0, sabs);
+                    bad = 1;
+                }
+            }
+        }
+        free(p);
+        free(o);
+        free(orf);
+        kv_free(&v);
+        if (bad) FAILF("%s: wrong values (see above)", what);
+    }
+}
+
+TEST(values_ref_vs_double) { check_values(kern_ref_attn_values, NULL, "ref"); }
+
+TEST(values_avx2_vs_ref_and_double) {
+    if (!have_avx2()) return;
+    check_values(kern_avx2_attn_values, kern_ref_attn_values, "avx2");
+}
+
+TEST(values_dispatch_vs_double) {
+    check_values(kern_attn_values, NULL, kern_name());
+    kern_force_ref(true);
+    check_values(kern_attn_values, NULL, "forced ref");
+    kern_force_ref(false);
+}
+
+/* Both sets run the same FMA sequence per output element: AVX2 values == reference, bitwise
+ * (including with large npos and signed weights). */
+TEST(values_avx2_bit_exact) {
+    if (!have_avx2()) return;
+    for (g_stride_mode = 0; g_stride_mode < 2; g_stride_mode++)
+    for (int a = 0; a < N_OF(g_kvts); a++)
+    for (int b = 0; b < N_OF(g_hds); b++) {
+        enum nx_type kvt = g_kvts[a];
+        int64_t hd = g_hds[b], ng = 5, npos = 1000, ld = 1001;
+        struct kv v;
+        kv_make(&v, kvt, hd, npos, 4.0f);
+        float *p = rand_floats(ng * ld, 1.0f);
+        float *o = nan_floats(ng * hd), *orf = nan_floats(ng * hd);
+        kern_avx2_attn_values(kvt, hd, v.base, v.stride, npos, p, ld, ng, o);
+        kern_ref_attn_values(kvt, hd, v.base, v.stride, npos, p, ld, ng, orf);
+        int64_t diff = 0;
+        for (int64_t x = 0; x < ng * hd; x++) diff += !same_bits(o[x], orf[x]);
+        free(p);
+        free(o);
+        free(orf);
+        kv_free(&v);
+        if (diff) FAILF("stride mode %d type %d hd %lld: %lld elements differ", g_stride_mode,
+                        (int)kvt, (long long)hd, (long long)diff);
+    }
+}
+
+/* ---- exact properties --------------------------------------------------------------------- */
+
+/* The reference kernels equal the old per-(position, head) reference calls, bit for bit. */
+TEST(ref_matches_per_call_path) {
+    const float scale = 0.0883883476f;
+    g_stride_mode = 0;
+    for (int a = 0; a < N_OF(g_kvts); a++)
+    for (int b = 0; b < N_OF(g_hds); b++) {
+        enum nx_type kvt = g_kvts[a];
+        int64_t hd = g_hds[b], ng = 3, npos = 300, ld = 301;
+        struct kv k, v;
+        kv_make(&k, kvt, hd, npos, 2.0f);
+        kv_make(&v, kvt, hd, npos, 2.0f);
+        float *q = rand_floats(ng * hd, 1.0f), *p = rand_floats(ng * ld, 1.0f);
+        float *s = nan_floats(ng * ld), *o = nan_floats(ng * hd), *o1 = nan_floats(hd);
+        kern_ref_attn_scores(kvt, hd, k.base, k.stride, npos, q, ng, scale, s, ld);
+        kern_ref_attn_values(kvt, hd, v.base, v.stride, npos, p, ld, ng, o);
+        int64_t diff = 0;
+        for (int64_t g = 0; g < ng; g++) {
+            for (int64_t j = 0; j < npos; j++) {
+                float old = kern_ref_dot_kv(kvt, hd, k.base + (size_t)j * k.stride, q + g * hd) *
+                            scale;
+                diff += !same_bits(old, s[g * ld + j]);
+            }
+            memset(o1, 0, (size_t)hd * sizeof(float));
+            for (int64_t j = 0; j < npos; j++)
+                kern_ref_axpy_kv(kvt, hd, p[g * ld + j], v.base + (size_t)j * v.stride, o1);
+            for (int64_t i = 0; i < hd; i++) diff += !same_bits(o1[i], o[g * hd + i]);
+        }
+        free(q);
+        free(p);
+        free(s);
+        free(o);
+        free(o1);
+        kv_free(&k);
+        kv_free(&v);
+        if (diff) FAILF("type %d hd %lld: %lld elements differ", (int)kvt, (long long)hd,
+                        (long long)diff);
+    }
+}
+
+/*
+ * One call over (ng = 8, npos = 300) vs one call per head and per uneven position range (as
+ * different threads could split the work): bit-identical elements, for every set this CPU runs.
+ */
+static void check_split(scores_fn sfn, values_fn vfn, const char *what) {
+    static const int64_t cuts[] = {0, 1, 9, 64, 130, 299, 300};
+    const float scale = 0.3f;
+    for (g_stride_mode = 0; g_stride_mode < 2; g_stride_mode++)
+    for (int a = 0; a < N_OF(g_kvts); a++)
+    for (int b = 0; b < N_OF(g_hds); b++) {
+        enum nx_type kvt = g_kvts[a];
+        int64_t hd = g_hds[b], ng = 8, npos = 300, ld = 300;
+        struct kv k;
+        kv_make(&k, kvt, hd, npos, 2.0f);
+        float *q = rand_floats(ng * hd, 1.0f);
+        float *s = nan_floats(ng * ld), *s1 = nan_floats(ng * ld);
+        float *o = nan_floats(ng * hd), *o1 = nan_floats(ng * hd);
+        sfn(kvt, hd, k.base, k.stride, npos, q, ng, scale, s, ld);
+        for (int64_t g = 0; g < ng; g++) {
+            for (int c = 0; c + 1 < N_OF(cuts); c++) {
+                int64_t j0 = cuts[c], n = cuts[c + 1] - cuts[c];
+                sfn(kvt, hd, k.base + (size_t)j0 * k.stride, k.stride, n, q + g * hd, 1, scale,
+                    s1 + g * ld + j0, ld);
+            }
+        }
+        /* values: whole call vs heads taken 3, 1, 4 at a time (p = the scores) */
+        vfn(kvt, hd, k.base, k.stride, npos, s, ld, ng, o);
+        vfn(kvt, hd, k.base, k.stride, npos, s, ld, 3, o1);
+        vfn(kvt, hd, k.base, k.stride, npos, s + 3 * ld, ld, 1, o1 + 3 * hd);
+        vfn(kvt, hd, k.base, k.stride, npos, s + 4 * ld, ld, 4, o1 + 4 * hd);
+        int64_t diff = 0;
+        for (int64_t x = 0; x < ng * ld; x++) diff += !same_bits(s[x], s1[x]);
+        for (int64_t x = 0; x < ng * hd; x++) diff += !same_bits(o[x], o1[x]);
+        free(q);
+        free(s);
+        free(s1);
+        free(o);
+        free(o1);
+        kv_free(&k);
+        if (diff) FAILF("%s: stride mode %d type %d hd %lld: %lld elements depend on the split",
+                        what, g_stride_mode, (int)kvt, (long long)hd, (long long)diff);
+    }
+}
+
+TEST(split_invariance_ref) { check_split(kern_ref_attn_scores, kern_ref_attn_values, "ref"); }
+
+TEST(split_invariance_avx2) {
+    if (!have_avx2()) return;
+    check_split(kern_avx2_attn_scores, kern_avx2_attn_values, "avx2");
+}
+
+/* ---- edge cases --------------------------------------------------------------------------- */
+
+/* npos = 0: values are all zero, scores untouched; ng = 0: nothing written. */
+TEST(empty_inputs) {
+    float q[8] = {1, 2, 3, 4, 5, 6, 7, 8}, s[4] = {NAN, NAN, NAN, NAN}, o[24];
+    float kbuf[8] = {0};
+    const struct kern_table *sets[] = {&kern_table_ref, &kern_table_avx2, NULL};
+    for (int t = 0; sets[t]; t++) {
+        if (t > 0 && !kern_cpu_supports(sets[t]->name)) continue;
+        scores_fn sfn = t == 0 ? kern_ref_attn_scores : kern_avx2_attn_scores;
+        values_fn vfn = t == 0 ? kern_ref_attn_values : kern_avx2_attn_values;
+        sfn(NX_TYPE_F32, 8, kbuf, 32, 0, q, 1, 1.0f, s, 4);
+        ASSERT_TRUE(isnan(s[0]));
+        for (int i = 0; i < 24; i++) o[i] = NAN;
+        vfn(NX_TYPE_F16, 8, kbuf, 16, 0, q, 4, 3, o);
+        for (int i = 0; i < 24; i++) ASSERT_TRUE(same_bits(o[i], 0.0f));
+        for (int i = 0; i < 24; i++) o[i] = NAN;
+        vfn(NX_TYPE_F32, 8, kbuf, 32, 1, q, 4, 0, o);
+        ASSERT_TRUE(isnan(o[0]));
+    }
+    kern_attn_scores(NX_TYPE_F32, 8, kbuf, 32, 1, q, 0, 1.0f, s, 4);
+    ASSERT_TRUE(isnan(s[0]));
+    kern_attn_scores(NX_TYPE_F32, 8, kbuf, 32, 1, q, 1, 1.0f, s, 4);
+    ASSERT_TRUE(same_bits(s[0], 0.0f));
+}
+
+TEST_MAIN
