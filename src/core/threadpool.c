@@ -1,22 +1,25 @@
 /*
  * threadpool.c - DESIGN: workers wait on a job generation counter. The driver publishes
  * (fn, arg, nth), bumps `gen` and wakes sleepers; each worker runs its share and bumps `done`.
- * Waiting is spin-then-sleep: a worker spins (with a pause hint) for SPIN_ITERS polls, then
- * registers in `sleeping` and blocks on the condition variable. The sleeping counter and the
+ * Waiting is spin-then-sleep: a worker spins (with a pause hint) for SPIN_SECONDS of wall
+ * time (waking a sleeping vCPU costs milliseconds in a VM, more than the gap between decode
+ * steps), then registers in `sleeping` and blocks on the condition variable. The sleeping counter and the
  * generation are both seq_cst, so either the driver sees a sleeper and broadcasts under the
  * mutex, or the sleeper sees the new generation before waiting: no lost wake-up.
- * The barrier is a sense-reversing counter (count + generation), spinning only: every
- * participant is running when it is used.
+ * The barrier is a sense-reversing counter (count + generation): every participant is running
+ * when it is used, so it spins, yielding the core after BARRIER_SPINS polls (oversubscribed).
  */
 #include "core/threadpool.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "core/alloc.h"
 
-#define SPIN_ITERS 20000 /* ~0.5 ms of polling before sleeping */
+#define SPIN_ITERS 200000
+#define SPIN_SECONDS 0.005
 #define BARRIER_SPINS 20000
 
 struct nx_pool {
@@ -43,6 +46,12 @@ struct worker_arg {
     int ith;
 };
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -57,11 +66,16 @@ static void *worker_main(void *p) {
     for (;;) {
         int g;
         int spins = 0;
+        double t_spin = 0;
         while ((g = atomic_load(&pool->gen)) == last && !atomic_load(&pool->stop)) {
-            if (++spins < SPIN_ITERS) {
+            /* spin for up to SPIN_SECONDS of wall time (a sleeping vCPU can take milliseconds
+               to wake in a VM, far longer than the gap between two decode steps) */
+            if ((++spins & 1023) != 0) {
                 cpu_relax();
                 continue;
             }
+            if (t_spin == 0) t_spin = now_s();
+            if (now_s() - t_spin < SPIN_SECONDS) continue;
             pthread_mutex_lock(&pool->mu);
             atomic_fetch_add(&pool->sleeping, 1);
             while (atomic_load(&pool->gen) == last && !atomic_load(&pool->stop))
@@ -69,6 +83,7 @@ static void *worker_main(void *p) {
             atomic_fetch_sub(&pool->sleeping, 1);
             pthread_mutex_unlock(&pool->mu);
             spins = 0;
+            t_spin = 0;
         }
         if (atomic_load(&pool->stop)) return NULL;
         last = g;

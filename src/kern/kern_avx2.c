@@ -783,4 +783,6 @@ const struct kern_table kern_table_avx2 = {
     .dot_kv = kern_avx2_dot_kv,
     .axpy_kv = kern_avx2_axpy_kv,
     .store_kv = kern_avx2_store_kv,
+    .attn_scores = kern_avx2_attn_scores,
+    .attn_values = kern_avx2_attn_values,
 };
