@@ -21,6 +21,7 @@
 #define SPIN_ITERS 200000
 #define SPIN_SECONDS 0.005
 #define BARRIER_SPINS 20000
+#define BARRIER_YIELD_AFTER 0.0005 /* seconds of spinning before yielding the core */
 
 struct nx_pool {
     int n;
@@ -179,11 +180,14 @@ void nx_pool_barrier(struct nx_pool *pool) {
         /* spin, but yield the core when it is oversubscribed (another process, more threads
            than cores): a pure spin there would starve the thread everyone waits for */
         int spins = 0;
+        double t0 = 0;
         while (atomic_load(&pool->bar_gen) == g) {
-            if (++spins < BARRIER_SPINS)
+            if ((++spins & 1023) != 0 || spins < BARRIER_SPINS) {
                 cpu_relax();
-            else
-                sched_yield();
+                continue;
+            }
+            if (t0 == 0) t0 = now_s();
+            if (now_s() - t0 > BARRIER_YIELD_AFTER) sched_yield();
         }
     }
 }

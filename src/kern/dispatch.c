@@ -134,3 +134,7 @@ void kern_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stri
     (t->attn_values ? t->attn_values : kern_avx2_attn_values)(kvt, hd, v, v_stride, npos, p, ld,
                                                                ng, out);
 }
+
+void kern_softmax(float *x, int64_t n) { kern_table_current()->softmax(x, n); }
+
+void kern_swiglu(float *g, const float *u, int64_t n) { kern_table_current()->swiglu(g, u, n); }

@@ -70,4 +70,10 @@ void kern_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stri
 void kern_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
                       int64_t npos, const float *p, int64_t ld, int64_t ng, float *out);
 
+/* ---- activations ---- */
+/* In place: x[i] = exp(x[i] - max) / sum_j exp(x[j] - max). n <= 0 does nothing. */
+void kern_softmax(float *x, int64_t n);
+/* In place: g[i] = silu(g[i]) * u[i] = g[i] / (1 + exp(-g[i])) * u[i]. */
+void kern_swiglu(float *g, const float *u, int64_t n);
+
 #endif

@@ -785,4 +785,6 @@ const struct kern_table kern_table_avx2 = {
     .store_kv = kern_avx2_store_kv,
     .attn_scores = kern_avx2_attn_scores,
     .attn_values = kern_avx2_attn_values,
+    .softmax = kern_avx2_softmax,
+    .swiglu = kern_avx2_swiglu,
 };

@@ -38,7 +38,14 @@ struct kern_table {
                         int64_t ld);
     void (*attn_values)(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
                         int64_t npos, const float *p, int64_t ld, int64_t ng, float *out);
+    void (*softmax)(float *x, int64_t n);
+    void (*swiglu)(float *g, const float *u, int64_t n);
 };
+
+void kern_ref_softmax(float *x, int64_t n);
+void kern_ref_swiglu(float *g, const float *u, int64_t n);
+void kern_avx2_softmax(float *x, int64_t n);
+void kern_avx2_swiglu(float *g, const float *u, int64_t n);
 
 /* The kernel sets. Only call a SIMD set's functions when kern_cpu_supports(name) is true. */
 extern const struct kern_table kern_table_ref;

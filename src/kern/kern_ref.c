@@ -206,4 +206,6 @@ const struct kern_table kern_table_ref = {
     .store_kv = kern_ref_store_kv,
     .attn_scores = kern_ref_attn_scores,
     .attn_values = kern_ref_attn_values,
+    .softmax = kern_ref_softmax,
+    .swiglu = kern_ref_swiglu,
 };

@@ -86,18 +86,6 @@ static void rmsnorm(float *y, const float *x, const float *w, int64_t n, float e
     for (int64_t i = 0; i < n; i++) y[i] = x[i] * s * w[i];
 }
 
-static void softmax(float *x, int64_t n) {
-    float mx = x[0];
-    for (int64_t i = 1; i < n; i++) mx = x[i] > mx ? x[i] : mx;
-    double sum = 0;
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int64_t i = 0; i < n; i++) x[i] *= inv;
-}
-
 static void rope_apply(float *x, const float *cs, int n_rot, bool neox) {
     int half = n_rot / 2;
     for (int i = 0; i < half; i++) {
@@ -151,7 +139,10 @@ static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs,
     int64_t chunk[4], count[4], total = 0;
     for (int j = 0; j < nj; j++) {
         int64_t rows = jobs[j].w->ne1;
-        int64_t ch = nx_align_up((size_t)(rows / ((int64_t)nth * 8) + 1), 16);
+        /* decode: ~8 chunks per thread for balance; prefill: ~3, since each kernel call
+           re-arranges its activation panel (a fixed cost per call) */
+        int64_t per_thread = n > 1 ? 3 : 8;
+        int64_t ch = nx_align_up((size_t)(rows / ((int64_t)nth * per_thread) + 1), 16);
         if (ch < 16) ch = 16;
         chunk[j] = ch;
         count[j] = (rows + ch - 1) / ch;
@@ -175,8 +166,7 @@ static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs,
             kern_matmul(u->type, u->ne0, u->data, u->row_bytes, r0, r1, jb->xq2, c->xq_row, n,
                         jb->y2, jb->ldy);
             for (int64_t i = 0; i < n; i++) {
-                float *g = jb->y + i * jb->ldy, *up = jb->y2 + i * jb->ldy;
-                for (int64_t r = r0; r < r1; r++) g[r] = g[r] / (1.0f + expf(-g[r])) * up[r];
+                kern_swiglu(jb->y + i * jb->ldy + r0, jb->y2 + i * jb->ldy + r0, r1 - r0);
             }
         }
     }
@@ -289,10 +279,15 @@ static void forward_worker(void *arg, int ith, int nth) {
             const int64_t B = kv->p.block;
             float *sc = c->scores + (size_t)ith * (size_t)gqa * (size_t)c->max_tokens;
             float *acc = c->att_tmp + (size_t)ith * (size_t)gqa * (size_t)hd;
-            /* with accumulators, one thread owns all tokens of a KV head (no shared writes) */
-            int64_t u0, u1;
-            split(n * hp->n_head_kv, c->acc_attn ? n : 1, ith, nth, &u0, &u1);
-            for (int64_t u = u0; u < u1; u++) {
+            /* with accumulators, one thread owns all tokens of a KV head (no shared writes);
+               otherwise units are dealt round-robin, so early (short) and late (long) rows of a
+               prompt are shared evenly */
+            int64_t u0 = ith, u1 = n * hp->n_head_kv, ustep = nth;
+            if (c->acc_attn) {
+                split(n * hp->n_head_kv, n, ith, nth, &u0, &u1);
+                ustep = 1;
+            }
+            for (int64_t u = u0; u < u1; u += ustep) {
                 int64_t t = c->acc_attn ? u % n : u / hp->n_head_kv;
                 int64_t kvh = c->acc_attn ? u / n : u % hp->n_head_kv;
                 const struct kv_table *tab = &kv->tables[(size_t)il * hp->n_head_kv + kvh];
@@ -304,7 +299,7 @@ static void forward_worker(void *arg, int ith, int nth) {
                     kern_attn_scores(kv->p.type, hd, kv_block_k(kv, b), kv->row_bytes,
                                      NX_MIN(B, ntok - j0), qg, gqa, scale, sc + j0, c->max_tokens);
                 }
-                for (int g = 0; g < gqa; g++) softmax(sc + (size_t)g * c->max_tokens, ntok);
+                for (int g = 0; g < gqa; g++) kern_softmax(sc + (size_t)g * c->max_tokens, ntok);
                 if (c->acc_attn) {
                     for (int64_t j0 = 0; j0 < ntok; j0 += B) {
                         float *acc_b = kv_block_acc(kv, tab->blocks[j0 / B]);

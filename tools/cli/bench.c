@@ -65,11 +65,6 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
     }
     nx_token *toks = random_tokens(need, nv, 12345);
     if (!toks) return 1;
-    double bw = 0;
-    if (p->measure_bandwidth) {
-        fprintf(stderr, "measuring memory read bandwidth (%d threads)...\n", n_threads);
-        bw = nx_measure_read_bandwidth((size_t)1 << 30, n_threads, 5);
-    }
     if (p->depth > 0) {
         fprintf(stderr, "filling context to depth %d...\n", p->depth);
         double t0 = now_s();
@@ -115,18 +110,20 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
             fprintf(stderr, "  rep %d/%d: pp %.1f t/s, tg %.1f t/s\n", r + 1, reps, pp[r], tg[r]);
     }
     struct stat3 spp = stats(pp, reps), stg = stats(tg, reps);
-    /* bytes per decode step: weights + K/V rows at the mean depth of the tg run */
-    double mean_depth = p->depth + p->n_gen / 2.0;
-    int nl = nx_model_n_layer(m), hkv = nx_model_n_head_kv(m);
-    double kv_row = (double)nx_ctx_kv_bytes(c) / 2.0 / nl / nx_ctx_n_ctx(c); /* per layer/pos */
-    double bytes_tok = (double)nx_model_decode_bytes(m) + 2.0 * nl * mean_depth * kv_row;
-    double roof = bw > 0 ? bw / bytes_tok : 0;
+    /* bytes per decode step: the weights plus the KV blocks held at the end of the last run
+       (every cached K and V row is read once per step; a slight over-estimate of the mean) */
     struct nx_kv_stats ks;
     nx_ctx_kv_stats(c, &ks);
+    double bytes_tok = (double)nx_model_decode_bytes(m) + (double)ks.bytes_current;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    double rss = (double)ru.ru_maxrss * 1024.0;
-    (void)hkv;
+    double rss = (double)ru.ru_maxrss * 1024.0; /* before the bandwidth probe's 1 GiB buffer */
+    double bw = 0;
+    if (p->measure_bandwidth) {
+        fprintf(stderr, "measuring memory read bandwidth (%d threads)...\n", n_threads);
+        bw = nx_measure_read_bandwidth((size_t)1 << 30, n_threads, 5);
+    }
+    double roof = bw > 0 ? bw / bytes_tok : 0;
     if (p->json) {
         printf("{\"model\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"n_prompt\":%d,\"n_gen\":%d,"
                "\"depth\":%d,\"reps\":%d,\"pp_tps\":%.3f,\"pp_tps_min\":%.3f,\"pp_tps_max\":%.3f,"
