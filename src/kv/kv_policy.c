@@ -30,6 +30,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kern/kern.h"
 #include "kv/kv_policy_impl.h"
 
 static const struct kv_policy *const g_policies[] = {
@@ -276,17 +277,52 @@ double kvp_dot(const float *a, const float *b, int32_t d) {
     return sum;
 }
 
-void kvp_row_logits(const struct kv_layer_view *view, int32_t qh, int32_t row, int64_t n_keys,
-                    double *z) {
+/* Keys a window query at qpos can see: positions are increasing, so it is a prefix. */
+static int64_t visible_keys(const struct kv_layer_view *view, int64_t n_keys, int32_t qpos) {
+    int64_t lo = 0, hi = n_keys;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (view->pos[mid] <= qpos) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/*
+ * Float logits of the visible keys through the SIMD attention kernel, written into the upper
+ * half of z (z holds n_keys doubles = 2 n_keys floats) and widened in place in ascending order
+ * (double i covers bytes [8i, 8i+8), float i lives at 4 n_keys + 4i >= 8i: each float is read
+ * before anything overwrites it).
+ */
+static int64_t row_logits_f(const struct kv_layer_view *view, int32_t qh, int32_t row,
+                            int64_t n_keys, double *z, float **fl) {
     const int32_t d = view->head_dim, g = qh / (view->n_head / view->n_head_kv);
     const float *q = view->win_q + ((size_t)row * (size_t)view->n_head + (size_t)qh) * (size_t)d;
     const float *k = view->k + (size_t)g * (size_t)view->n_tokens * (size_t)d;
-    const double scale = 1.0 / sqrt((double)d);
-    const int32_t qpos = view->win_pos[row];
-    for (int64_t i = 0; i < n_keys; i++) {
-        if (view->pos[i] > qpos) z[i] = -INFINITY;
-        else z[i] = kvp_dot(q, k + (size_t)i * (size_t)d, d) * scale;
-    }
+    int64_t nv = visible_keys(view, n_keys, view->win_pos[row]);
+    float *f = (float *)z + n_keys;
+    kern_attn_scores(NX_TYPE_F32, d, k, (size_t)d * sizeof(float), nv, q, 1,
+                     (float)(1.0 / sqrt((double)d)), f, nv > 0 ? nv : 1);
+    *fl = f;
+    return nv;
+}
+
+void kvp_row_logits(const struct kv_layer_view *view, int32_t qh, int32_t row, int64_t n_keys,
+                    double *z) {
+    float *f;
+    int64_t nv = row_logits_f(view, qh, row, n_keys, z, &f);
+    for (int64_t i = 0; i < nv; i++) z[i] = (double)f[i];
+    for (int64_t i = nv; i < n_keys; i++) z[i] = -INFINITY;
+}
+
+bool kvp_row_probs(const struct kv_layer_view *view, int32_t qh, int32_t row, int64_t n_keys,
+                   double *z) {
+    float *f;
+    int64_t nv = row_logits_f(view, qh, row, n_keys, z, &f);
+    if (nv > 0) kern_softmax(f, nv);
+    for (int64_t i = 0; i < nv; i++) z[i] = (double)f[i];
+    for (int64_t i = nv; i < n_keys; i++) z[i] = 0.0;
+    return nv > 0;
 }
 
 bool kvp_softmax(double *z, int64_t n) {

@@ -81,6 +81,10 @@ double kvp_dot(const float *a, const float *b, int32_t d);
  */
 void kvp_row_logits(const struct kv_layer_view *view, int32_t qh, int32_t row, int64_t n_keys,
                     double *z);
+/* kvp_row_logits followed by kvp_softmax, in float through the SIMD kernels (the hot path of
+   window scoring); masked keys get exactly 0. Returns false when no key is visible. */
+bool kvp_row_probs(const struct kv_layer_view *view, int32_t qh, int32_t row, int64_t n_keys,
+                   double *z);
 
 /* In-place softmax of z[0..n) (-INFINITY entries get 0). All masked: all 0; returns false. */
 bool kvp_softmax(double *z, int64_t n);

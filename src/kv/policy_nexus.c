@@ -97,8 +97,7 @@ static void aggregated_row(const struct kv_layer_view *view, bool mean_vectors, 
     if (!mean_vectors) {
         for (int64_t i = 0; i < n; i++) p[i] = 0.0;
         for (int32_t h = 0; h < view->n_head; h++) {
-            kvp_row_logits(view, h, row, n, z);
-            kvp_softmax(z, n);
+            kvp_row_probs(view, h, row, n, z);
             for (int64_t i = 0; i < n; i++) p[i] += z[i];
         }
         for (int64_t i = 0; i < n; i++) p[i] /= (double)view->n_head;

@@ -38,8 +38,7 @@ nx_status kvp_snap_scores(const struct kv_layer_view *view, const struct kv_poli
         double *sc = score + (size_t)(h / group) * (size_t)n;
         for (int64_t i = 0; i < np; i++) acc[i] = 0.0;
         for (int32_t row = 0; row < view->n_win; row++) {
-            kvp_row_logits(view, h, row, n, z);
-            kvp_softmax(z, n);
+            kvp_row_probs(view, h, row, n, z);
             for (int64_t i = 0; i < np; i++) acc[i] += z[i];
         }
         for (int64_t i = 0; i < np; i++) acc[i] /= (double)view->n_win;

@@ -32,8 +32,7 @@ static nx_status tova_select(const struct kv_layer_view *view, int64_t keep,
     if (kvp_has_window(view)) {
         for (int64_t i = 0; i < n; i++) score[i] = 0.0;
         for (int32_t h = 0; h < view->n_head; h++) {
-            kvp_row_logits(view, h, view->n_win - 1, n, z);
-            kvp_softmax(z, n);
+            kvp_row_probs(view, h, view->n_win - 1, n, z);
             for (int64_t i = 0; i < n; i++) score[i] += z[i];
         }
         for (int64_t i = 0; i < n; i++) score[i] /= (double)view->n_head;
