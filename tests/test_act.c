@@ -60,4 +60,23 @@ TEST(swiglu_matches_reference) {
     }
 }
 
+TEST(load_kv_exact) {
+    uint16_t h[77];
+    float a[77], b[77], x[77];
+    for (int i = 0; i < 77; i++) x[i] = frand(-100.0f, 100.0f);
+    x[3] = 65504.0f;
+    x[4] = 1e-7f; /* subnormal in half */
+    for (size_t si = 0; si < 2; si++) {
+        if (!kern_cpu_supports(SETS[si])) continue;
+        const struct kern_table *t = kern_table_by_name(SETS[si]);
+        kern_table_ref.store_kv(NX_TYPE_F16, 77, x, h);
+        kern_table_ref.load_kv(NX_TYPE_F16, 77, h, a);
+        t->load_kv(NX_TYPE_F16, 77, h, b);
+        ASSERT_EQ(memcmp(a, b, sizeof a), 0);
+        for (int i = 0; i < 77; i++) ASSERT_NEAR(a[i], x[i], fabsf(x[i]) * 1e-3f + 1e-7f);
+        t->load_kv(NX_TYPE_F32, 77, x, b);
+        ASSERT_EQ(memcmp(x, b, sizeof x), 0);
+    }
+}
+
 TEST_MAIN

@@ -1,5 +1,6 @@
 /*
- * act_avx2.c - AVX2 + FMA activation kernels: softmax over a row and SwiGLU (silu(g) * u).
+ * act_avx2.c - AVX2 + FMA activation kernels: softmax over a row, SwiGLU (silu(g) * u), and
+ * F16 KV rows widened to float with F16C.
  *
  * DESIGN: both are dominated by exp. exp8 evaluates e^x for 8 lanes as 2^k * e^r with
  * k = round(x / ln 2) and r = x - k ln 2 (ln 2 split in two parts for accuracy), e^r by a
@@ -11,6 +12,7 @@
  * by float rounding (tested against act_ref.c).
  */
 #include <immintrin.h>
+#include <string.h>
 
 #include "kern/kern_impl.h"
 
@@ -77,4 +79,16 @@ void kern_avx2_swiglu(float *g, const float *u, int64_t n) {
         _mm256_storeu_ps(g + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
     }
     for (; i < n; i++) g[i] = g[i] / (1.0f + exp1(-g[i])) * u[i];
+}
+
+void kern_avx2_load_kv(enum nx_type kvt, int64_t n, const void *src, float *dst) {
+    if (kvt == NX_TYPE_F32) {
+        memcpy(dst, src, sizeof(float) * (size_t)n);
+        return;
+    }
+    const nx_half *h = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < n; i++) dst[i] = nx_half_to_f32(h[i]);
 }

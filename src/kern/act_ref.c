@@ -1,9 +1,10 @@
 /*
- * act_ref.c - reference activation kernels: softmax over a row and the SwiGLU product
- * silu(g) * u. Plain C with libm's expf; the sums are accumulated in double. The oracle for
+ * act_ref.c - reference activation kernels: softmax over a row, the SwiGLU product
+ * silu(g) * u, and KV rows widened to float. Plain C with libm's expf; the sums are accumulated in double. The oracle for
  * act_avx2.c.
  */
 #include <math.h>
+#include <string.h>
 
 #include "kern/kern_impl.h"
 
@@ -22,4 +23,13 @@ void kern_ref_softmax(float *x, int64_t n) {
 
 void kern_ref_swiglu(float *g, const float *u, int64_t n) {
     for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void kern_ref_load_kv(enum nx_type kvt, int64_t n, const void *src, float *dst) {
+    if (kvt == NX_TYPE_F32) {
+        memcpy(dst, src, sizeof(float) * (size_t)n);
+        return;
+    }
+    const nx_half *h = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = nx_half_to_f32(h[i]);
 }

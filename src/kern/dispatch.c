@@ -138,3 +138,7 @@ void kern_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stri
 void kern_softmax(float *x, int64_t n) { kern_table_current()->softmax(x, n); }
 
 void kern_swiglu(float *g, const float *u, int64_t n) { kern_table_current()->swiglu(g, u, n); }
+
+void kern_load_kv(enum nx_type kvt, int64_t n, const void *src, float *dst) {
+    kern_table_current()->load_kv(kvt, n, src, dst);
+}

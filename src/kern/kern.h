@@ -48,6 +48,8 @@ float kern_dot_kv(enum nx_type kvt, int64_t n, const void *k, const float *q);
 void kern_axpy_kv(enum nx_type kvt, int64_t n, float a, const void *v, float *y);
 /* store n floats as kvt */
 void kern_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst);
+/* load n elements of kvt as floats (the inverse of kern_store_kv; exact) */
+void kern_load_kv(enum nx_type kvt, int64_t n, const void *src, float *dst);
 
 /*
  * Grouped attention over one KV head: the ng query heads that share it are processed together,

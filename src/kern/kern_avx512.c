@@ -333,5 +333,6 @@ const struct kern_table kern_table_avx512 = {
     .attn_scores = kern_avx2_attn_scores,
     .attn_values = kern_avx2_attn_values,
     .softmax = kern_avx2_softmax,
+    .load_kv = kern_avx2_load_kv,
     .swiglu = kern_avx2_swiglu,
 };

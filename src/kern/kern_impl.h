@@ -39,10 +39,13 @@ struct kern_table {
     void (*attn_values)(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
                         int64_t npos, const float *p, int64_t ld, int64_t ng, float *out);
     void (*softmax)(float *x, int64_t n);
+    void (*load_kv)(enum nx_type kvt, int64_t n, const void *src, float *dst);
     void (*swiglu)(float *g, const float *u, int64_t n);
 };
 
 void kern_ref_softmax(float *x, int64_t n);
+void kern_ref_load_kv(enum nx_type kvt, int64_t n, const void *src, float *dst);
+void kern_avx2_load_kv(enum nx_type kvt, int64_t n, const void *src, float *dst);
 void kern_ref_swiglu(float *g, const float *u, int64_t n);
 void kern_avx2_softmax(float *x, int64_t n);
 void kern_avx2_swiglu(float *g, const float *u, int64_t n);

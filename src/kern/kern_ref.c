@@ -207,5 +207,6 @@ const struct kern_table kern_table_ref = {
     .attn_scores = kern_ref_attn_scores,
     .attn_values = kern_ref_attn_values,
     .softmax = kern_ref_softmax,
+    .load_kv = kern_ref_load_kv,
     .swiglu = kern_ref_swiglu,
 };

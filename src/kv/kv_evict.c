@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
-#include "kern/quant.h"
+#include "kern/kern.h"
 
 struct evict_buf {
     float *k;        /* (n_head_kv, max_tokens, head_dim) */
@@ -166,7 +166,7 @@ static void gather_head(const struct kv_cache *kv, const struct kv_table *t, flo
     for (int64_t i0 = 0; i0 < t->n_tokens; i0 += B) {
         int32_t b = t->blocks[i0 / B];
         int64_t n = NX_MIN(B, t->n_tokens - i0);
-        quant_dequantize_row_ref(kv->p.type, kv_block_k(kv, b), k + i0 * hd, n * hd);
+        kern_load_kv(kv->p.type, n * hd, kv_block_k(kv, b), k + i0 * hd);
         if (acc && kv->acc_pool) memcpy(acc + i0, kv_block_acc(kv, b), sizeof(float) * (size_t)n);
         if (pos) memcpy(pos + i0, kv_block_pos(kv, b), sizeof(int32_t) * (size_t)n);
     }

@@ -82,6 +82,8 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
     int reps = p->reps;
     double *pp = calloc((size_t)reps, sizeof *pp), *tg = calloc((size_t)reps, sizeof *tg);
     double tg_total = 0; /* seconds in all decode runs (eviction time is part of it) */
+    double tg_evict = 0; /* seconds evicting during those runs */
+    long long tg_rounds = 0;
     if (!pp || !tg) return 1;
     for (int r = 0; r < reps; r++) {
         if (p->n_prompt > 0) {
@@ -95,6 +97,8 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
         }
         if (p->n_gen > 0) {
             nx_ctx_truncate(c, p->depth);
+            struct nx_kv_stats k0;
+            nx_ctx_kv_stats(c, &k0);
             double t0 = now_s();
             for (int i = 0; i < p->n_gen; i++) {
                 if (nx_decode(c, toks + p->depth + i, 1, false)) {
@@ -104,6 +108,10 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
             }
             double dt = now_s() - t0;
             tg_total += dt;
+            struct nx_kv_stats k1;
+            nx_ctx_kv_stats(c, &k1);
+            tg_evict += k1.evict_seconds - k0.evict_seconds;
+            tg_rounds += k1.evictions - k0.evictions;
             tg[r] = p->n_gen / dt;
         }
         if (!p->json)
@@ -131,12 +139,13 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
                "\"weight_bytes\":%zu,\"decode_bytes_per_token\":%.0f,\"read_bandwidth_bps\":%.0f,"
                "\"roofline_tps\":%.3f,\"roofline_fraction\":%.4f,\"kv_bytes_peak\":%zu,"
                "\"kv_bytes_final\":%zu,\"evict_seconds\":%.6f,\"evictions\":%lld,"
-               "\"decode_seconds\":%.6f}\n",
+               "\"decode_seconds\":%.6f,\"evict_seconds_total\":%.6f,"
+               "\"evictions_total\":%lld}\n",
                nx_model_desc(m), n_threads, nx_kernels_name(), p->n_prompt, p->n_gen, p->depth,
                reps, spp.med, spp.min, spp.max, stg.med, stg.min, stg.max, rss,
                nx_model_weight_bytes(m), bytes_tok, bw, roof, roof > 0 ? stg.med / roof : 0,
-               ks.bytes_peak, ks.bytes_current, ks.evict_seconds, (long long)ks.evictions,
-               tg_total);
+               ks.bytes_peak, ks.bytes_current, tg_evict, tg_rounds, tg_total, ks.evict_seconds,
+               (long long)ks.evictions);
     } else {
         printf("model: %s, %d threads, kernels %s, depth %d, %d reps\n", nx_model_desc(m),
                n_threads, nx_kernels_name(), p->depth, reps);
@@ -150,11 +159,11 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
                "roofline %.2f t/s; tg reaches %.0f%% of it\n",
                rss / 1048576.0, bytes_tok / 1048576.0, bw / 1e9, roof,
                roof > 0 ? 100.0 * stg.med / roof : 0.0);
-        printf("KV: peak %.1f MiB, final %.1f MiB, %lld eviction rounds, %.3f s evicting "
-               "(%.1f%% of decode time)\n",
+        printf("KV: peak %.1f MiB, final %.1f MiB; during decode %lld eviction rounds, %.3f s "
+               "evicting (%.1f%% of decode time); %lld rounds, %.3f s in all\n",
                (double)ks.bytes_peak / 1048576.0, (double)ks.bytes_current / 1048576.0,
-               (long long)ks.evictions, ks.evict_seconds,
-               tg_total > 0 ? 100.0 * ks.evict_seconds / tg_total : 0.0);
+               tg_rounds, tg_evict, tg_total > 0 ? 100.0 * tg_evict / tg_total : 0.0,
+               (long long)ks.evictions, ks.evict_seconds);
     }
     free(pp);
     free(tg);
