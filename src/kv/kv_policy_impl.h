@@ -118,6 +118,11 @@ nx_status kvp_select_scored(const struct kv_layer_view *view, int64_t keep,
 void kvp_recency_scores(int64_t n, int32_t n_rows, double *score);
 
 /* PyramidKV per-layer budget (policy_pyramidkv.c). */
+/* SnapKV selection (window scores, pooled, group mean; recency without a window) with budget
+   keep, after kvp_check succeeded; shared by snapkv and pyramidkv. */
+nx_status kvp_snap_select(const struct kv_layer_view *view, int64_t keep,
+                          const struct kv_policy_params *params, void *scratch,
+                          struct kv_selection *out);
 int64_t kvp_pyramid_keep(const struct kv_layer_view *view, int64_t keep,
                          const struct kv_policy_params *params);
 

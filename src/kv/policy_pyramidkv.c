@@ -51,24 +51,8 @@ static nx_status pyramidkv_select(const struct kv_layer_view *view, int64_t keep
                                   struct kv_selection *out) {
     nx_status st = kvp_check(view, keep, params, out);
     if (st != NX_STATUS_OK) return st;
-    const int64_t n = view->n_tokens, keep_l = kvp_pyramid_keep(view, keep, params);
-    if (n <= keep_l) {
-        kvp_keep_all(view, out);
-        return NX_STATUS_OK;
-    }
-    struct kvp_arena arena;
-    kvp_arena_init(&arena, scratch, kv_policy_scratch_bytes(view));
-    double *score = kvp_take(&arena, (size_t)view->n_head_kv * (size_t)n * sizeof(double));
-    if (!score) return NX_STATUS_INVALID_ARG;
-    int64_t s, r;
-    kvp_protected(n, params, &s, &r);
-    if (kvp_has_window(view)) {
-        st = kvp_snap_scores(view, params, r, score, &arena);
-        if (st != NX_STATUS_OK) return st;
-    } else {
-        kvp_recency_scores(n, view->n_head_kv, score);
-    }
-    return kvp_select_scored(view, keep_l, params, score, false, NULL, &arena, out);
+    /* SnapKV's selection with this layer's share of the budget */
+    return kvp_snap_select(view, kvp_pyramid_keep(view, keep, params), params, scratch, out);
 }
 
 const struct kv_policy kv_policy_pyramidkv = {

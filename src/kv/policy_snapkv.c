@@ -54,6 +54,13 @@ static nx_status snapkv_select(const struct kv_layer_view *view, int64_t keep,
                                struct kv_selection *out) {
     nx_status st = kvp_check(view, keep, params, out);
     if (st != NX_STATUS_OK) return st;
+    return kvp_snap_select(view, keep, params, scratch, out);
+}
+
+nx_status kvp_snap_select(const struct kv_layer_view *view, int64_t keep,
+                          const struct kv_policy_params *params, void *scratch,
+                          struct kv_selection *out) {
+    nx_status st;
     const int64_t n = view->n_tokens;
     if (n <= keep) {
         kvp_keep_all(view, out);
