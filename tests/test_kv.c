@@ -315,6 +315,26 @@ TEST(budget_above_stream_matches_full) {
     nx_model_free(m);
 }
 
+/* More threads after init than the evictor was sized for: still correct, same tokens. */
+TEST(threads_raised_after_init) {
+    nx_model *m = load_stories();
+    ASSERT_TRUE(m != NULL);
+    int out[2][200];
+    for (int pass = 0; pass < 2; pass++) {
+        nx_ctx *c = policy_ctx(m, "nexus", 96, NX_KV_REGIME_STREAM, 1, 0);
+        if (pass == 1) ASSERT_OK(nx_ctx_set_threads(c, 3, 3));
+        nx_token t = 1;
+        for (int i = 0; i < 200; i++) {
+            ASSERT_OK(nx_decode(c, &t, 1, false));
+            t = argmax(nx_get_logits(c, -1), 512);
+            out[pass][i] = t;
+        }
+        nx_ctx_free(c);
+    }
+    ASSERT_EQ(memcmp(out[0], out[1], sizeof out[0]), 0);
+    nx_model_free(m);
+}
+
 TEST(bad_kv_params_rejected) {
     nx_model *m = load_stories();
     ASSERT_TRUE(m != NULL);

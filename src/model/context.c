@@ -386,7 +386,8 @@ static double now_s(void) {
 static void evict_round(struct nx_ctx *c, bool prompt) {
     double t0 = now_s();
     struct evict_job j = {c, kv_evict_budget(c->ev, c->n_past)};
-    int nth = NX_MIN(prompt ? c->p.n_threads_batch : c->p.n_threads, c->n_threads_max);
+    /* the evictor has buffers for the thread count of nx_ctx_init (set_threads may add more) */
+    int nth = NX_MIN(prompt ? c->p.n_threads_batch : c->p.n_threads, kv_evict_threads(c->ev));
     nx_pool_run(c->pool, evict_worker, &j, nth);
     kv_evict_round_done(c->ev, now_s() - t0);
 }
