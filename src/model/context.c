@@ -6,12 +6,17 @@
  *
  * The forward pass is straight-line code (llama2.c style) run by every pool thread at once
  * (forward_worker). Work is split deterministically: token rows for norms/quantization, output
- * rows for matrix products, (token, head) pairs for RoPE and attention; barriers separate
+ * rows for matrix products (claimed in chunks, see mm_phase), (token, head) pairs for RoPE and
+ * (token, KV head) units for attention; barriers separate
  * dependent steps. Each output element is computed by exactly one thread in a fixed order, so the
  * logits do not depend on the number of threads.
  *
- * KV cache layout: K and V each (n_layer, n_ctx, n_head_kv * head_dim) of kv_type (F16 or F32);
- * keys are stored after RoPE at their absolute positions.
+ * KV cache: a paged pool (kv/kv_cache.h), one block table per (layer, KV head); keys are
+ * stored after RoPE at their absolute positions and attention walks the table's blocks, the
+ * G query heads of a KV head together. With a budget (kv_density / kv_budget and a policy),
+ * kv/kv_evict.c compacts the tables after prompt chunks (and, in the stream regime, whenever a
+ * layer holds a block more than its budget); the forward pass feeds it the newest queries and,
+ * for H2O, accumulated attention. Eviction rounds run layers in parallel on the same pool.
  */
 #include <math.h>
 #include <stdatomic.h>
