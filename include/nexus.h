@@ -177,7 +177,9 @@ NX_API int32_t nx_token_to_piece(const nx_model *model, nx_token t, char *buf, i
 typedef struct nx_ctx nx_ctx;
 
 struct nx_ctx_params {
-    int32_t n_ctx;           /* positions the KV cache holds; 0 = the model's trained context */
+    int32_t n_ctx;           /* most positions a sequence may reach (the longest stream); without
+                                eviction also the tokens the KV cache holds. 0 = the model's
+                                trained context, at most 4096 */
     int32_t n_batch;         /* most tokens in one nx_decode call (larger calls are split) */
     int32_t n_threads;       /* threads for single-token decode (>= 1) */
     int32_t n_threads_batch; /* threads for prompt batches (>= 1) */
@@ -232,10 +234,13 @@ NX_API nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *
 NX_API void nx_ctx_free(nx_ctx *ctx);
 
 /*
- * Run tokens[0..n) at positions n_past..n_past+n-1 and append them to the KV cache.
+ * Run tokens[0..n) at positions n_past..n_past+n-1 and append them to the KV cache (evicting
+ * by the context's policy and budget; calls of more than n_batch tokens run in chunks).
  * all_logits: keep logits for every token (else only for the last). Returns OK,
- * NX_STATUS_KV_FULL (the cache cannot hold n more; nothing changed), NX_STATUS_INVALID_ARG
- * (token id out of range, n <= 0; nothing changed). No allocation happens here.
+ * NX_STATUS_KV_FULL (n_past + n > n_ctx, or the pool cannot hold the first chunk; nothing
+ * changed), NX_STATUS_INVALID_ARG (token id out of range, n <= 0; nothing changed). No
+ * allocation happens here, except growing the logits buffer for more all_logits rows than
+ * ever before.
  */
 NX_API nx_status nx_decode(nx_ctx *ctx, const nx_token *tokens, int32_t n, bool all_logits);
 
