@@ -3,8 +3,10 @@
  * positions, optional accumulators) plus a stack of free ids. Tables own block ids; a block id
  * is in exactly one table or on the free stack (invariant checked by the tests: in-use + free =
  * pool size). Tables are sized at init for the whole pool, so nothing allocates after
- * kv_cache_init. Compaction walks the kept tokens in order and copies each to the next write
- * slot only when it moves; a dropped run that covers whole blocks costs nothing but the unlink.
+ * kv_cache_init. Pushes to the free stack take the cache's mutex, since eviction compacts the
+ * tables of different layers on different threads. Compaction walks the kept tokens in order
+ * and copies each to the next write slot only when it moves; a dropped run that covers whole
+ * blocks costs nothing but the unlink.
  */
 #include "kv/kv_cache.h"
 
@@ -23,6 +25,7 @@ nx_status kv_cache_init(const struct kv_cache_params *p, struct kv_cache **out) 
     struct kv_cache *c = nx_calloc(1, sizeof *c);
     if (!c) return NX_STATUS_NOMEM;
     c->p = *p;
+    pthread_mutex_init(&c->free_lock, NULL);
     c->row_bytes = (size_t)p->head_dim * (p->type == NX_TYPE_F32 ? 4 : 2);
     size_t slots, kv_bytes;
     if (!nx_mul_size((size_t)p->n_blocks, (size_t)p->block, &slots) ||
@@ -67,6 +70,7 @@ void kv_cache_free(struct kv_cache *c) {
     nx_free(c->pos_pool);
     nx_free(c->acc_pool);
     nx_free(c->free_ids);
+    pthread_mutex_destroy(&c->free_lock);
     nx_free(c);
 }
 
@@ -118,13 +122,11 @@ void kv_append(struct kv_cache *c, struct kv_table *t, int32_t pos, const float 
 }
 
 /* The free stack is shared by every table; compactions of different tables may run on
-   different threads (one per layer), so pushes take this lock. */
-static pthread_mutex_t g_free_lock = PTHREAD_MUTEX_INITIALIZER;
-
+   different threads (one per layer), so pushes take the cache's lock. */
 static void push_free(struct kv_cache *c, int32_t b) {
-    pthread_mutex_lock(&g_free_lock);
+    pthread_mutex_lock(&c->free_lock);
     c->free_ids[c->n_free++] = b;
-    pthread_mutex_unlock(&g_free_lock);
+    pthread_mutex_unlock(&c->free_lock);
 }
 
 /* Return blocks beyond what n_tokens needs to the pool. */

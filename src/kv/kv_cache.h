@@ -16,6 +16,7 @@
 #ifndef NX_KV_CACHE_H
 #define NX_KV_CACHE_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -51,6 +52,7 @@ struct kv_cache {
     int64_t n_free;
     struct kv_table *tables;  /* (n_layer, n_head_kv) */
     int64_t peak_blocks;
+    pthread_mutex_t free_lock; /* guards free_ids/n_free when tables compact concurrently */
 };
 
 /* Errors: INVALID_ARG, NOMEM. */
