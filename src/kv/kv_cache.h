@@ -9,9 +9,9 @@
  * and returns emptied blocks to the pool, so freed memory is really reused.
  *
  * Memory accounting counts blocks in use (keys + values + positions + accumulators), current
- * and peak. A cache is used by one thread at a time, except that kv_slot_* accessors and
- * appends to DIFFERENT tables may run concurrently once kv_cache_reserve succeeded (appends
- * then never allocate).
+ * and peak. A cache is used by one thread at a time, except that accessors, appends (after a
+ * successful kv_cache_reserve, so they never allocate) and compactions of DIFFERENT tables may
+ * run concurrently; reserve and clear must not overlap anything.
  */
 #ifndef NX_KV_CACHE_H
 #define NX_KV_CACHE_H
