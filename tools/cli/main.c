@@ -19,6 +19,7 @@
 
 #include "nexus.h"
 #include "bench.h"
+#include "eval.h"
 #include "mkmodel.h"
 
 static double now_s(void) {
@@ -460,6 +461,42 @@ static int cmd_bench(int argc, char **argv) {
     return rc;
 }
 
+/* ---- nexus eval ---- */
+
+static int cmd_eval(int argc, char **argv) {
+    struct common_opts o = common_defaults();
+    struct eval_params ep = {.policies = "full,streaming,h2o,snapkv,pyramidkv,adakv,morphkv,tova,nexus",
+                             .densities = "0.1,0.2,0.4", .regimes = "prefill,stream",
+                             .streams = 16, .stream_len = 512, .recall_blocks = 2, .seed = 1};
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (common_flag(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "--policies"))
+            ep.policies = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--densities"))
+            ep.densities = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--regimes"))
+            ep.regimes = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--streams"))
+            ep.streams = (int)parse_long(a, need_arg(argc, argv, &i), 1, 10000);
+        else if (!strcmp(a, "--stream-len"))
+            ep.stream_len = (int)parse_long(a, need_arg(argc, argv, &i), 8, 1 << 20);
+        else if (!strcmp(a, "--recall-blocks"))
+            ep.recall_blocks = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 20);
+        else if (!strcmp(a, "--seed"))
+            ep.seed = (uint64_t)parse_long(a, need_arg(argc, argv, &i), 0, LONG_MAX);
+        else if (!strcmp(a, "--json"))
+            ep.json_path = need_arg(argc, argv, &i);
+        else
+            die("eval: unknown option '%s'", a);
+    }
+    ep.threads = o.threads;
+    nx_model *m = load_model(&o);
+    int rc = eval_run(m, &ep);
+    nx_model_free(m);
+    return rc;
+}
+
 static void usage(void) {
     fprintf(stderr,
             "nexus %s - an inference runtime for long-lived LLM agents\n"
@@ -470,6 +507,9 @@ static void usage(void) {
             "  nexus tokenize -m MODEL (--text TEXT | --file F) [--bos]\n"
             "  nexus bench -m MODEL [-p 512] [-n 128] [--depth D] [-t N] [-r REPS] [--json]\n"
             "  nexus mkmodel -o OUT.gguf [--preset NAME] [--arch A] [--type T] ... (--help)\n"
+            "  nexus eval -m MODEL [--policies full,nexus,...] [--densities 0.1,0.2]\n"
+            "            [--regimes prefill,stream] [--streams N] [--stream-len N] [--seed S]\n"
+            "            [--recall-blocks K] [--json OUT]\n"
             "common: --kv-type f16|f32, --mmap (use weights in place), --ref-kernels\n"
             "KV budget (run, bench): --kv-policy full|streaming|h2o|snapkv|pyramidkv|adakv|\n"
             "  morphkv|tova|nexus, --kv-density D | --kv-budget TOKENS, --kv-regime prefill|stream,\n"
@@ -489,6 +529,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "logits")) return cmd_logits(argc, argv);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
+    if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
     if (!strcmp(cmd, "mkmodel")) return mkmodel_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "--version")) {
         printf("nexus %s\n", nx_version());
