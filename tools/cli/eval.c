@@ -59,7 +59,8 @@ static int argmax(const float *l, int n) {
 
 static nx_ctx *make(const nx_model *m, const struct eval_params *ep, const char *policy,
                     float density, int regime) {
-    struct nx_ctx_params cp = nx_ctx_default_params();
+    struct nx_ctx_params cp = ep->base ? *ep->base : nx_ctx_default_params();
+    cp.kv_budget = 0;
     cp.n_ctx = ep->stream_len + 1;
     cp.n_threads = cp.n_threads_batch = ep->threads;
     cp.kv_policy = policy;

@@ -14,6 +14,9 @@ struct eval_params {
     int threads;
     uint64_t seed;
     const char *json_path; /* NULL: no JSON */
+    const struct nx_ctx_params *base; /* block, sink, recent, window, nexus knobs, KV type;
+                                         NULL: defaults. Policy, density and regime are set per
+                                         configuration. */
 };
 /* Runs every configuration; prints a Markdown table; 0 on success. */
 int eval_run(const nx_model *m, const struct eval_params *p);

@@ -491,6 +491,8 @@ static int cmd_eval(int argc, char **argv) {
             die("eval: unknown option '%s'", a);
     }
     ep.threads = o.threads;
+    o.cp.kv_type = o.kv_type;
+    ep.base = &o.cp;
     nx_model *m = load_model(&o);
     int rc = eval_run(m, &ep);
     nx_model_free(m);
