@@ -136,7 +136,6 @@ int64_t kv_evict_budget(const struct kv_evictor *e, int64_t seen) {
     return b < e->min_keep ? e->min_keep : b;
 }
 
-bool kv_evict_needs_acc(const struct kv_evictor *e) { return e->p.policy->needs_acc_attn; }
 int kv_evict_threads(const struct kv_evictor *e) { return e->p.n_threads; }
 
 bool kv_evict_due(const struct kv_evictor *e, int64_t seen, bool prompt_chunk) {

@@ -57,7 +57,6 @@ void kv_evict_layer(struct kv_evictor *e, int layer, int64_t budget, int ith);
 /* Account one finished round (all layers) that took `seconds`. */
 void kv_evict_round_done(struct kv_evictor *e, double seconds);
 
-bool kv_evict_needs_acc(const struct kv_evictor *e);
 /* Most threads that may call kv_evict_layer at once (thread indices 0 .. n-1). */
 int kv_evict_threads(const struct kv_evictor *e);
 int64_t kv_evict_rounds(const struct kv_evictor *e);

@@ -152,6 +152,18 @@ void kvp_protected(int64_t n, const struct kv_policy_params *params, int64_t *s,
     *r = NX_MIN((int64_t)params->recent, n - *s);
 }
 
+bool kvp_prologue(const struct kv_layer_view *view, int64_t keep,
+                  const struct kv_policy_params *params, struct kv_selection *out,
+                  nx_status *st) {
+    *st = kvp_check(view, keep, params, out);
+    if (*st != NX_STATUS_OK) return true;
+    if (view->n_tokens <= keep) {
+        kvp_keep_all(view, out);
+        return true;
+    }
+    return false;
+}
+
 void kvp_keep_all(const struct kv_layer_view *view, struct kv_selection *out) {
     if (view->n_tokens > 0)
         memset(out->keep, 1, (size_t)view->n_head_kv * (size_t)view->n_tokens);

@@ -49,6 +49,11 @@ nx_status kvp_check(const struct kv_layer_view *view, int64_t keep,
 void kvp_protected(int64_t n, const struct kv_policy_params *params, int64_t *s, int64_t *r);
 
 /* Sets every keep flag of every head. */
+/* The common start of every select: kvp_check, then keep everything when n_tokens <= keep.
+   Returns true when the selection is final (its status in *st); false: go on selecting. */
+bool kvp_prologue(const struct kv_layer_view *view, int64_t keep,
+                  const struct kv_policy_params *params, struct kv_selection *out,
+                  nx_status *st);
 void kvp_keep_all(const struct kv_layer_view *view, struct kv_selection *out);
 
 /* True when the window can be scored (n_win > 0 and its arrays present). */

@@ -29,14 +29,10 @@
 static nx_status adakv_select(const struct kv_layer_view *view, int64_t keep,
                               const struct kv_policy_params *params, void *scratch,
                               struct kv_selection *out) {
-    nx_status st = kvp_check(view, keep, params, out);
-    if (st != NX_STATUS_OK) return st;
+    nx_status st;
+    if (kvp_prologue(view, keep, params, out, &st)) return st;
     const int64_t n = view->n_tokens;
     const int32_t hkv = view->n_head_kv;
-    if (n <= keep) {
-        kvp_keep_all(view, out);
-        return NX_STATUS_OK;
-    }
     struct kvp_arena arena;
     kvp_arena_init(&arena, scratch, kv_policy_scratch_bytes(view));
     double *score = kvp_take(&arena, (size_t)hkv * (size_t)n * sizeof(double));

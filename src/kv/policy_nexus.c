@@ -188,13 +188,9 @@ double kvp_nexus_log_priority(double w, int32_t n, uint64_t seed, uint64_t layer
 static nx_status nexus_select(const struct kv_layer_view *view, int64_t keep,
                               const struct kv_policy_params *params, void *scratch,
                               struct kv_selection *out) {
-    nx_status st = kvp_check(view, keep, params, out);
-    if (st != NX_STATUS_OK) return st;
+    nx_status st;
+    if (kvp_prologue(view, keep, params, out, &st)) return st;
     const int64_t n = view->n_tokens, b = params->block;
-    if (n <= keep) {
-        kvp_keep_all(view, out);
-        return NX_STATUS_OK;
-    }
     struct kvp_nexus_blocks bl;
     kvp_nexus_layout(n, keep, params, &bl);
     const int64_t m = bl.m;

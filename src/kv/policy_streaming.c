@@ -26,13 +26,9 @@ static nx_status streaming_select(const struct kv_layer_view *view, int64_t keep
                                   const struct kv_policy_params *params, void *scratch,
                                   struct kv_selection *out) {
     NX_UNUSED(scratch);
-    nx_status st = kvp_check(view, keep, params, out);
-    if (st != NX_STATUS_OK) return st;
+    nx_status st;
+    if (kvp_prologue(view, keep, params, out, &st)) return st;
     const int64_t n = view->n_tokens, b = params->block;
-    if (n <= keep) {
-        kvp_keep_all(view, out);
-        return NX_STATUS_OK;
-    }
     int64_t s, r;
     kvp_protected(n, params, &s, &r);
     const int64_t n_blocks = (n + b - 1) / b, last = n - (n_blocks - 1) * b;
