@@ -55,15 +55,6 @@ AI __m512 load_w16(enum nx_type wt, const uint8_t *w, int64_t i) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
 
-AI float load_w1(enum nx_type wt, const uint8_t *w, int64_t i) {
-    if (wt == NX_TYPE_F32) return ((const float *)w)[i];
-    if (wt == NX_TYPE_F16) return h2f(((const nx_half *)w)[i]);
-    uint32_t u = (uint32_t)((const nx_bf16 *)w)[i] << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 AI void fl_tile(enum nx_type wt, const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
                 const uint8_t *x, size_t xs, float *y, int64_t ys) {
     __m512 acc[MAXT];

@@ -34,6 +34,16 @@ AI float hmax8(__m256 v) {
 
 AI float h2f(nx_half h) { return _cvtsh_ss(h); }
 
+/* Element i of a float-type weight row (F32, F16 or BF16) as a float: the scalar tails. */
+AI float load_w1(enum nx_type wt, const uint8_t *w, int64_t i) {
+    if (wt == NX_TYPE_F32) return ((const float *)w)[i];
+    if (wt == NX_TYPE_F16) return h2f(((const nx_half *)w)[i]);
+    uint32_t u = (uint32_t)((const nx_bf16 *)w)[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 AI __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 AI __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
 
