@@ -1,10 +1,18 @@
-/* base.c - status names/messages, the error-message helper, the assertion handler, logging. */
+/* base.c - status names/messages, the error-message helper, the assertion handler, logging,
+ * the monotonic clock. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "log.h"
 #include "nx_base.h"
+
+double nx_time_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 void nx_assert_fail(const char *file, int line, const char *expr) {
     fprintf(stderr, "nexus: assertion failed at %s:%d: %s\n", file, line, expr);

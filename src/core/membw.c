@@ -64,12 +64,6 @@ static void read_part(void *arg, int ith, int nth) {
     j->sink[ith % 64] = s;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 double nx_measure_read_bandwidth(size_t bytes, int n_threads, int reps) {
     unsigned char *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (buf == MAP_FAILED) return 0;
@@ -85,9 +79,9 @@ double nx_measure_read_bandwidth(size_t bytes, int n_threads, int reps) {
     struct job j = {.buf = buf, .bytes = bytes};
     double best = 0;
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = nx_time_s();
         nx_pool_run(pool, read_part, &j, n_threads);
-        double dt = now_s() - t0;
+        double dt = nx_time_s() - t0;
         size_t per = (bytes / (size_t)n_threads) & ~(size_t)127;
         double bw = (double)(per * (size_t)n_threads) / dt;
         if (bw > best) best = bw;

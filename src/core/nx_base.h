@@ -42,6 +42,9 @@ static inline bool nx_add_size(size_t a, size_t b, size_t *out) {
 }
 static inline size_t nx_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+/* Seconds on the monotonic clock (for timing; arbitrary origin). */
+double nx_time_s(void);
+
 /*
  * Error message buffer: functions that fail on input write a one-line message naming the
  * problem into an nx_err (may be NULL) and return a negative nx_status.

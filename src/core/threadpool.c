@@ -47,12 +47,6 @@ struct worker_arg {
     int ith;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
@@ -75,8 +69,8 @@ static void *worker_main(void *p) {
                 cpu_relax();
                 continue;
             }
-            if (t_spin == 0) t_spin = now_s();
-            if (now_s() - t_spin < SPIN_SECONDS) continue;
+            if (t_spin == 0) t_spin = nx_time_s();
+            if (nx_time_s() - t_spin < SPIN_SECONDS) continue;
             pthread_mutex_lock(&pool->mu);
             atomic_fetch_add(&pool->sleeping, 1);
             while (atomic_load(&pool->gen) == last && !atomic_load(&pool->stop))
@@ -186,8 +180,8 @@ void nx_pool_barrier(struct nx_pool *pool) {
                 cpu_relax();
                 continue;
             }
-            if (t0 == 0) t0 = now_s();
-            if (now_s() - t0 > BARRIER_YIELD_AFTER) sched_yield();
+            if (t0 == 0) t0 = nx_time_s();
+            if (nx_time_s() - t0 > BARRIER_YIELD_AFTER) sched_yield();
         }
     }
 }

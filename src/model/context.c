@@ -381,20 +381,14 @@ static void evict_worker(void *arg, int ith, int nth) {
         kv_evict_layer(j->c->ev, il, j->budget, ith);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* One eviction round over every layer, layers split across the pool's threads. */
 static void evict_round(struct nx_ctx *c, bool prompt) {
-    double t0 = now_s();
+    double t0 = nx_time_s();
     struct evict_job j = {c, kv_evict_budget(c->ev, c->n_past)};
     /* the evictor has buffers for the thread count of nx_ctx_init (set_threads may add more) */
     int nth = NX_MIN(prompt ? c->p.n_threads_batch : c->p.n_threads, kv_evict_threads(c->ev));
     nx_pool_run(c->pool, evict_worker, &j, nth);
-    kv_evict_round_done(c->ev, now_s() - t0);
+    kv_evict_round_done(c->ev, nx_time_s() - t0);
 }
 
 struct kv_cache *ctx_kv_cache(nx_ctx *c) { return c->kv; }
@@ -434,9 +428,7 @@ struct nx_ctx_params nx_ctx_default_params(void) {
 }
 
 static size_t max_act_row(const struct nx_model *m) {
-    size_t mx = 0;
-    const struct nx_weight *ws[] = {&m->output};
-    mx = kern_act_row_bytes(ws[0]->type, ws[0]->ne0);
+    size_t mx = kern_act_row_bytes(m->output.type, m->output.ne0);
     for (int il = 0; il < m->hp.n_layer; il++) {
         const struct nx_layer *L = &m->layers[il];
         const struct nx_weight *all[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};

@@ -10,6 +10,8 @@
  */
 #include "bench.h"
 
+#include "core/nx_base.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,12 +24,6 @@ struct bench_params bench_default_params(void) {
     struct bench_params p = {.n_prompt = 512, .n_gen = 128, .depth = 0, .reps = 5, .json = false,
                              .measure_bandwidth = true};
     return p;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int cmp_d(const void *a, const void *b) {
@@ -67,7 +63,7 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
     if (!toks) return 1;
     if (p->depth > 0) {
         fprintf(stderr, "filling context to depth %d...\n", p->depth);
-        double t0 = now_s();
+        double t0 = nx_time_s();
         for (int done = 0; done < p->depth;) {
             int nb = p->depth - done < 512 ? p->depth - done : 512;
             if (nx_decode(c, toks + done, nb, false)) {
@@ -75,7 +71,7 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
                 return 1;
             }
             done += nb;
-            fprintf(stderr, "\r  %d/%d tokens (%.0f s)", done, p->depth, now_s() - t0);
+            fprintf(stderr, "\r  %d/%d tokens (%.0f s)", done, p->depth, nx_time_s() - t0);
         }
         fprintf(stderr, "\n");
     }
@@ -88,25 +84,25 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
     for (int r = 0; r < reps; r++) {
         if (p->n_prompt > 0) {
             nx_ctx_truncate(c, p->depth);
-            double t0 = now_s();
+            double t0 = nx_time_s();
             if (nx_decode(c, toks + p->depth, p->n_prompt, false)) {
                 fprintf(stderr, "bench: %s\n", nx_ctx_last_error(c));
                 return 1;
             }
-            pp[r] = p->n_prompt / (now_s() - t0);
+            pp[r] = p->n_prompt / (nx_time_s() - t0);
         }
         if (p->n_gen > 0) {
             nx_ctx_truncate(c, p->depth);
             struct nx_kv_stats k0;
             nx_ctx_kv_stats(c, &k0);
-            double t0 = now_s();
+            double t0 = nx_time_s();
             for (int i = 0; i < p->n_gen; i++) {
                 if (nx_decode(c, toks + p->depth + i, 1, false)) {
                     fprintf(stderr, "bench: %s\n", nx_ctx_last_error(c));
                     return 1;
                 }
             }
-            double dt = now_s() - t0;
+            double dt = nx_time_s() - t0;
             tg_total += dt;
             struct nx_kv_stats k1;
             nx_ctx_kv_stats(c, &k1);

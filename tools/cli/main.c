@@ -17,16 +17,11 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "core/nx_base.h"
 #include "nexus.h"
 #include "bench.h"
 #include "eval.h"
 #include "mkmodel.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 __attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...) {
     va_list ap;
@@ -171,11 +166,11 @@ static nx_model *load_model(const struct common_opts *o) {
     mp.use_mmap = o->use_mmap;
     nx_model *m;
     char err[512];
-    double t0 = now_s();
+    double t0 = nx_time_s();
     nx_status st = nx_model_load(o->model, &mp, &m, err, sizeof err);
     if (st) die("cannot load '%s': %s (%s)", o->model, err, nx_status_name(st));
     fprintf(stderr, "model: %s (%.1f MiB, loaded in %.2f s, kernels %s)\n", nx_model_desc(m),
-            (double)nx_model_weight_bytes(m) / 1048576.0, now_s() - t0, nx_kernels_name());
+            (double)nx_model_weight_bytes(m) / 1048576.0, nx_time_s() - t0, nx_kernels_name());
     return m;
 }
 
@@ -267,12 +262,12 @@ static int cmd_run(int argc, char **argv) {
     for (int32_t i = 0; i < n_prompt; i++) nx_sampler_accept(s, toks[i]);
     fwrite(prompt, 1, plen, stdout);
     fflush(stdout);
-    double t0 = now_s();
+    double t0 = nx_time_s();
     nx_status st = nx_decode(c, toks, n_prompt, false);
     if (st) die("decode failed: %s", nx_ctx_last_error(c));
-    double t_prompt = now_s() - t0;
+    double t_prompt = nx_time_s() - t0;
     long n_gen = 0;
-    double t1 = now_s();
+    double t1 = nx_time_s();
     for (; n_gen < n_predict; n_gen++) {
         nx_token t = nx_sampler_sample(s, nx_get_logits(c, -1));
         if (nx_token_is_eog(m, t)) break;
@@ -285,7 +280,7 @@ static int cmd_run(int argc, char **argv) {
         st = nx_decode(c, &t, 1, false);
         if (st) die("decode failed: %s", nx_ctx_last_error(c));
     }
-    double t_gen = now_s() - t1;
+    double t_gen = nx_time_s() - t1;
     printf("\n");
     fflush(stdout);
     fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tokens/s)\n", n_prompt, t_prompt,
