@@ -178,6 +178,17 @@ static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs,
     *base += total + nth;
 }
 
+/* x += W . src for the batch: prepare this thread's activation rows [t0, t1) of src (row
+ * length W->ne0), then the product into tmp (n, n_embd) with the residual add per chunk. */
+static void residual_matmul(struct nx_ctx *c, const struct nx_weight *w, const float *src,
+                            float *tmp, int64_t *base, int64_t t0, int64_t t1, int nth) {
+    prep_rows(c, c->xq_a, w->type, src, w->ne0, w->ne0, t0, t1);
+    nx_pool_barrier(c->pool);
+    struct mm_job j = {w, c->xq_a, tmp, w->ne1, MM_ADD_RESIDUAL, 0, 0, 0};
+    mm_phase(c, base, &j, 1, c->job_n, nth);
+    nx_pool_barrier(c->pool);
+}
+
 static void forward_worker(void *arg, int ith, int nth) {
     struct nx_ctx *c = arg;
     const struct nx_model *m = c->model;
@@ -323,13 +334,7 @@ static void forward_worker(void *arg, int ith, int nth) {
             }
         }
         nx_pool_barrier(pool);
-        prep_rows(c, c->xq_a, L->wo.type, c->xn, qd, qd, t0, t1);
-        nx_pool_barrier(pool);
-        {
-            struct mm_job oj = {&L->wo, c->xq_a, c->ffa, n_embd, MM_ADD_RESIDUAL, 0, 0, 0};
-            mm_phase(c, &base, &oj, 1, n, nth);
-        }
-        nx_pool_barrier(pool);
+        residual_matmul(c, &L->wo, c->xn, c->ffa, &base, t0, t1, nth);
 
         /* feed-forward: down(silu(gate x) * up x) */
         for (int64_t t = t0; t < t1; t++)
@@ -344,13 +349,7 @@ static void forward_worker(void *arg, int ith, int nth) {
             mm_phase(c, &base, &gj, 1, n, nth);
         }
         nx_pool_barrier(pool);
-        prep_rows(c, c->xq_a, L->down.type, c->ffa, n_ff, n_ff, t0, t1);
-        nx_pool_barrier(pool);
-        {
-            struct mm_job dj = {&L->down, c->xq_a, c->ffb, n_embd, MM_ADD_RESIDUAL, 0, 0, 0};
-            mm_phase(c, &base, &dj, 1, n, nth);
-        }
-        nx_pool_barrier(pool);
+        residual_matmul(c, &L->down, c->ffa, c->ffb, &base, t0, t1, nth);
     }
 
     /* output: final norm and logits for tokens [out0, n) */
