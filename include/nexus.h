@@ -146,6 +146,9 @@ NX_API size_t nx_model_weight_bytes(const nx_model *model);
 NX_API size_t nx_model_decode_bytes(const nx_model *model);
 /* One-line description, e.g. "llama 5L 64d 8h/4kv F32 vocab 512". Borrowed, lives with model. */
 NX_API const char *nx_model_desc(const nx_model *model);
+/* general.architecture as loaded: "llama", "mistral", "qwen2", "qwen3", "bert", "nomic-bert";
+ * "" for a vocabulary-only file. Static string. */
+NX_API const char *nx_model_arch(const nx_model *model);
 
 /* ---------------------------------------------------------------------------------------------
  * Tokenizer (from the model's GGUF metadata). Thread-safe.
@@ -289,6 +292,68 @@ NX_API void nx_sampler_free(nx_sampler *s);
 NX_API nx_token nx_sampler_sample(nx_sampler *s, const float *logits);
 /* Record a token as seen (e.g. prompt tokens) for the repetition penalty. */
 NX_API void nx_sampler_accept(nx_sampler *s, nx_token t);
+
+/* ---------------------------------------------------------------------------------------------
+ * Encoders: embeddings and reranking with BERT-family GGUF models (general.architecture "bert":
+ * learned positions, GELU; "nomic-bert": RoPE on NEOX halves, SwiGLU). Bidirectional attention,
+ * post-LayerNorm, WordPiece tokenizer; sequences are [CLS] text [SEP], or [CLS] query [SEP]
+ * document [SEP] for a pair (token types 0 up to the first [SEP], 1 after, when the model has
+ * two token types). nx_ctx_init refuses encoder models; these functions need no context.
+ * All are thread-safe (the model is read-only; scratch memory is allocated per call).
+ * ------------------------------------------------------------------------------------------- */
+/* Pooling of the last hidden states into one vector (values as llama.cpp's pooling_type). */
+enum nx_pooling {
+    NX_POOLING_UNSPECIFIED = -1, /* the model file's pooling_type (mean when absent, rank when
+                                    the file has a classification head) */
+    NX_POOLING_NONE = 0,         /* not supported by nx_embed* (per-token output) */
+    NX_POOLING_MEAN = 1,         /* mean over every token, [CLS] and [SEP] included */
+    NX_POOLING_CLS = 2,          /* the first token ([CLS]) */
+    NX_POOLING_LAST = 3,         /* the last token */
+    NX_POOLING_RANK = 4,         /* classification head on [CLS]: tanh(cls * h + b), then
+                                    cls.output -> n_cls_out logits (rerankers) */
+};
+
+/* True for bert / nomic-bert models. */
+NX_API bool nx_model_is_encoder(const nx_model *model);
+/* The file's pooling (never UNSPECIFIED for an encoder; UNSPECIFIED for other models). */
+NX_API enum nx_pooling nx_model_pooling(const nx_model *model);
+/* Outputs of the classification head (1 for a cross-encoder reranker), 0 when it has none. */
+NX_API int32_t nx_model_n_cls_out(const nx_model *model);
+/* Longest token sequence an encoder takes (its trained context); longer texts are truncated. */
+NX_API int32_t nx_model_n_max_tokens(const nx_model *model);
+
+struct nx_embed_params {
+    int32_t pooling;   /* enum nx_pooling; NX_POOLING_UNSPECIFIED (default) = the file's */
+    int32_t n_threads; /* threads for this call (>= 1; default 1); results do not depend on it */
+    bool normalize;    /* L2-normalise the pooled vector (default true; ignored for RANK) */
+};
+NX_API struct nx_embed_params nx_embed_default_params(void);
+
+/*
+ * Run the encoder over tokens[0..n) (the caller adds [CLS]/[SEP]) with token types
+ * token_types[0..n) (NULL = all 0) and pool. Writes nx_model_n_embd floats to out (n_cls_out
+ * for RANK); dim is the room in out. Returns OK, or INVALID_ARG (not an encoder, n < 1 or over
+ * nx_model_n_max_tokens, a token id or type out of range, pooling NONE or unknown, RANK without
+ * a head, dim too small; out untouched) or NOMEM, with a message in err.
+ */
+NX_API nx_status nx_embed_tokens(const nx_model *model, const nx_token *tokens,
+                                 const int32_t *token_types, int32_t n,
+                                 const struct nx_embed_params *params, float *out, int32_t dim,
+                                 char *err, size_t errlen);
+/* As nx_embed_tokens for [CLS] + WordPiece(text) + [SEP], word pieces truncated to fit
+ * nx_model_n_max_tokens. Special-token texts in `text` are not parsed. */
+NX_API nx_status nx_embed(const nx_model *model, const char *text,
+                          const struct nx_embed_params *params, float *out, int32_t dim,
+                          char *err, size_t errlen);
+/*
+ * Cross-encoder relevance of (query, document): the first logit of the classification head on
+ * [CLS] query [SEP] document [SEP] (raw, no sigmoid; higher is more relevant). Over-long pairs
+ * are truncated longest-first. params: only n_threads is used (NULL = defaults). Errors as
+ * nx_embed_tokens (INVALID_ARG when the model has no classification head).
+ */
+NX_API nx_status nx_rerank_score(const nx_model *model, const char *query, const char *document,
+                                 const struct nx_embed_params *params, float *out, char *err,
+                                 size_t errlen);
 
 NX_API const char *nx_version(void);
 

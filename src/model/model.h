@@ -19,7 +19,14 @@
 
 #include "core/nx_base.h"
 
-enum nx_arch { NX_ARCH_LLAMA, NX_ARCH_MISTRAL, NX_ARCH_QWEN2, NX_ARCH_QWEN3 };
+enum nx_arch {
+    NX_ARCH_LLAMA,
+    NX_ARCH_MISTRAL,
+    NX_ARCH_QWEN2,
+    NX_ARCH_QWEN3,
+    NX_ARCH_BERT,       /* encoders: see model/encoder.h (weights in nx_model.enc) */
+    NX_ARCH_NOMIC_BERT,
+};
 
 struct nx_hparams {
     enum nx_arch arch;
@@ -66,6 +73,7 @@ struct nx_layer {
 
 struct gguf_file;
 struct nx_vocab;
+struct nx_encoder;
 
 struct nx_model {
     struct nx_hparams hp;
@@ -79,7 +87,9 @@ struct nx_model {
     void *weight_buf;          /* weights read into memory (NULL with use_mmap) */
     size_t weight_bytes;       /* bytes of tensor data in use */
     size_t weight_map_bytes;   /* size of the weight_buf mapping */
-    bool vocab_only;           /* a tokenizer-only file: no weights, no contexts */
+    bool vocab_only;           /* a tokenizer-only file: no weights, no contexts (also set for
+                                  encoders, which have no decoder weights) */
+    struct nx_encoder *enc;    /* bert / nomic-bert encoder weights (model/encoder.h), or NULL */
     char desc[160];
 };
 

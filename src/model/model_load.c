@@ -16,6 +16,7 @@
 #include "gguf/gguf.h"
 #include "kern/kern.h"
 #include "kern/types.h"
+#include "model/encoder.h"
 #include "model/model.h"
 #include "tok/tok.h"
 
@@ -25,6 +26,8 @@ static const char *arch_name(enum nx_arch a) {
     case NX_ARCH_MISTRAL: return "mistral";
     case NX_ARCH_QWEN2: return "qwen2";
     case NX_ARCH_QWEN3: return "qwen3";
+    case NX_ARCH_BERT: return "bert";
+    case NX_ARCH_NOMIC_BERT: return "nomic-bert";
     }
     return "?";
 }
@@ -290,6 +293,17 @@ nx_status nx_model_load(const char *path, const struct nx_model_params *params, 
         *out = m;
         return NX_STATUS_OK;
     }
+    const char *arch_s;
+    size_t arch_len;
+    if (gguf_get_str(f, "general.architecture", &arch_s, &arch_len) &&
+        encoder_is_encoder_arch(arch_s, arch_len)) {
+        /* BERT-family encoders: their own loader (model/encoder_load.c) */
+        if ((st = encoder_load(f, m, p.use_mmap, err))) goto fail_model;
+        if (p.use_mmap) m->gguf = f;
+        else gguf_close(f);
+        *out = m;
+        return NX_STATUS_OK;
+    }
     if ((st = load_hparams(f, &m->hp, err))) goto fail_model;
     const struct gguf_tensor *te = gguf_find_tensor(f, "token_embd.weight");
     if (!te) {
@@ -367,6 +381,7 @@ void nx_model_free(nx_model *m) {
     if (m->weight_buf) munmap(m->weight_buf, m->weight_map_bytes);
     gguf_close(m->gguf);
     vocab_free(m->vocab);
+    encoder_free(m->enc);
     nx_free(m->layers);
     nx_free(m->rope_inv_freq);
     nx_free(m);
@@ -382,6 +397,7 @@ size_t nx_model_weight_bytes(const nx_model *m) { return m->weight_bytes; }
 static size_t weight_size(const struct nx_weight *w) { return w->row_bytes * (size_t)w->ne1; }
 
 size_t nx_model_decode_bytes(const nx_model *m) {
+    if (m->enc || !m->layers) return m->weight_bytes; /* encoders: one pass reads everything */
     size_t n = weight_size(&m->output) + m->tok_embd.row_bytes;
     for (int il = 0; il < m->hp.n_layer; il++) {
         const struct nx_layer *L = &m->layers[il];
@@ -393,3 +409,6 @@ size_t nx_model_decode_bytes(const nx_model *m) {
 }
 
 const char *nx_model_desc(const nx_model *m) { return m->desc; }
+const char *nx_model_arch(const nx_model *m) {
+    return m->vocab_only && !m->enc ? "" : arch_name(m->hp.arch);
+}
