@@ -89,9 +89,12 @@ static void mk_fill(uint64_t key, uint64_t first, int64_t n, double mean, double
  * Architectures, weight types, the tensor plan
  * ------------------------------------------------------------------------------------------- */
 
-enum mk_arch { MK_LLAMA, MK_MISTRAL, MK_QWEN2, MK_QWEN3 };
+enum mk_arch { MK_LLAMA, MK_MISTRAL, MK_QWEN2, MK_QWEN3, MK_BERT, MK_NOMIC_BERT };
 
-static const char *const g_arch_names[] = {"llama", "mistral", "qwen2", "qwen3"};
+static const char *const g_arch_names[] = {"llama", "mistral", "qwen2", "qwen3", "bert",
+                                            "nomic-bert"};
+
+static bool mk_is_encoder(enum mk_arch a) { return a == MK_BERT || a == MK_NOMIC_BERT; }
 
 struct mk_wtype {
     const char *name;
@@ -187,6 +190,93 @@ static enum nx_type mk_weight_type(const struct mk_plan *pl, const struct mkmode
     return NX_TYPE_Q4_K;
 }
 
+/*
+ * The tensors of a BERT-family encoder (llama.cpp's names, see src/model/encoder.h): bert has
+ * learned positions, q/k/v/output/ffn biases and GELU (attn_qkv fused with its bias when
+ * p->qkv_fused); nomic-bert has fused attn_qkv and no biases except the LayerNorms, and a SwiGLU
+ * ffn_gate. p->rerank (bert) adds the classification head cls (dense + tanh) and cls.output
+ * (1 logit). LayerNorm gains 1 + 0.1 z, biases 0.2 z; the token-type table is F32.
+ */
+static nx_status mk_plan_encoder(struct mk_plan *pl, const struct mkmodel_params *p,
+                                 struct nx_err *err) {
+    const bool nomic = pl->arch == MK_NOMIC_BERT, bert = !nomic;
+    const int64_t E = p->n_embd, F = p->n_ff, V = pl->n_vocab;
+    const enum nx_type wt = pl->wt->q4_k_m ? NX_TYPE_Q4_K : pl->wt->type;
+    if (pl->head_dim * p->n_head != p->n_embd) {
+        return nx_err_set(err, NX_STATUS_INVALID_ARG,
+                          "mkmodel: encoders need embd (%d) = heads (%d) x head_dim", p->n_embd,
+                          p->n_head);
+    }
+    if (p->rerank && nomic) {
+        return nx_err_set(err, NX_STATUS_INVALID_ARG,
+                          "mkmodel: --rerank is for bert (llama.cpp reads no head for nomic-bert)");
+    }
+    bool fused = nomic || p->qkv_fused;
+    struct {
+        const char *name;
+        int n_dims;
+        int64_t ne0, ne1;
+        enum nx_type type;
+        enum mk_init init;
+        bool on;
+    } top[] = {
+        {"token_embd.weight", 2, E, V, wt, MK_INIT_EMBD, true},
+        {"token_types.weight", 2, E, 2, NX_TYPE_F32, MK_INIT_EMBD, true},
+        {"position_embd.weight", 2, E, p->n_ctx_train, wt, MK_INIT_EMBD, bert},
+        {"token_embd_norm.weight", 1, E, 1, NX_TYPE_F32, MK_INIT_NORM, true},
+        {"token_embd_norm.bias", 1, E, 1, NX_TYPE_F32, MK_INIT_BIAS, true},
+        {"cls.weight", 2, E, E, wt, MK_INIT_MATRIX, p->rerank},
+        {"cls.bias", 1, E, 1, NX_TYPE_F32, MK_INIT_BIAS, p->rerank},
+        {"cls.output.weight", 2, E, 1, wt, MK_INIT_MATRIX, p->rerank},
+        {"cls.output.bias", 1, 1, 1, NX_TYPE_F32, MK_INIT_BIAS, p->rerank},
+    };
+    nx_status st;
+    for (size_t i = 0; i < NX_ARRAY_LEN(top); i++) {
+        if (!top[i].on) continue;
+        st = mk_plan_add(pl, top[i].name, top[i].n_dims, top[i].ne0, top[i].ne1, top[i].type,
+                         top[i].init, err);
+        if (st != NX_STATUS_OK) return st;
+    }
+    char nm[64];
+    for (int l = 0; l < p->n_layer; l++) {
+        struct {
+            const char *name;
+            int n_dims;
+            int64_t ne0, ne1;
+            enum mk_init init;
+            bool on;
+        } spec[] = {
+            {"attn_qkv.weight", 2, E, 3 * E, MK_INIT_MATRIX, fused},
+            {"attn_qkv.bias", 1, 3 * E, 1, MK_INIT_BIAS, fused && bert},
+            {"attn_q.weight", 2, E, E, MK_INIT_MATRIX, !fused},
+            {"attn_q.bias", 1, E, 1, MK_INIT_BIAS, !fused},
+            {"attn_k.weight", 2, E, E, MK_INIT_MATRIX, !fused},
+            {"attn_k.bias", 1, E, 1, MK_INIT_BIAS, !fused},
+            {"attn_v.weight", 2, E, E, MK_INIT_MATRIX, !fused},
+            {"attn_v.bias", 1, E, 1, MK_INIT_BIAS, !fused},
+            {"attn_output.weight", 2, E, E, MK_INIT_MATRIX, true},
+            {"attn_output.bias", 1, E, 1, MK_INIT_BIAS, bert},
+            {"attn_output_norm.weight", 1, E, 1, MK_INIT_NORM, true},
+            {"attn_output_norm.bias", 1, E, 1, MK_INIT_BIAS, true},
+            {"ffn_up.weight", 2, E, F, MK_INIT_MATRIX, true},
+            {"ffn_up.bias", 1, F, 1, MK_INIT_BIAS, bert},
+            {"ffn_gate.weight", 2, E, F, MK_INIT_MATRIX, nomic},
+            {"ffn_down.weight", 2, F, E, MK_INIT_MATRIX, true},
+            {"ffn_down.bias", 1, E, 1, MK_INIT_BIAS, bert},
+            {"layer_output_norm.weight", 1, E, 1, MK_INIT_NORM, true},
+            {"layer_output_norm.bias", 1, E, 1, MK_INIT_BIAS, true},
+        };
+        for (size_t i = 0; i < NX_ARRAY_LEN(spec); i++) {
+            if (!spec[i].on) continue;
+            snprintf(nm, sizeof nm, "blk.%d.%s", l, spec[i].name);
+            st = mk_plan_add(pl, nm, spec[i].n_dims, spec[i].ne0, spec[i].ne1, wt, spec[i].init,
+                             err);
+            if (st != NX_STATUS_OK) return st;
+        }
+    }
+    return NX_STATUS_OK;
+}
+
 /* Check the parameters and list the tensors in file order. */
 static nx_status mk_plan_build(struct mk_plan *pl, const struct mkmodel_params *p, int n_vocab,
                                struct nx_err *err) {
@@ -198,7 +288,8 @@ static nx_status mk_plan_build(struct mk_plan *pl, const struct mkmodel_params *
     }
     if (a < 0) {
         return nx_err_set(err, NX_STATUS_INVALID_ARG,
-                          "mkmodel: unknown architecture '%s' (llama, mistral, qwen2, qwen3)",
+                          "mkmodel: unknown architecture '%s' (llama, mistral, qwen2, qwen3, bert, "
+                          "nomic-bert)",
                           p->arch ? p->arch : "(null)");
     }
     pl->arch = (enum mk_arch)a;
@@ -243,6 +334,10 @@ static nx_status mk_plan_build(struct mk_plan *pl, const struct mkmodel_params *
     pl->n_vocab = n_vocab;
     pl->rms_eps = p->rms_eps > 0.0f ? p->rms_eps
                   : (pl->arch == MK_QWEN2 || pl->arch == MK_QWEN3) ? 1e-6f : 1e-5f;
+    if (mk_is_encoder(pl->arch)) {
+        if (!(p->rms_eps > 0.0f)) pl->rms_eps = 1e-12f; /* BERT's layer_norm_eps */
+        return mk_plan_encoder(pl, p, err);
+    }
 
     const int64_t E = p->n_embd, F = p->n_ff, V = n_vocab, D = pl->head_dim;
     const int64_t QD = (int64_t)p->n_head * D, KD = (int64_t)p->n_head_kv * D;
@@ -673,6 +768,131 @@ static nx_status mk_copy_tokenizer(struct gguf_writer *w, const struct gguf_file
     return NX_STATUS_OK;
 }
 
+/* Smallest synthetic WordPiece vocabulary: 104 BERT specials + 2 x 68 ASCII pieces. */
+#define MK_WPM_MIN_VOCAB 240
+
+/*
+ * A BERT WordPiece ("bert") vocabulary in llama.cpp's GGUF form (word-initial pieces carry "▁",
+ * continuations lose their "##"): [PAD] 0, [unused1..99], [UNK] 100, [CLS] 101, [SEP] 102,
+ * [MASK] 103; then every printable ASCII character but the capitals (BERT lowercases) as
+ * "▁c" and "c"; then lowercase strings of two or more letters in shortlex order, each as "▁s"
+ * and "s", up to n_vocab.
+ */
+static nx_status mk_synth_wpm_vocab(struct gguf_writer *w, int n_vocab, struct nx_err *err) {
+    nx_status st = NX_STATUS_NOMEM;
+    char **tok = calloc((size_t)n_vocab, sizeof *tok);
+    int32_t *type = calloc((size_t)n_vocab, sizeof *type);
+    if (!tok || !type) goto done;
+    int next = 0, ch = 33;
+    long idx = 0; /* index among strings of >= 2 letters, shortlex */
+    for (int i = 0; i < n_vocab; i++) {
+        char buf[64];
+        type[i] = 1; /* normal */
+        if (i == 0) {
+            snprintf(buf, sizeof buf, "[PAD]");
+            type[i] = 3;
+        } else if (i < 100) {
+            snprintf(buf, sizeof buf, "[unused%d]", i);
+            type[i] = 3;
+        } else if (i <= 103) {
+            static const char *const sp[] = {"[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+            snprintf(buf, sizeof buf, "%s", sp[i - 100]);
+            type[i] = i == 100 ? 2 : 3;
+        } else if (ch <= 126) {
+            /* pairs "▁c", "c" */
+            snprintf(buf, sizeof buf, "%s%c", next == 0 ? "\xE2\x96\x81" : "", ch);
+            if (++next == 2) {
+                next = 0;
+                do ch++; while (ch >= 'A' && ch <= 'Z');
+            }
+        } else {
+            long k = idx;
+            int len = 2;
+            long span = 26 * 26;
+            while (k >= span) {
+                k -= span;
+                span *= 26;
+                len++;
+            }
+            char sfx[16];
+            for (int c = len - 1; c >= 0; c--) {
+                sfx[c] = (char)('a' + k % 26);
+                k /= 26;
+            }
+            sfx[len] = '\0';
+            snprintf(buf, sizeof buf, "%s%s", next == 0 ? "\xE2\x96\x81" : "", sfx);
+            if (++next == 2) {
+                next = 0;
+                idx++;
+            }
+        }
+        tok[i] = strdup(buf);
+        if (!tok[i]) goto done;
+    }
+    st = gguf_writer_add_str(w, "tokenizer.ggml.model", "bert");
+    if (st == NX_STATUS_OK) {
+        st = gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)tok,
+                                     (uint64_t)n_vocab);
+    }
+    if (st == NX_STATUS_OK) {
+        st = gguf_writer_add_arr(w, "tokenizer.ggml.token_type", GGUF_VTYPE_I32, type,
+                                 (uint64_t)n_vocab);
+    }
+    if (st == NX_STATUS_OK) st = gguf_writer_add_u32(w, "tokenizer.ggml.token_type_count", 2);
+    if (st == NX_STATUS_OK) st = gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 100);
+    if (st == NX_STATUS_OK) st = gguf_writer_add_u32(w, "tokenizer.ggml.cls_token_id", 101);
+    if (st == NX_STATUS_OK) st = gguf_writer_add_u32(w, "tokenizer.ggml.seperator_token_id", 102);
+    if (st == NX_STATUS_OK) st = gguf_writer_add_u32(w, "tokenizer.ggml.padding_token_id", 0);
+    if (st == NX_STATUS_OK) st = gguf_writer_add_u32(w, "tokenizer.ggml.mask_token_id", 103);
+done:
+    if (tok) {
+        for (int i = 0; i < n_vocab; i++) free(tok[i]);
+    }
+    free(tok);
+    free(type);
+    if (st != NX_STATUS_OK) nx_err_set(err, st, "mkmodel: cannot add the WordPiece vocabulary");
+    return st;
+}
+
+/* Encoder metadata (llama.cpp's keys for bert / nomic-bert). */
+static nx_status mk_add_encoder_hparams(struct gguf_writer *w, const struct mkmodel_params *p,
+                                        const struct mk_plan *pl, const char *arch) {
+    /* pooling_type as llama.cpp numbers it: mean 1, cls 2, rank 4 */
+    uint32_t pooling = p->rerank ? 4 : p->pooling > 0 ? (uint32_t)p->pooling : 1;
+    const struct {
+        const char *suffix;
+        uint32_t v;
+    } u32s[] = {
+        {"context_length", (uint32_t)p->n_ctx_train},
+        {"embedding_length", (uint32_t)p->n_embd},
+        {"block_count", (uint32_t)p->n_layer},
+        {"feed_forward_length", (uint32_t)p->n_ff},
+        {"attention.head_count", (uint32_t)p->n_head},
+        {"pooling_type", pooling},
+    };
+    nx_status st = NX_STATUS_OK;
+    for (size_t i = 0; i < NX_ARRAY_LEN(u32s) && st == NX_STATUS_OK; i++) {
+        st = mk_add_arch_u32(w, arch, u32s[i].suffix, u32s[i].v);
+    }
+    if (st == NX_STATUS_OK) {
+        st = mk_add_arch_f32(w, arch, "attention.layer_norm_epsilon", pl->rms_eps);
+    }
+    if (st == NX_STATUS_OK) {
+        char key[128];
+        snprintf(key, sizeof key, "%s.attention.causal", arch);
+        st = gguf_writer_add_bool(w, key, false);
+    }
+    if (st == NX_STATUS_OK && pl->arch == MK_NOMIC_BERT) {
+        st = mk_add_arch_f32(w, arch, "rope.freq_base", p->rope_base > 0.0f ? p->rope_base : 1000.0f);
+    }
+    if (st == NX_STATUS_OK) st = gguf_writer_add_u32(w, "general.file_type", pl->wt->ftype);
+    if (st == NX_STATUS_OK && pl->wt->type != NX_TYPE_F32 && pl->wt->type != NX_TYPE_F16 &&
+        pl->wt->type != NX_TYPE_BF16) {
+        st = gguf_writer_add_u32(w, "general.quantization_version", 2);
+    }
+    return st;
+}
+
 static nx_status mk_add_hparams(struct gguf_writer *w, const struct mkmodel_params *p,
                                 const struct mk_plan *pl) {
     const char *arch = g_arch_names[pl->arch];
@@ -681,6 +901,7 @@ static nx_status mk_add_hparams(struct gguf_writer *w, const struct mkmodel_para
     else snprintf(name, sizeof name, "nexus-random-%s", arch);
     nx_status st = gguf_writer_add_str(w, "general.architecture", arch);
     if (st == NX_STATUS_OK) st = gguf_writer_add_str(w, "general.name", name);
+    if (st == NX_STATUS_OK && mk_is_encoder(pl->arch)) return mk_add_encoder_hparams(w, p, pl, arch);
 
     /* key_length/value_length only where head_dim is not n_embd / n_head, and always for
      * qwen3 (as llama.cpp's converter writes it) */
@@ -799,6 +1020,13 @@ nx_status mkmodel_write(const struct mkmodel_params *p, const char *path, struct
                             (unsigned long long)n_tok, p->tokenizer_from);
             goto fail;
         }
+    } else if (p->arch && (strcmp(p->arch, "bert") == 0 || strcmp(p->arch, "nomic-bert") == 0)) {
+        if (n_vocab < MK_WPM_MIN_VOCAB) {
+            st = nx_err_set(err, NX_STATUS_INVALID_ARG,
+                            "mkmodel: vocab %d too small: the synthetic WordPiece vocabulary "
+                            "needs >= %d", n_vocab, MK_WPM_MIN_VOCAB);
+            goto fail;
+        }
     } else if (n_vocab < 259) {
         st = nx_err_set(err, NX_STATUS_INVALID_ARG,
                         "mkmodel: vocab %d too small: the synthetic vocabulary needs >= 259 "
@@ -819,7 +1047,9 @@ nx_status mkmodel_write(const struct mkmodel_params *p, const char *path, struct
         nx_err_set(err, st, "mkmodel: cannot add metadata: %s", nx_status_str(st));
         goto fail;
     }
-    st = tok_src ? mk_copy_tokenizer(w, tok_src, err) : mk_synth_vocab(w, n_vocab, err);
+    if (tok_src) st = mk_copy_tokenizer(w, tok_src, err);
+    else if (mk_is_encoder(pl.arch)) st = mk_synth_wpm_vocab(w, n_vocab, err);
+    else st = mk_synth_vocab(w, n_vocab, err);
     if (st != NX_STATUS_OK) goto fail;
 
     int n_threads = p->n_threads;
@@ -883,7 +1113,10 @@ static void mk_usage(FILE *f) {
     fprintf(f,
             "usage: nexus mkmodel -o OUT.gguf [options]\n"
             "  --preset NAME      tiny (default) | llama-3.2-1b (applied first; options override)\n"
-            "  --arch A           llama | mistral | qwen2 | qwen3\n"
+            "  --arch A           llama | mistral | qwen2 | qwen3 | bert | nomic-bert\n"
+            "  --rerank           bert: add the classification head (cls, cls.output; rank pooling)\n"
+            "  --qkv-fused        bert: one attn_qkv tensor instead of attn_q/k/v\n"
+            "  --pooling P        encoders: mean (default) | cls\n"
             "  --layers N  --embd N  --heads N  --heads-kv N  --head-dim N  --ff N\n"
             "  --vocab N          (default with --tokenizer: its token count)\n"
             "  --ctx N            trained context length (metadata only)\n"
@@ -982,6 +1215,12 @@ int mkmodel_main(int argc, char **argv) {
         } else if (strcmp(a, "--tied") == 0) {
             p.tied_output = true;
             takes = false;
+        } else if (strcmp(a, "--rerank") == 0) {
+            p.rerank = true;
+            takes = false;
+        } else if (strcmp(a, "--qkv-fused") == 0) {
+            p.qkv_fused = true;
+            takes = false;
         } else if (strcmp(a, "--llama3-rope") == 0) {
             p.llama3_rope_scaling = true;
             takes = false;
@@ -1034,6 +1273,9 @@ int mkmodel_main(int argc, char **argv) {
             if (!vocab_given) p.n_vocab = 0;
         } else if (strcmp(a, "--name") == 0) {
             p.name = v;
+        } else if (strcmp(a, "--pooling") == 0) {
+            ok = strcmp(v, "mean") == 0 || strcmp(v, "cls") == 0;
+            p.pooling = strcmp(v, "cls") == 0 ? 2 : 1;
         } else {
             fprintf(stderr, "mkmodel: unknown option: %s\n", a);
             mk_usage(stderr);

@@ -16,7 +16,7 @@
 #include "core/nx_base.h"
 
 struct mkmodel_params {
-    const char *arch;      /* "llama" | "mistral" | "qwen2" | "qwen3" */
+    const char *arch;      /* "llama" | "mistral" | "qwen2" | "qwen3" | "bert" | "nomic-bert" */
     const char *name;      /* general.name; NULL = "nexus-random-<arch>" */
     int n_layer;
     int n_embd;
@@ -38,6 +38,12 @@ struct mkmodel_params {
     bool llama3_rope_scaling; /* write rope_freqs.weight by the Llama-3.1 rule */
     bool tied_output;      /* no output.weight: the engine reuses token_embd */
     bool progress;         /* print progress to stderr */
+    /* encoders (bert, nomic-bert): n_head_kv is ignored, rms_eps is the LayerNorm epsilon
+       (0 = 1e-12), rope_base the nomic-bert RoPE base (0 = 1000); without tokenizer_from the
+       vocabulary is a synthetic WordPiece one (n_vocab >= 240) */
+    int pooling;           /* pooling_type written: 0 = mean, 1 mean, 2 cls (rerank: 4) */
+    bool rerank;           /* bert: classification head cls + cls.output (1 logit) */
+    bool qkv_fused;        /* bert: attn_qkv (+ bias) instead of attn_q/k/v */
 };
 
 /* The "tiny" preset: llama, 2 layers, n_embd 256, 4 heads / 2 kv heads, ff 512, vocab 320, F32,
