@@ -175,18 +175,31 @@ void rt_topk_push(struct rt_hit *top, int *n, int k, int32_t id, float score) {
     top[j] = (struct rt_hit){id, score};
 }
 
+/* dots[rows] of the quantized query; returns the query scale */
+static float scan(const rt_slb *s, const float *q, int32_t *dots) {
+    pthread_once(&g_once, choose);
+    int8_t qloc[4096] __attribute__((aligned(64)));
+    int8_t *qb = s->dim_pad <= sizeof qloc ? qloc : s->qbuf;
+    float qs = rt_slb_quantize(q, s->dim, s->dim_pad, qb);
+    (s->fn ? s->fn : g_fn)(s->mat, s->dim_pad, s->rows, s->dim_pad, qb, s->row_sum, dots);
+    return qs;
+}
+
+void rt_slb_scores(const rt_slb *s, const float *q, float *scores, int32_t *scratch) {
+    if (s->rows == 0) return;
+    int32_t *dots = scratch ? scratch : s->scratch;
+    float qs = scan(s, q, dots);
+    for (int32_t r = 0; r < s->rows; r++) scores[r] = (float)dots[r] * s->scale[r] * qs;
+}
+
 int rt_slb_topk(const rt_slb *s, const float *q, int k, struct rt_hit *out, float *margin,
                 int32_t *scratch) {
     if (k > RT_SLB_KMAX) k = RT_SLB_KMAX;
     if (k > s->rows) k = s->rows;
     if (margin) *margin = INFINITY;
     if (k <= 0) return 0;
-    pthread_once(&g_once, choose);
-    int8_t qloc[4096] __attribute__((aligned(64)));
-    int8_t *qb = s->dim_pad <= sizeof qloc ? qloc : s->qbuf;
-    float qs = rt_slb_quantize(q, s->dim, s->dim_pad, qb);
     int32_t *dots = scratch ? scratch : s->scratch;
-    (s->fn ? s->fn : g_fn)(s->mat, s->dim_pad, s->rows, s->dim_pad, qb, s->row_sum, dots);
+    float qs = scan(s, q, dots);
     int n = 0;
     for (int32_t r = 0; r < s->rows; r++)
         rt_topk_push(out, &n, k, r, (float)dots[r] * s->scale[r] * qs);

@@ -79,6 +79,9 @@ void rt_slb_set_kernel(rt_slb *s, rt_slb_dots_fn fn);
 int rt_slb_topk(const rt_slb *s, const float *q, int k, struct rt_hit *out, float *margin,
                 int32_t *scratch);
 
+/* Every row's score for query q[dim] into scores[rows] (scratch as for rt_slb_topk). */
+void rt_slb_scores(const rt_slb *s, const float *q, float *scores, int32_t *scratch);
+
 /* Inserts (id, score) into a best-first list of *n <= k hits (ties: lower id first). */
 void rt_topk_push(struct rt_hit *top, int *n, int k, int32_t id, float score);
 
