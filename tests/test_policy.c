@@ -460,6 +460,130 @@ TEST(oracle_adakv) {
     ASSERT_TRUE(exact >= 36);
 }
 
+/* Ada-KV over heads that hold different tokens (select_ragged). Part 1: equal heads split into
+ * single-head views give exactly the aligned selection. Part 2: heads of different lengths
+ * against a brute-force oracle of the same allocation over the union of the heads' cells. */
+static void split_head_view(const struct kv_layer_view *v, int32_t h, float *wq,
+                            struct kv_layer_view *out) {
+    const int32_t G = v->n_head / v->n_head_kv, d = v->head_dim;
+    for (int32_t w = 0; w < v->n_win; w++)
+        memcpy(wq + (size_t)w * G * d, v->win_q + ((size_t)w * v->n_head + (size_t)h * G) * d,
+               sizeof(float) * (size_t)(G * d));
+    *out = *v;
+    out->n_head = G;
+    out->n_head_kv = 1;
+    out->k = v->k + (size_t)h * (size_t)v->n_tokens * (size_t)d;
+    out->win_q = wq;
+    out->acc_attn = v->acc_attn ? v->acc_attn + (size_t)h * (size_t)v->n_tokens : NULL;
+}
+
+TEST(adakv_ragged_heads) {
+    const struct kv_policy *pol = kv_policy_find("adakv");
+    ASSERT_TRUE(pol->select_ragged != NULL);
+    int exact = 0, cases = 0;
+    for (int c = 0; c < 30; c++) {
+        uint64_t r = 7100 + (uint64_t)c;
+        int32_t hkv = 2 + c % 3, G = 2, n_win = 4 + (int32_t)(t_next(&r) % 9);
+        struct kv_policy_params pp = small_params();
+        pp.pool_max = c % 2 == 0;
+        /* part 1: equal heads */
+        int64_t n = 60 + (int64_t)(t_next(&r) % 120), keep = 20 + (int64_t)(t_next(&r) % 30);
+        struct synth s;
+        synth_make(&s, r, hkv * G, hkv, 8, n, n_win, 0, 1);
+        uint8_t *mask = malloc((size_t)(hkv * n)), *rows_mem = malloc((size_t)(hkv * n));
+        ASSERT_OK(run_select(pol, &s.v, keep, &pp, mask));
+        struct kv_layer_view views[4];
+        uint8_t *rows[4];
+        float *wq = malloc(sizeof(float) * (size_t)(hkv * n_win * G * 8));
+        for (int32_t h = 0; h < hkv; h++) {
+            split_head_view(&s.v, h, wq + (size_t)h * n_win * G * 8, &views[h]);
+            rows[h] = rows_mem + (size_t)h * (size_t)n;
+        }
+        struct kv_layer_view worst = s.v;
+        size_t bytes = kv_policy_scratch_bytes(&worst);
+        void *scratch = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        ASSERT_OK(pol->select_ragged(views, hkv, keep, &pp, scratch, bytes, rows));
+        ASSERT_TRUE(memcmp(mask, rows_mem, (size_t)(hkv * n)) == 0);
+        free(wq);
+        free(scratch);
+        free(mask);
+        free(rows_mem);
+        synth_free(&s);
+
+        /* part 2: heads of different lengths, each its own single-head synthetic view */
+        struct synth hs[4];
+        int64_t hn[4], off[4], tot_n = 0, maxn = 0;
+        keep = 25 + (int64_t)(t_next(&r) % 20);
+        for (int32_t h = 0; h < hkv; h++) {
+            hn[h] = keep + 5 + (int64_t)(t_next(&r) % 90);
+            synth_make(&hs[h], r + 100 + (uint64_t)h, G, 1, 8, hn[h], n_win, 0, 1);
+            views[h] = hs[h].v;
+            off[h] = tot_n;
+            tot_n += hn[h];
+            maxn = NX_MAX(maxn, hn[h]);
+        }
+        rows_mem = malloc((size_t)tot_n);
+        for (int32_t h = 0; h < hkv; h++) rows[h] = rows_mem + off[h];
+        worst = hs[0].v;
+        worst.n_head_kv = hkv;
+        worst.n_head = hkv * G;
+        worst.n_tokens = maxn;
+        bytes = kv_policy_scratch_bytes(&worst);
+        scratch = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        ASSERT_OK(pol->select_ragged(views, hkv, keep, &pp, scratch, bytes, rows));
+        /* oracle */
+        int64_t sk = pp.sink, rk = pp.recent, B = keep - sk - rk, cap[4] = {0}, tot = 0;
+        double *flat = malloc(sizeof(double) * (size_t)tot_n), *sc[4], ex[4];
+        int64_t *ord = malloc(sizeof(int64_t) * (size_t)tot_n);
+        for (int32_t h = 0; h < hkv; h++) {
+            double *P = oracle_probs(&views[h]);
+            sc[h] = oracle_snap(&views[h], P, rk, pp.pool_kernel, pp.pool_max);
+            free(P);
+            for (int64_t i = 0; i < hn[h]; i++)
+                flat[off[h] + i] = i >= sk && i < hn[h] - rk ? sc[h][i] : -1e300;
+        }
+        oracle_sort(flat, 0, tot_n, ord);
+        for (int64_t j = 0; j < hkv * B; j++) {
+            int32_t h = hkv - 1;
+            while (h > 0 && ord[j] < off[h]) h--;
+            cap[h]++;
+        }
+        double fl = floor(0.2 * (double)B);
+        for (int32_t h = 0; h < hkv; h++) {
+            ex[h] = cap[h] * 0.8 + fl;
+            cap[h] = NX_MIN((int64_t)llround(ex[h]), hn[h] - sk - rk);
+            tot += cap[h];
+        }
+        while (tot > hkv * B) {
+            int32_t wi = -1;
+            for (int32_t h = 0; h < hkv; h++)
+                if (cap[h] > 0 && (wi < 0 || cap[h] - ex[h] >= cap[wi] - ex[wi])) wi = h;
+            cap[wi]--;
+            tot--;
+        }
+        int64_t kept = 0;
+        int all_exact = 1;
+        for (int32_t h = 0; h < hkv; h++) {
+            int res = compare_row(sc[h], hn[h], sk, rk, cap[h], rows[h]);
+            ASSERT_TRUE(res >= 0);
+            all_exact &= res == 0;
+            for (int64_t i = 0; i < hn[h]; i++) kept += rows[h][i];
+            for (int64_t i = 0; i < sk; i++) ASSERT_TRUE(rows[h][i]);
+            for (int64_t i = hn[h] - rk; i < hn[h]; i++) ASSERT_TRUE(rows[h][i]);
+            free(sc[h]);
+            synth_free(&hs[h]);
+        }
+        ASSERT_TRUE(kept <= hkv * keep);
+        exact += all_exact;
+        cases++;
+        free(flat);
+        free(ord);
+        free(scratch);
+        free(rows_mem);
+    }
+    ASSERT_TRUE(exact >= cases - 3);
+}
+
 TEST(oracle_streaming_and_full) {
     for (int c = 0; c < 60; c++) {
         uint64_t r = 9000 + (uint64_t)c;

@@ -8,12 +8,12 @@
  * Views: when every KV head of a layer holds the same positions (always true for shared-selection
  * policies, and for per-head ones until their first compaction) one view covers all heads.
  * Otherwise each KV head gets its own view (n_head_kv = 1, the G query heads of its group), so
- * per-head policies keep working on ragged caches. Ada-KV's cross-head reallocation needs the
- * shared view, so once its heads diverge each head is held to the uniform budget (documented in
- * the README as a limitation of the stream regime).
+ * per-head policies keep working on ragged caches. Policies that move budget between heads
+ * (select_ragged: adakv) get all the heads' views at once and are held to the layer total
+ * n_head_kv * budget instead of a per-head budget.
  *
- * Buffers: per thread, one worst-case view (keys as floats, positions, accumulators, window),
- * the keep mask and the policy scratch, all sized at init from max_tokens. kv_evict_layer only
+ * Buffers: per thread, one worst-case view (keys as floats, positions per head, accumulators,
+ * window), the keep mask and the policy scratch, all sized at init from max_tokens. kv_evict_layer only
  * touches its layer's tables and its thread's buffers, so layers run in parallel.
  */
 #include "kv/kv_evict.h"
@@ -26,13 +26,15 @@
 
 struct evict_buf {
     float *k;        /* (n_head_kv, max_tokens, head_dim) */
-    int32_t *pos;    /* (max_tokens) */
+    int32_t *pos;    /* (n_head_kv, max_tokens) */
     float *acc;      /* (n_head_kv, max_tokens) */
     float *win_q;    /* (window, n_head, head_dim) */
     int32_t *win_pos; /* (window) */
     uint8_t *keep;   /* (n_head_kv, max_tokens) */
     void *scratch;
     size_t scratch_bytes;
+    struct kv_layer_view *views; /* (n_head_kv) ragged views */
+    uint8_t **rows;              /* (n_head_kv) their keep rows */
 };
 
 struct kv_evictor {
@@ -74,14 +76,17 @@ nx_status kv_evict_init(struct kv_cache *kv, const struct kv_evict_params *p,
     for (int t = 0; t < p->n_threads; t++) {
         struct evict_buf *b = &e->bufs[t];
         b->k = nx_malloc(nkv * mt * hd * sizeof(float));
-        b->pos = nx_malloc(mt * sizeof(int32_t));
+        b->pos = nx_malloc(nkv * mt * sizeof(int32_t));
         b->acc = nx_malloc(nkv * mt * sizeof(float));
         b->win_q = nx_malloc(W * qrow(e) * sizeof(float));
         b->win_pos = nx_malloc(W * sizeof(int32_t));
         b->keep = nx_malloc(nkv * mt);
         b->scratch_bytes = kv_policy_scratch_bytes(&worst);
         b->scratch = nx_malloc_aligned(b->scratch_bytes ? b->scratch_bytes : 64);
-        if (!b->k || !b->pos || !b->acc || !b->win_q || !b->win_pos || !b->keep || !b->scratch)
+        b->views = nx_calloc(nkv, sizeof *b->views);
+        b->rows = nx_calloc(nkv, sizeof *b->rows);
+        if (!b->k || !b->pos || !b->acc || !b->win_q || !b->win_pos || !b->keep || !b->scratch ||
+            !b->views || !b->rows)
             goto nomem;
     }
     kv_evict_reset(e);
@@ -104,6 +109,8 @@ void kv_evict_free(struct kv_evictor *e) {
             nx_free(b->win_pos);
             nx_free(b->keep);
             nx_free_aligned(b->scratch);
+            nx_free(b->views);
+            nx_free(b->rows);
         }
     nx_free(e->bufs);
     nx_free(e->ring);
@@ -147,10 +154,13 @@ bool kv_evict_due(const struct kv_evictor *e, int64_t seen, bool prompt_chunk) {
     for (int il = 0; il < kv->p.n_layer; il++) {
         /* the layer's budget (pyramid layers differ); L = tokens seen */
         struct kv_layer_view v = {.layer = il, .n_layer = kv->p.n_layer, .n_tokens = seen};
-        int64_t lk = kv_policy_layer_keep(e->p.policy, &v, budget, &e->p.pp);
-        for (int h = 0; h < kv->p.n_head_kv; h++)
-            if (kv->tables[(size_t)il * (size_t)kv->p.n_head_kv + (size_t)h].n_tokens > lk + slack)
-                return true;
+        int64_t lk = kv_policy_layer_keep(e->p.policy, &v, budget, &e->p.pp), total = 0;
+        for (int h = 0; h < kv->p.n_head_kv; h++) {
+            int64_t n = kv->tables[(size_t)il * (size_t)kv->p.n_head_kv + (size_t)h].n_tokens;
+            if (!e->p.policy->select_ragged && n > lk + slack) return true;
+            total += n;
+        }
+        if (e->p.policy->select_ragged && total > kv->p.n_head_kv * (lk + slack)) return true;
     }
     return false;
 }
@@ -209,6 +219,50 @@ static bool heads_aligned(const struct kv_cache *kv, int layer) {
     return true;
 }
 
+/* A layer whose heads diverged, for a policy that allocates across heads: every head's view at
+ * once, held to the layer total. */
+static void evict_ragged(struct kv_evictor *e, int layer, int64_t budget, int ith) {
+    struct kv_cache *kv = e->kv;
+    struct evict_buf *b = &e->bufs[ith];
+    const int nkv = kv->p.n_head_kv, hd = kv->p.head_dim, G = e->p.n_head / nkv;
+    const size_t mt = (size_t)e->p.max_tokens, W = (size_t)e->p.window;
+    struct kv_table *tabs = kv_table_at(kv, layer, 0);
+    struct kv_policy_params pp = e->p.pp;
+    pp.eviction_index = (uint64_t)e->rounds;
+    struct kv_layer_view *views = b->views;
+    uint8_t **rows = b->rows;
+    int64_t total = 0, last = 0;
+    for (int h = 0; h < nkv; h++) {
+        int64_t n = tabs[h].n_tokens;
+        total += n;
+        if (n > 0) last = NX_MAX(last, (int64_t)pos_at(kv, &tabs[h], n - 1) + 1);
+    }
+    struct kv_layer_view lv = {.layer = layer, .n_layer = kv->p.n_layer, .n_tokens = last};
+    if (total <= nkv * kv_policy_layer_keep(e->p.policy, &lv, budget, &pp)) return;
+    for (int h = 0; h < nkv; h++) {
+        float *k = b->k + (size_t)h * mt * (size_t)hd, *acc = b->acc + (size_t)h * mt;
+        int32_t *pos = b->pos + (size_t)h * mt;
+        float *wq = b->win_q + (size_t)h * W * (size_t)G * (size_t)hd;
+        int32_t *wp = b->win_pos; /* the same positions for every head */
+        gather_head(kv, &tabs[h], k, acc, pos);
+        views[h] = (struct kv_layer_view){.layer = layer, .n_layer = kv->p.n_layer, .n_head = G,
+                                          .n_head_kv = 1, .head_dim = hd,
+                                          .n_tokens = tabs[h].n_tokens, .pos = pos, .k = k,
+                                          .win_q = wq, .win_pos = wp,
+                                          .acc_attn = kv->acc_pool ? acc : NULL};
+        views[h].n_win = gather_window(e, layer, h * G, G, wq, wp);
+        rows[h] = b->keep + (size_t)h * mt;
+    }
+    if (e->p.policy->select_ragged(views, nkv, budget, &pp, b->scratch, b->scratch_bytes, rows) !=
+        NX_STATUS_OK)
+        return;
+    for (int h = 0; h < nkv; h++) {
+        int64_t before = tabs[h].n_tokens;
+        kv_compact(kv, &tabs[h], rows[h]);
+        atomic_fetch_add(&e->evicted, before - tabs[h].n_tokens);
+    }
+}
+
 void kv_evict_layer(struct kv_evictor *e, int layer, int64_t budget, int ith) {
     struct kv_cache *kv = e->kv;
     struct evict_buf *b = &e->bufs[ith];
@@ -218,6 +272,10 @@ void kv_evict_layer(struct kv_evictor *e, int layer, int64_t budget, int ith) {
     struct kv_policy_params pp = e->p.pp;
     pp.eviction_index = (uint64_t)e->rounds;
     bool aligned = heads_aligned(kv, layer);
+    if (!aligned && pol->select_ragged) {
+        evict_ragged(e, layer, budget, ith);
+        return;
+    }
     int n_views = aligned ? 1 : nkv;
     for (int vi = 0; vi < n_views; vi++) {
         int h0 = aligned ? 0 : vi, nh = aligned ? nkv : 1;

@@ -87,6 +87,17 @@ struct kv_policy {
     nx_status (*select)(const struct kv_layer_view *view, int64_t keep,
                         const struct kv_policy_params *params, void *scratch,
                         struct kv_selection *out);
+    /*
+     * Optional (NULL unless the policy moves budget between heads: adakv). A layer whose KV
+     * heads hold different tokens: views[h] is KV head h alone (n_head_kv = 1, its group's
+     * query heads and window rows); the heads share n_views * keep tokens; keep_rows[h] gets
+     * views[h].n_tokens flags. scratch: scratch_bytes >= kv_policy_scratch_bytes() of one view
+     * with n_views KV heads and the largest n_tokens. Without it the engine runs select() on
+     * each head alone, holding each to `keep`.
+     */
+    nx_status (*select_ragged)(const struct kv_layer_view *views, int32_t n_views, int64_t keep,
+                               const struct kv_policy_params *params, void *scratch,
+                               size_t scratch_bytes, uint8_t *const *keep_rows);
 };
 
 /* Policy by name, or NULL. */
