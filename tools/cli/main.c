@@ -20,6 +20,7 @@
 #include "core/nx_base.h"
 #include "nexus.h"
 #include "bench.h"
+#include "embed_cmd.h"
 #include "eval.h"
 #include "mkmodel.h"
 
@@ -504,6 +505,8 @@ static void usage(void) {
             "  nexus tokenize -m MODEL (--text TEXT | --file F) [--bos]\n"
             "  nexus bench -m MODEL [-p 512] [-n 128] [--depth D] [-t N] [-r REPS] [--json]\n"
             "  nexus mkmodel -o OUT.gguf [--preset NAME] [--arch A] [--type T] ... (--help)\n"
+            "  nexus embed -m MODEL [--pooling mean|cls|last] [--no-normalize] [-t N] TEXT...\n"
+            "  nexus rerank -m MODEL --query Q [-t N] DOC...\n"
             "  nexus eval -m MODEL [--policies full,nexus,...] [--densities 0.1,0.2]\n"
             "            [--regimes prefill,stream] [--streams N] [--stream-len N] [--seed S]\n"
             "            [--recall-blocks K] [--json OUT]\n"
@@ -528,6 +531,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
     if (!strcmp(cmd, "mkmodel")) return mkmodel_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "embed")) return embed_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "rerank")) return rerank_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "--version")) {
         printf("nexus %s\n", nx_version());
         return 0;
