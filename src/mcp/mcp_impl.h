@@ -1,0 +1,92 @@
+/*
+ * mcp_impl.h - internals of the MCP client shared by its files (not API).
+ *
+ *   mcp_proc.c    the child process and its pipes: spawn, the poll() pump that writes queued
+ *                 output, drains stderr into a ring and cuts stdout into lines, close/kill/reap
+ *   mcp_client.c  JSON-RPC: requests and replies by id, server-initiated messages, the
+ *                 handshake (both eras), tools/list, tools/call
+ *   mcp_content.c tools/call result helpers, base64
+ *   mcp_config.c  the mcpServers config file and mcp_config_list_tools
+ */
+#ifndef NX_MCP_IMPL_H
+#define NX_MCP_IMPL_H
+
+#include <stdarg.h>
+#include <sys/types.h>
+
+#include "mcp/mcp.h"
+
+#define MCP_READ_CHUNK 65536
+
+struct mcp_client {
+    /* process and pipes; fds are -1 once closed */
+    pid_t pid;
+    bool reaped;
+    int wstatus;
+    int fd_in, fd_out, fd_err;
+
+    /* bytes queued for the server's stdin: obuf[opos, olen) */
+    char *obuf;
+    size_t opos, olen, ocap;
+
+    /* the current, incomplete line from stdout (never longer than max_line) */
+    char *lbuf;
+    size_t llen, lcap, max_line;
+    char rbuf[MCP_READ_CHUNK];
+
+    /* newest stderr bytes: a ring, and a linear copy made on demand */
+    char ering[MCP_STDERR_KEEP];
+    size_t epos;
+    bool efull;
+    char etail[MCP_STDERR_KEEP + 1];
+
+    /* sticky failure: once set, every call fails with it */
+    int broken;
+    char broken_msg[512];
+
+    /* the one request in flight */
+    long long next_id;
+    long long wait_id; /* -1: none */
+    json_t *wait_resp; /* its response once read */
+
+    int timeout_ms, probe_timeout_ms, max_pages;
+    bool modern;
+    char version[32];
+    json_t *server_info, *server_caps;
+    char *instructions;
+
+    bool tools_changed;
+    void (*changed_cb)(mcp_client *c, void *user);
+    void *changed_user;
+};
+
+/* snprintf into err when err is not NULL; returns st. */
+int mcp_seterr(char *err, size_t errlen, int st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Marks the client broken with a message (the stderr tail is appended); returns st. */
+int mcp_fail(mcp_client *c, int st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Seconds on the monotonic clock. */
+double mcp_now(void);
+
+/* Spawns the server process with pipes; fills c's process fields. */
+int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, size_t errlen);
+
+/* Queues one line (a '\n' is added) for the server's stdin. */
+int mcp_proc_queue(mcp_client *c, const char *line, size_t len);
+
+/*
+ * Runs the I/O loop until the awaited response (c->wait_id) has arrived, or (stop_on_changed)
+ * the tools_changed flag is set, or the deadline passes (MCP_ETIMEOUT), or the client breaks
+ * (its code). Each complete line goes to mcp_handle_line.
+ */
+int mcp_proc_pump(mcp_client *c, double deadline, bool stop_on_changed);
+
+/* Closes stdin, waits, TERM, KILL, reaps; closes every fd. */
+void mcp_proc_close(mcp_client *c);
+
+/* Handles one line from the server (mcp_client.c). */
+void mcp_handle_line(mcp_client *c, const char *line, size_t len);
+
+#endif
