@@ -7,6 +7,11 @@
  * tables of different layers on different threads. Compaction walks the kept tokens in order
  * and copies each to the next write slot only when it moves; a dropped run that covers whole
  * blocks costs nothing but the unlink.
+ *
+ * Reference counts (for the sequence cache): refs[b] counts the tables holding b plus the
+ * holders outside them. Every path that used to push a block on the free stack drops one
+ * reference instead; the block is free when the count reaches zero. With no outside holders
+ * (ext_refs == 0) every in-use block has exactly one reference, as before.
  */
 #include "kv/kv_cache.h"
 
@@ -15,6 +20,8 @@
 
 #include "core/alloc.h"
 #include "kern/kern.h"
+
+static void push_free(struct kv_cache *c, int32_t b);
 
 nx_status kv_cache_init(const struct kv_cache_params *p, struct kv_cache **out) {
     *out = NULL;
@@ -37,11 +44,13 @@ nx_status kv_cache_init(const struct kv_cache_params *p, struct kv_cache **out) 
     c->v_pool = nx_malloc_aligned(kv_bytes);
     c->pos_pool = nx_malloc(slots * sizeof(int32_t));
     if (p->with_acc) c->acc_pool = nx_calloc(slots, sizeof(float));
+    c->pin_pool = nx_calloc(slots, 1);
+    c->refs = nx_calloc((size_t)p->n_blocks, sizeof(int32_t));
     c->free_ids = nx_malloc((size_t)p->n_blocks * sizeof(int32_t));
     size_t n_tables = (size_t)p->n_layer * (size_t)p->n_head_kv;
     c->tables = nx_calloc(n_tables, sizeof *c->tables);
     if (!c->k_pool || !c->v_pool || !c->pos_pool || (p->with_acc && !c->acc_pool) ||
-        !c->free_ids || !c->tables)
+        !c->pin_pool || !c->refs || !c->free_ids || !c->tables)
         goto nomem;
     for (size_t i = 0; i < n_tables; i++) {
         /* a table can never hold more than the whole pool */
@@ -69,6 +78,8 @@ void kv_cache_free(struct kv_cache *c) {
     nx_free_aligned(c->v_pool);
     nx_free(c->pos_pool);
     nx_free(c->acc_pool);
+    nx_free(c->pin_pool);
+    nx_free(c->refs);
     nx_free(c->free_ids);
     pthread_mutex_destroy(&c->free_lock);
     nx_free(c);
@@ -76,6 +87,16 @@ void kv_cache_free(struct kv_cache *c) {
 
 void kv_cache_clear(struct kv_cache *c) {
     size_t n_tables = (size_t)c->p.n_layer * (size_t)c->p.n_head_kv;
+    if (c->ext_refs > 0) {
+        /* blocks held outside the tables stay; the tables drop their references */
+        for (size_t i = 0; i < n_tables; i++) {
+            struct kv_table *t = &c->tables[i];
+            while (t->n_blocks > 0) push_free(c, t->blocks[--t->n_blocks]);
+            t->n_tokens = 0;
+        }
+        return;
+    }
+    memset(c->refs, 0, sizeof(int32_t) * (size_t)c->p.n_blocks);
     for (size_t i = 0; i < n_tables; i++) {
         c->tables[i].n_blocks = 0;
         c->tables[i].n_tokens = 0;
@@ -85,9 +106,35 @@ void kv_cache_clear(struct kv_cache *c) {
     for (int64_t i = 0; i < c->p.n_blocks; i++) c->free_ids[i] = (int32_t)(c->p.n_blocks - 1 - i);
 }
 
+/* The last block of t is partly filled and shared: the next append would write into it. */
+static bool tail_shared(const struct kv_cache *c, const struct kv_table *t) {
+    return t->n_tokens % c->p.block != 0 && t->n_blocks > 0 &&
+           c->refs[t->blocks[t->n_blocks - 1]] > 1;
+}
+
 static int64_t blocks_needed(const struct kv_cache *c, const struct kv_table *t, int64_t n_new) {
     int64_t need = (t->n_tokens + n_new + c->p.block - 1) / c->p.block;
-    return need > t->n_blocks ? need - t->n_blocks : 0;
+    return (need > t->n_blocks ? need - t->n_blocks : 0) + (n_new > 0 && tail_shared(c, t));
+}
+
+static int32_t pop_free(struct kv_cache *c) {
+    int32_t b = c->free_ids[--c->n_free];
+    c->refs[b] = 1;
+    if (c->acc_pool) memset(kv_block_acc(c, b), 0, sizeof(float) * (size_t)c->p.block);
+    return b;
+}
+
+/* Replace table slot bi (a shared block) by a private copy of its first n slots. */
+static void copy_block_private(struct kv_cache *c, struct kv_table *t, int32_t bi, int64_t n) {
+    int32_t src = t->blocks[bi], dst = pop_free(c);
+    size_t rows = (size_t)n;
+    memcpy(kv_block_k(c, dst), kv_block_k(c, src), rows * c->row_bytes);
+    memcpy(kv_block_v(c, dst), kv_block_v(c, src), rows * c->row_bytes);
+    memcpy(kv_block_pos(c, dst), kv_block_pos(c, src), rows * sizeof(int32_t));
+    memcpy(kv_block_pin(c, dst), kv_block_pin(c, src), rows);
+    if (c->acc_pool) memcpy(kv_block_acc(c, dst), kv_block_acc(c, src), rows * sizeof(float));
+    t->blocks[bi] = dst;
+    push_free(c, src);
 }
 
 nx_status kv_cache_reserve(struct kv_cache *c, int64_t n_new) {
@@ -97,11 +144,10 @@ nx_status kv_cache_reserve(struct kv_cache *c, int64_t n_new) {
     if (total > c->n_free) return NX_STATUS_KV_FULL;
     for (size_t i = 0; i < n_tables; i++) {
         struct kv_table *t = &c->tables[i];
-        for (int64_t k = blocks_needed(c, t, n_new); k > 0; k--) {
-            int32_t b = c->free_ids[--c->n_free];
-            if (c->acc_pool) memset(kv_block_acc(c, b), 0, sizeof(float) * (size_t)c->p.block);
-            t->blocks[t->n_blocks++] = b;
-        }
+        if (n_new > 0 && tail_shared(c, t))
+            copy_block_private(c, t, t->n_blocks - 1, t->n_tokens % c->p.block);
+        int64_t need = (t->n_tokens + n_new + c->p.block - 1) / c->p.block;
+        while (t->n_blocks < need) t->blocks[t->n_blocks++] = pop_free(c);
     }
     int64_t used = c->p.n_blocks - c->n_free;
     if (used > c->peak_blocks) c->peak_blocks = used;
@@ -117,22 +163,75 @@ void kv_append(struct kv_cache *c, struct kv_table *t, int32_t pos, const float 
     kern_store_kv(c->p.type, c->p.head_dim, k, kv_block_k(c, b) + slot * c->row_bytes);
     kern_store_kv(c->p.type, c->p.head_dim, v, kv_block_v(c, b) + slot * c->row_bytes);
     kv_block_pos(c, b)[slot] = pos;
+    kv_block_pin(c, b)[slot] = 0;
     if (c->acc_pool) kv_block_acc(c, b)[slot] = 0;
     t->n_tokens = i + 1;
+}
+
+void kv_append_raw(struct kv_cache *c, struct kv_table *t, int32_t pos, const void *k,
+                   const void *v, bool pin) {
+    int64_t i = t->n_tokens;
+    NX_ASSERT(i / c->p.block < t->n_blocks);
+    int32_t b = kv_slot_block(c, t, i);
+    size_t slot = (size_t)(i % c->p.block);
+    memcpy(kv_block_k(c, b) + slot * c->row_bytes, k, c->row_bytes);
+    memcpy(kv_block_v(c, b) + slot * c->row_bytes, v, c->row_bytes);
+    kv_block_pos(c, b)[slot] = pos;
+    kv_block_pin(c, b)[slot] = pin;
+    if (c->acc_pool) kv_block_acc(c, b)[slot] = 0;
+    t->n_tokens = i + 1;
+}
+
+void kv_block_ref(struct kv_cache *c, int32_t b) {
+    NX_ASSERT(c->refs[b] > 0);
+    c->refs[b]++;
+    c->ext_refs++;
+}
+
+void kv_table_push_shared(struct kv_cache *c, struct kv_table *t, int32_t b) {
+    NX_ASSERT(c->refs[b] > 0 && t->n_tokens == (int64_t)t->n_blocks * c->p.block);
+    c->refs[b]++;
+    t->blocks[t->n_blocks++] = b;
+    t->n_tokens += c->p.block;
+}
+
+nx_status kv_table_unshare(struct kv_cache *c, struct kv_table *t, int64_t i0) {
+    for (int32_t bi = (int32_t)(i0 / c->p.block); bi < t->n_blocks; bi++) {
+        if (c->refs[t->blocks[bi]] <= 1) continue;
+        if (c->n_free == 0) return NX_STATUS_KV_FULL;
+        int64_t n = NX_MIN((int64_t)c->p.block, t->n_tokens - (int64_t)bi * c->p.block);
+        copy_block_private(c, t, bi, n);
+    }
+    int64_t used = c->p.n_blocks - c->n_free;
+    if (used > c->peak_blocks) c->peak_blocks = used;
+    return NX_STATUS_OK;
 }
 
 /* The free stack is shared by every table; compactions of different tables may run on
    different threads (one per layer), so pushes take the cache's lock. */
 static void push_free(struct kv_cache *c, int32_t b) {
     pthread_mutex_lock(&c->free_lock);
-    c->free_ids[c->n_free++] = b;
+    NX_ASSERT(c->refs[b] > 0);
+    if (--c->refs[b] == 0) c->free_ids[c->n_free++] = b;
     pthread_mutex_unlock(&c->free_lock);
+}
+
+void kv_block_unref(struct kv_cache *c, int32_t b) {
+    NX_ASSERT(c->ext_refs > 0);
+    c->ext_refs--;
+    push_free(c, b);
 }
 
 /* Return blocks beyond what n_tokens needs to the pool. */
 static void release_tail(struct kv_cache *c, struct kv_table *t) {
     int32_t need = (int32_t)((t->n_tokens + c->p.block - 1) / c->p.block);
     while (t->n_blocks > need) push_free(c, t->blocks[--t->n_blocks]);
+}
+
+/* Whether compaction keeps token i of t: asked for, or pinned (a spliced block's token). */
+static inline bool slot_kept(const struct kv_cache *c, const struct kv_table *t, const uint8_t *keep,
+                        int64_t i) {
+    return keep[i] || kv_block_pin(c, kv_slot_block(c, t, i))[i % c->p.block];
 }
 
 void kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep) {
@@ -143,8 +242,9 @@ void kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep) {
         int64_t e = NX_MIN(s + B, n);
         bool any = false, all = true;
         for (int64_t i = s; i < e; i++) {
-            any |= keep[i] != 0;
-            all &= keep[i] != 0;
+            bool k = slot_kept(c, t, keep, i);
+            any |= k;
+            all &= k;
         }
         if (any && !all) block_aligned = false;
     }
@@ -154,7 +254,7 @@ void kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep) {
         int32_t nb = t->n_blocks;
         for (int32_t bi = 0; bi < nb; bi++) {
             int64_t s = (int64_t)bi * B;
-            if (s < n && keep[s]) {
+            if (s < n && slot_kept(c, t, keep, s)) {
                 t->blocks[w++] = t->blocks[bi];
                 kept += NX_MIN(B, n - s);
             } else {
@@ -168,7 +268,7 @@ void kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep) {
     }
     int64_t w = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (!keep[i]) continue;
+        if (!slot_kept(c, t, keep, i)) continue;
         if (w != i) {
             int32_t sb = kv_slot_block(c, t, i), db = kv_slot_block(c, t, w);
             size_t ss = (size_t)(i % B), ds = (size_t)(w % B);
@@ -177,6 +277,7 @@ void kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep) {
             memcpy(kv_block_v(c, db) + ds * c->row_bytes, kv_block_v(c, sb) + ss * c->row_bytes,
                    c->row_bytes);
             kv_block_pos(c, db)[ds] = kv_block_pos(c, sb)[ss];
+            kv_block_pin(c, db)[ds] = kv_block_pin(c, sb)[ss];
             if (c->acc_pool) kv_block_acc(c, db)[ds] = kv_block_acc(c, sb)[ss];
         }
         w++;

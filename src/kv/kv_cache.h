@@ -48,6 +48,10 @@ struct kv_cache {
     unsigned char *v_pool;
     int32_t *pos_pool;        /* (n_blocks, block) */
     float *acc_pool;          /* (n_blocks, block) or NULL */
+    uint8_t *pin_pool;        /* (n_blocks, block): 1 = eviction must keep this slot */
+    int32_t *refs;            /* (n_blocks) references: tables holding the block + holders
+                                 outside the tables (the sequence cache); 0 = free */
+    int64_t ext_refs;         /* references held outside the tables (kv_block_ref) */
     int32_t *free_ids;        /* stack of free block ids */
     int64_t n_free;
     struct kv_table *tables;  /* (n_layer, n_head_kv) */
@@ -91,12 +95,39 @@ static inline float *kv_block_acc(const struct kv_cache *c, int32_t b) {
 }
 
 /*
- * Keep the tokens of table t whose keep[i] is nonzero (i in [0, n_tokens)), in order; emptied
- * blocks return to the pool. Whole dropped blocks are unlinked without copying.
+ * Keep the tokens of table t whose keep[i] is nonzero or whose slot is pinned (i in
+ * [0, n_tokens)), in order; emptied blocks return to the pool. Whole dropped blocks are
+ * unlinked without copying.
  */
 void kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep);
 /* Drop tokens at index >= n (n <= n_tokens). */
 void kv_truncate(struct kv_cache *c, struct kv_table *t, int64_t n);
+
+/*
+ * Sharing (the sequence cache, kv/seqcache.h). A block may be held by several tables and by
+ * holders outside the tables; it returns to the pool when the last reference goes. Writes never
+ * touch a shared block: kv_cache_reserve copies a shared, partly filled last block first
+ * (copy on write), and kv_table_unshare gives a table private copies of its shared blocks
+ * from token index i0 on (before a compaction or a re-rotation writes into them). Eviction
+ * (kv_compact from kv_evict.c) is not used on contexts with shared blocks (the sequence cache
+ * refuses evicting contexts).
+ */
+/* A reference held outside the tables / its release (the block is freed at zero). */
+void kv_block_ref(struct kv_cache *c, int32_t b);
+void kv_block_unref(struct kv_cache *c, int32_t b);
+/* Append a whole full block b (held elsewhere) to table t, whose token count must be a
+   multiple of the block size; the table takes a reference. */
+void kv_table_push_shared(struct kv_cache *c, struct kv_table *t, int32_t b);
+/* Give t private copies of the shared blocks holding tokens >= i0. KV_FULL (nothing changed
+   for the block that failed) when the pool has no free block. */
+nx_status kv_table_unshare(struct kv_cache *c, struct kv_table *t, int64_t i0);
+/* Append one token whose key and value rows are already in the cache's type (row_bytes each);
+   pin: eviction must keep it. After kv_cache_reserve. */
+void kv_append_raw(struct kv_cache *c, struct kv_table *t, int32_t pos, const void *k,
+                   const void *v, bool pin);
+static inline uint8_t *kv_block_pin(const struct kv_cache *c, int32_t b) {
+    return c->pin_pool + (size_t)b * (size_t)c->p.block;
+}
 
 /* Accounting. */
 int64_t kv_blocks_in_use(const struct kv_cache *c);
