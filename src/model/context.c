@@ -19,6 +19,7 @@
  * for H2O, accumulated attention. Eviction rounds run layers in parallel on the same pool.
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -391,6 +392,22 @@ static void evict_round(struct nx_ctx *c, bool prompt) {
 }
 
 struct kv_cache *ctx_kv_cache(nx_ctx *c) { return c->kv; }
+const struct nx_model *ctx_model(const nx_ctx *c) { return c->model; }
+void ctx_set_n_past(nx_ctx *c, int32_t n_past) {
+    c->n_past = n_past;
+    c->last_n = 0;
+}
+bool ctx_evicting(const nx_ctx *c) { return c->ev != NULL; }
+void ctx_evict_forget_from(nx_ctx *c, int32_t pos) {
+    if (c->ev) kv_evict_forget_from(c->ev, pos);
+}
+nx_status ctx_set_error(nx_ctx *c, nx_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, sizeof c->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
 
 int64_t ctx_kv_budget(const nx_ctx *c, int layer) {
     if (!c->ev) return -1;

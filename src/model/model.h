@@ -90,6 +90,8 @@ struct nx_model {
     bool vocab_only;           /* a tokenizer-only file: no weights, no contexts (also set for
                                   encoders, which have no decoder weights) */
     struct nx_encoder *enc;    /* bert / nomic-bert encoder weights (model/encoder.h), or NULL */
+    uint64_t weight_hash;      /* kv/kvblock.c: 64-bit hash of the weights (types, shapes, bytes),
+                                  computed on first use; 0 = not yet (__atomic access) */
     char desc[160];
 };
 
