@@ -18,7 +18,7 @@ TEST(eval_small_run_writes_json) {
     close(fd);
     struct eval_params ep = {.policies = "full,nexus", .densities = "0.2", .regimes = "stream",
                              .streams = 2, .stream_len = 256, .recall_blocks = 1,
-                             .threads = 2, .seed = 3, .json_path = out};
+                             .threads = 1, .seed = 3, .json_path = out};
     ASSERT_EQ(eval_run(m, &ep), 0);
     json_error_t je;
     json_t *root = json_load_file(out, 0, &je);
@@ -36,6 +36,123 @@ TEST(eval_small_run_writes_json) {
     ASSERT_STR_EQ(json_string_value(json_object_get(nex, "regime")), "stream");
     json_decref(root);
     ep.densities = "1.5";
+    ASSERT_EQ(eval_run(m, &ep), 1);
+    nx_model_free(m);
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *r = malloc(n + 1);
+    if (r) memcpy(r, buf, n + 1);
+    return r;
+}
+
+static nx_model *load_stories(void) {
+    char path[512], err[256];
+    snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", test_shared());
+    nx_model *m = NULL;
+    if (nx_model_load(path, NULL, &m, err, sizeof err)) return NULL;
+    return m;
+}
+
+/* Same seed, same numbers (byte-identical JSON); another seed, other streams and numbers. */
+TEST(eval_same_seed_same_numbers) {
+    nx_model *m = load_stories();
+    ASSERT_TRUE(m != NULL);
+    char a[] = "/tmp/nx_test_eval_a_XXXXXX", b[] = "/tmp/nx_test_eval_b_XXXXXX";
+    close(mkstemp(a));
+    close(mkstemp(b));
+    struct nx_ctx_params base = nx_ctx_default_params();
+    base.kv_block = base.kv_sink = base.kv_recent = 8;
+    struct eval_params ep = {.policies = "h2o,nexus", .densities = "0.2", .regimes = "stream",
+                             .streams = 2, .stream_len = 128, .recall_blocks = 1,
+                             .threads = 1, .seed = 11, .json_path = a, .base = &base};
+    ASSERT_EQ(eval_run(m, &ep), 0);
+    ep.json_path = b;
+    ASSERT_EQ(eval_run(m, &ep), 0);
+    char *ja = slurp(a), *jb = slurp(b);
+    ASSERT_TRUE(ja && jb);
+    ASSERT_TRUE(strstr(ja, "\"kl\":") != NULL);
+    ASSERT_STR_EQ(ja, jb);
+    free(jb);
+    ep.seed = 12;
+    ASSERT_EQ(eval_run(m, &ep), 0);
+    jb = slurp(b);
+    ASSERT_TRUE(jb != NULL);
+    ASSERT_TRUE(strcmp(ja, jb) != 0);
+    free(ja);
+    free(jb);
+    unlink(a);
+    unlink(b);
+    nx_model_free(m);
+}
+
+/* Streams from a text file, and the SVG plots: one file per regime, one line per policy. */
+TEST(eval_file_streams_and_svg) {
+    nx_model *m = load_stories();
+    ASSERT_TRUE(m != NULL);
+    char txt[] = "/tmp/nx_test_eval_txt_XXXXXX";
+    int fd = mkstemp(txt);
+    ASSERT_TRUE(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    for (int i = 0; i < 10; i++)
+        fprintf(f, "Once upon a time, there was a little girl named Lily. She liked to play "
+                   "with her ball in the park. One day she saw a big dog. ");
+    fclose(f);
+    char dir[] = "/tmp/nx_test_eval_svg_XXXXXX";
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    char js[300];
+    snprintf(js, sizeof js, "%s/out.json", dir);
+    struct nx_ctx_params base = nx_ctx_default_params();
+    base.kv_block = base.kv_sink = base.kv_recent = 8;
+    struct eval_params ep = {.policies = "full,streaming,nexus", .densities = "0.2,0.4",
+                             .regimes = "prefill,stream", .streams = 100, .stream_len = 128,
+                             .recall_blocks = 1, .threads = 1, .seed = 1, .json_path = js,
+                             .svg_dir = dir, .text_file = txt, .base = &base};
+    ASSERT_EQ(eval_run(m, &ep), 0);
+    json_error_t je;
+    json_t *root = json_load_file(js, 0, &je);
+    ASSERT_TRUE(root != NULL);
+    ASSERT_EQ(json_array_size(root), 12);
+    json_t *r0 = json_array_get(root, 0);
+    ASSERT_STR_EQ(json_string_value(json_object_get(r0, "source")), "file");
+    /* the file holds fewer than 100 streams: the run uses what there is (and says so) */
+    int ns = (int)json_integer_value(json_object_get(r0, "streams"));
+    ASSERT_TRUE(ns >= 1 && ns < 100);
+    /* repetitive text: the dense model predicts well */
+    ASSERT_TRUE(json_number_value(json_object_get(r0, "ppl")) < 3);
+    json_decref(root);
+    for (int r = 0; r < 2; r++) {
+        char p[300];
+        snprintf(p, sizeof p, "%s/fidelity_%s.svg", dir, r ? "stream" : "prefill");
+        char *svg = slurp(p);
+        ASSERT_TRUE(svg != NULL);
+        int lines = 0;
+        for (const char *q = svg; (q = strstr(q, "<polyline")); q++) lines++;
+        ASSERT_EQ(lines, 9); /* 3 panels x 3 policies */
+        ASSERT_TRUE(strstr(svg, ">nexus</text>") != NULL);
+        free(svg);
+        unlink(p);
+    }
+    unlink(js);
+    rmdir(dir);
+    /* a file too short for one stream: an error naming it */
+    f = fopen(txt, "w");
+    fprintf(f, "Hi.");
+    fclose(f);
+    ep.json_path = NULL;
+    ep.svg_dir = NULL;
+    ASSERT_EQ(eval_run(m, &ep), 1);
+    ep.text_file = "/nonexistent/nx_eval.txt";
+    ASSERT_EQ(eval_run(m, &ep), 1);
+    unlink(txt);
+    ep.text_file = NULL;
+    ep.policies = "nosuch";
     ASSERT_EQ(eval_run(m, &ep), 1);
     nx_model_free(m);
 }

@@ -1,8 +1,9 @@
 /*
  * eval.c - `nexus eval`: fidelity of KV eviction against the dense model, teacher-forced.
  *
- * DESIGN: for each stream (text the model samples itself at temperature 1 from BOS with seed
- * seed + stream index, so every configuration sees the same tokens), each policy x density x
+ * DESIGN: streams are either text the model samples itself at temperature 1 from BOS with seed
+ * seed + stream index, or consecutive pieces of a text file (--file; BOS, then stream_len - 1
+ * tokens of the file), so every configuration sees the same tokens. Each policy x density x
  * regime runs two contexts in lockstep over the same tokens: a dense one and one with the
  * policy. The first half of the stream is a prompt (one multi-token decode, compressed at its
  * end in both regimes); the second half is teacher-forced one token at a time (evicting only in
@@ -13,8 +14,10 @@
  *   recall = over positions where the dense model puts >= 0.5 on its argmax and that token last
  *            occurred >= k blocks earlier in the stream: the fraction where the policy's argmax
  *            is the same (long-range retrieval a tiny model can show).
- * Means are per stream, then mean and standard deviation over streams. Progress goes to stderr,
- * a table to stdout, one JSON record per configuration to --json.
+ * Means are per stream, then mean and standard deviation over streams. Everything is
+ * deterministic: same seed (and file), same numbers. Progress goes to stderr, a table to stdout,
+ * one JSON record per configuration to --json, and per regime one SVG (KL, top-1 and recall
+ * against density, one line per policy) to --svg DIR; files are written atomically.
  */
 #include "eval.h"
 
@@ -24,12 +27,11 @@
 #include <string.h>
 
 #include "eval/metrics.h"
+#include "eval/outfile.h"
+#include "eval/progress.h"
+#include "eval/svg.h"
 
-struct eval_cfg {
-    const char *policy;
-    float density;
-    int regime;
-};
+enum { MAX_POL = 16, MAX_DEN = 16, MAX_REG = 2 };
 
 struct acc {
     double sum, sum2;
@@ -49,6 +51,13 @@ static double acc_sd(const struct acc *a) {
     double v = (a->sum2 - a->n * m * m) / (a->n - 1);
     return v > 0 ? sqrt(v) : 0;
 }
+
+struct eval_result {
+    const char *policy;
+    float density;
+    int regime;
+    struct acc kl, top1, nll, rec;
+};
 
 static int argmax(const float *l, int n) {
     int b = 0;
@@ -89,21 +98,62 @@ static int sample_stream(const nx_model *m, const struct eval_params *ep, uint64
         return -1;
     }
     toks[0] = nx_token_bos(m) >= 0 ? nx_token_bos(m) : 0;
-    for (int i = 1; i < ep->stream_len; i++) {
-        if (nx_decode(c, &toks[i - 1], 1, false)) break;
-        toks[i] = nx_sampler_sample(s, nx_get_logits(c, -1));
+    int rc = 0;
+    for (int i = 1; i < ep->stream_len && rc == 0; i++) {
+        if (nx_decode(c, &toks[i - 1], 1, false)) {
+            fprintf(stderr, "eval: sampling: %s\n", nx_ctx_last_error(c));
+            rc = -1;
+        } else {
+            toks[i] = nx_sampler_sample(s, nx_get_logits(c, -1));
+        }
     }
     nx_sampler_free(s);
     nx_ctx_free(c);
-    return 0;
+    return rc;
 }
 
-/* One configuration on one stream; adds the per-stream means to the accumulators. */
-static int run_one(const nx_model *m, const struct eval_params *ep, const struct eval_cfg *cfg,
-                   const nx_token *toks, struct acc out[4]) {
+/* Streams cut from a text file: BOS (when the model has one), then stream_len - 1 file tokens,
+   consecutive and non-overlapping. Returns the number of streams (<= want), -1 on error. */
+static int file_streams(const nx_model *m, const struct eval_params *ep, nx_token *toks,
+                        int want) {
+    size_t len;
+    char *text = eval_read_file(ep->text_file, &len, "eval");
+    if (!text) return -1;
+    int32_t n = 0;
+    nx_token *ft = eval_tokenize(m, text, len, 0, &n);
+    free(text);
+    if (!ft) {
+        fprintf(stderr, "eval: cannot tokenize '%s'\n", ep->text_file);
+        return -1;
+    }
+    int L = ep->stream_len, bos = nx_token_bos(m) >= 0, per = L - bos;
+    int have = per > 0 ? n / per : 0;
+    if (have < 1) {
+        fprintf(stderr, "eval: '%s' gives %d tokens, fewer than one stream of %d\n",
+                ep->text_file, n, L);
+        free(ft);
+        return -1;
+    }
+    int ns = have < want ? have : want;
+    for (int s = 0; s < ns; s++) {
+        nx_token *t = toks + (size_t)s * L;
+        if (bos) t[0] = nx_token_bos(m);
+        memcpy(t + bos, ft + (size_t)s * per, sizeof *t * (size_t)per);
+    }
+    if (ns < want)
+        fprintf(stderr, "eval: '%s' holds %d streams of %d tokens (%d asked for)\n",
+                ep->text_file, ns, L, want);
+    free(ft);
+    return ns;
+}
+
+/* One configuration on one stream; adds the per-stream means to the result. */
+static int run_one(const nx_model *m, const struct eval_params *ep, struct eval_result *r,
+                   const nx_token *toks) {
     int nv = nx_model_n_vocab(m), L = ep->stream_len, half = L / 2;
-    nx_ctx *d = make(m, ep, "full", 0, cfg->regime);
-    nx_ctx *p = make(m, ep, cfg->policy, cfg->density, cfg->regime);
+    int block = ep->base && ep->base->kv_block > 0 ? ep->base->kv_block : 32;
+    nx_ctx *d = make(m, ep, "full", 0, r->regime);
+    nx_ctx *p = make(m, ep, r->policy, r->density, r->regime);
     if (!d || !p) {
         nx_ctx_free(d);
         nx_ctx_free(p);
@@ -123,121 +173,182 @@ static int run_one(const nx_model *m, const struct eval_params *ep, const struct
             int last = -1;
             for (int j = i - 1; j >= 0 && last < 0; j--)
                 if (toks[j] == a) last = j;
-            if (last >= 0 && i - last >= ep->recall_blocks * 32)
+            if (last >= 0 && i - last >= ep->recall_blocks * block)
                 acc_add(&rec, argmax(lp, nv) == a);
         }
         if (i + 1 < L && (nx_decode(d, &toks[i], 1, false) || nx_decode(p, &toks[i], 1, false)))
             rc = -1;
     }
+    if (rc) fprintf(stderr, "eval: decode failed: %s%s\n", nx_ctx_last_error(d),
+                    nx_ctx_last_error(p));
     nx_ctx_free(d);
     nx_ctx_free(p);
     if (rc) return rc;
-    acc_add(&out[0], acc_mean(&kl));
-    acc_add(&out[1], acc_mean(&top1));
-    acc_add(&out[2], acc_mean(&nll));
-    if (rec.n > 0) acc_add(&out[3], acc_mean(&rec));
+    acc_add(&r->kl, acc_mean(&kl));
+    acc_add(&r->top1, acc_mean(&top1));
+    acc_add(&r->nll, acc_mean(&nll));
+    if (rec.n > 0) acc_add(&r->rec, acc_mean(&rec));
     return 0;
 }
 
-static int split_list(char *s, char **items, int max) {
-    int n = 0;
-    for (char *t = strtok(s, ","); t && n < max; t = strtok(NULL, ",")) items[n++] = t;
-    return n;
+static int write_json(const struct eval_params *ep, const struct eval_result *res, int n,
+                      int streams) {
+    struct nx_outfile o;
+    char err[1200];
+    if (nx_outfile_open(&o, ep->json_path, err, sizeof err)) {
+        fprintf(stderr, "eval: %s\n", err);
+        return -1;
+    }
+    const struct nx_ctx_params *b = ep->base;
+    fprintf(o.f, "[\n");
+    for (int i = 0; i < n; i++) {
+        const struct eval_result *r = &res[i];
+        fprintf(o.f,
+                "  {\"policy\":\"%s\",\"density\":%.4f,\"regime\":\"%s\",\"kl\":%.6g,"
+                "\"kl_sd\":%.6g,\"top1\":%.6g,\"top1_sd\":%.6g,\"ppl\":%.6g,"
+                "\"nll\":%.6g,\"nll_sd\":%.6g,\"recall\":%.6g,\"recall_sd\":%.6g,"
+                "\"recall_streams\":%d,\"streams\":%d,\"stream_len\":%d,\"seed\":%llu,"
+                "\"source\":\"%s\",\"kv_block\":%d,\"kv_sink\":%d,\"kv_recent\":%d,"
+                "\"recall_blocks\":%d}%s\n",
+                r->policy, r->density, eval_regime_name(r->regime), acc_mean(&r->kl),
+                acc_sd(&r->kl), acc_mean(&r->top1), acc_sd(&r->top1), exp(acc_mean(&r->nll)),
+                acc_mean(&r->nll), acc_sd(&r->nll), r->rec.n ? acc_mean(&r->rec) : 0.0,
+                acc_sd(&r->rec), r->rec.n, streams, ep->stream_len,
+                (unsigned long long)ep->seed, ep->text_file ? "file" : "sampled",
+                b ? b->kv_block : 32, b ? b->kv_sink : 32, b ? b->kv_recent : 32,
+                ep->recall_blocks, i + 1 < n ? "," : "");
+    }
+    fprintf(o.f, "]\n");
+    if (nx_outfile_commit(&o, err, sizeof err)) {
+        fprintf(stderr, "eval: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* One SVG per regime: KL, top-1 and recall against density, one line per policy. */
+static int write_svgs(const struct eval_params *ep, const struct eval_result *res, int np, int nd,
+                      int nr, int streams) {
+    if (eval_mkdir(ep->svg_dir, "eval")) return -1;
+    for (int ri = 0; ri < nr; ri++) {
+        double x[MAX_POL][MAX_DEN], kl[MAX_POL][MAX_DEN], kle[MAX_POL][MAX_DEN];
+        double t1[MAX_POL][MAX_DEN], t1e[MAX_POL][MAX_DEN], rc[MAX_POL][MAX_DEN],
+            rce[MAX_POL][MAX_DEN];
+        struct svg_series s_kl[MAX_POL], s_t1[MAX_POL], s_rc[MAX_POL];
+        int regime = 0;
+        for (int pi = 0; pi < np; pi++) {
+            for (int di = 0; di < nd; di++) {
+                const struct eval_result *r = &res[(pi * nd + di) * nr + ri];
+                regime = r->regime;
+                x[pi][di] = r->density;
+                kl[pi][di] = acc_mean(&r->kl), kle[pi][di] = acc_sd(&r->kl);
+                t1[pi][di] = acc_mean(&r->top1), t1e[pi][di] = acc_sd(&r->top1);
+                rc[pi][di] = acc_mean(&r->rec), rce[pi][di] = acc_sd(&r->rec);
+            }
+            const char *name = res[pi * nd * nr].policy;
+            s_kl[pi] = (struct svg_series){name, x[pi], kl[pi], kle[pi], nd};
+            s_t1[pi] = (struct svg_series){name, x[pi], t1[pi], t1e[pi], nd};
+            s_rc[pi] = (struct svg_series){name, x[pi], rc[pi], rce[pi], nd};
+        }
+        struct svg_panel panels[3] = {
+            {"KL(dense || policy)", "density", "nats / token", false, true, s_kl, np},
+            {"top-1 agreement", "density", "fraction", false, false, s_t1, np},
+            {"long-range recall", "density", "fraction kept", false, false, s_rc, np}};
+        char path[1100], title[256], err[1300];
+        snprintf(path, sizeof path, "%s/fidelity_%s.svg", ep->svg_dir, eval_regime_name(regime));
+        snprintf(title, sizeof title,
+                 "Fidelity against dense, %s regime (%d %s streams of %d tokens, mean +- sd)",
+                 eval_regime_name(regime), streams, ep->text_file ? "file" : "sampled",
+                 ep->stream_len);
+        if (svg_save(path, title, panels, 3, err, sizeof err)) {
+            fprintf(stderr, "eval: %s\n", err);
+            return -1;
+        }
+        fprintf(stderr, "eval: wrote %s\n", path);
+    }
+    return 0;
 }
 
 int eval_run(const nx_model *m, const struct eval_params *ep) {
     char pol_buf[512], den_buf[256], reg_buf[64];
-    snprintf(pol_buf, sizeof pol_buf, "%s", ep->policies);
-    snprintf(den_buf, sizeof den_buf, "%s", ep->densities);
-    snprintf(reg_buf, sizeof reg_buf, "%s", ep->regimes);
-    char *pols[16], *dens[16], *regs[4];
-    int np = split_list(pol_buf, pols, 16), nd = split_list(den_buf, dens, 16),
-        nr = split_list(reg_buf, regs, 4);
-    if (np == 0 || nd == 0 || nr == 0) {
-        fprintf(stderr, "eval: empty --policies, --densities or --regimes\n");
+    snprintf(pol_buf, sizeof pol_buf, "%s", ep->policies ? ep->policies : "");
+    snprintf(den_buf, sizeof den_buf, "%s", ep->densities ? ep->densities : "");
+    snprintf(reg_buf, sizeof reg_buf, "%s", ep->regimes ? ep->regimes : "");
+    char *pols[MAX_POL], *dens[MAX_DEN], *regs[MAX_REG + 1];
+    int np = eval_split_list(pol_buf, pols, MAX_POL), nd = eval_split_list(den_buf, dens, MAX_DEN),
+        nr = eval_split_list(reg_buf, regs, MAX_REG + 1);
+    float dv[MAX_DEN];
+    int rv[MAX_REG];
+    if (eval_check_policies(pols, np, "eval") || eval_parse_densities(dens, nd, dv, "eval"))
+        return 1;
+    if (nr == 0 || nr > MAX_REG) {
+        fprintf(stderr, "eval: --regimes takes prefill, stream or both\n");
         return 1;
     }
     for (int r = 0; r < nr; r++)
-        if (strcmp(regs[r], "prefill") && strcmp(regs[r], "stream")) {
+        if ((rv[r] = eval_regime_from_name(regs[r])) < 0) {
             fprintf(stderr, "eval: unknown regime '%s' (prefill, stream)\n", regs[r]);
             return 1;
         }
-    float dv[16];
-    for (int i = 0; i < nd; i++) {
-        char *end;
-        dv[i] = strtof(dens[i], &end);
-        if (*end || !(dv[i] > 0 && dv[i] <= 1)) {
-            fprintf(stderr, "eval: density '%s' must be in (0, 1]\n", dens[i]);
-            return 1;
-        }
+    if (ep->streams < 1 || ep->stream_len < 8) {
+        fprintf(stderr, "eval: need at least 1 stream of at least 8 tokens\n");
+        return 1;
     }
     int L = ep->stream_len;
     nx_token *toks = malloc(sizeof *toks * (size_t)L * (size_t)ep->streams);
-    if (!toks) return 1;
-    for (int s = 0; s < ep->streams; s++) {
-        fprintf(stderr, "\rsampling stream %d/%d", s + 1, ep->streams);
-        if (sample_stream(m, ep, ep->seed + (uint64_t)s, toks + (size_t)s * L)) {
-            free(toks);
-            return 1;
-        }
+    struct eval_result *res = calloc((size_t)(np * nd * nr), sizeof *res);
+    if (!toks || !res) {
+        free(toks);
+        free(res);
+        fprintf(stderr, "eval: out of memory\n");
+        return 1;
     }
-    fprintf(stderr, "\n");
-    FILE *js = NULL;
-    if (ep->json_path) {
-        js = fopen(ep->json_path, "w");
-        if (!js) {
-            fprintf(stderr, "eval: cannot write '%s'\n", ep->json_path);
-            free(toks);
-            return 1;
+    int streams = ep->streams, rc = 1;
+    if (ep->text_file) {
+        streams = file_streams(m, ep, toks, ep->streams);
+        if (streams < 1) goto out;
+    } else {
+        struct nx_progress pg;
+        nx_progress_start(&pg, stderr, "streams sampled", streams);
+        for (int s = 0; s < streams; s++) {
+            if (sample_stream(m, ep, ep->seed + (uint64_t)s, toks + (size_t)s * L)) goto out;
+            nx_progress_update(&pg, s + 1, NULL);
         }
-        fprintf(js, "[\n");
+        nx_progress_finish(&pg);
     }
     printf("| policy | density | regime | KL (nats) | top-1 | ppl | recall (n streams) |\n");
     printf("|---|---|---|---|---|---|---|\n");
-    int total = np * nd * nr, done = 0, first = 1;
-    for (int pi = 0; pi < np; pi++)
+    int total = np * nd * nr;
+    struct nx_progress pg;
+    nx_progress_start(&pg, stderr, "config x stream runs", total * streams);
+    for (int pi = 0, k = 0; pi < np; pi++)
         for (int di = 0; di < nd; di++)
-            for (int ri = 0; ri < nr; ri++) {
-                struct eval_cfg cfg = {pols[pi], dv[di],
-                                       strcmp(regs[ri], "stream") == 0 ? NX_KV_REGIME_STREAM
-                                                                       : NX_KV_REGIME_PREFILL};
-                struct acc out[4] = {{0}};
-                for (int s = 0; s < ep->streams; s++) {
-                    fprintf(stderr, "\r[%d/%d] %s d=%.2f %s: stream %d/%d   ", done + 1, total,
-                            cfg.policy, cfg.density, regs[ri], s + 1, ep->streams);
-                    if (run_one(m, ep, &cfg, toks + (size_t)s * L, out)) {
-                        fprintf(stderr, "\neval: %s failed\n", cfg.policy);
-                        free(toks);
-                        if (js) fclose(js);
-                        return 1;
+            for (int ri = 0; ri < nr; ri++, k++) {
+                struct eval_result *r = &res[k];
+                r->policy = pols[pi];
+                r->density = dv[di];
+                r->regime = rv[ri];
+                char label[128];
+                snprintf(label, sizeof label, "%s d=%.2f %s", r->policy, r->density, regs[ri]);
+                for (int s = 0; s < streams; s++) {
+                    if (run_one(m, ep, r, toks + (size_t)s * L)) {
+                        fprintf(stderr, "\neval: %s failed\n", label);
+                        goto out;
                     }
+                    nx_progress_update(&pg, k * streams + s + 1, label);
                 }
-                done++;
-                double ppl = exp(acc_mean(&out[2]));
                 printf("| %s | %.2f | %s | %.4f ± %.4f | %.3f ± %.3f | %.3f | %.3f ± %.3f (%d) |\n",
-                       cfg.policy, cfg.density, regs[ri], acc_mean(&out[0]), acc_sd(&out[0]),
-                       acc_mean(&out[1]), acc_sd(&out[1]), ppl, acc_mean(&out[3]),
-                       acc_sd(&out[3]), out[3].n);
+                       r->policy, r->density, regs[ri], acc_mean(&r->kl), acc_sd(&r->kl),
+                       acc_mean(&r->top1), acc_sd(&r->top1), exp(acc_mean(&r->nll)),
+                       acc_mean(&r->rec), acc_sd(&r->rec), r->rec.n);
                 fflush(stdout);
-                if (js) {
-                    fprintf(js,
-                            "%s  {\"policy\":\"%s\",\"density\":%.4f,\"regime\":\"%s\",\"kl\":%.6g,"
-                            "\"kl_sd\":%.6g,\"top1\":%.6g,\"top1_sd\":%.6g,\"ppl\":%.6g,"
-                            "\"nll_sd\":%.6g,\"recall\":%.6g,\"recall_sd\":%.6g,"
-                            "\"recall_streams\":%d,\"streams\":%d,\"stream_len\":%d,\"seed\":%llu}",
-                            first ? "" : ",\n", cfg.policy, cfg.density, regs[ri],
-                            acc_mean(&out[0]), acc_sd(&out[0]), acc_mean(&out[1]),
-                            acc_sd(&out[1]), ppl, acc_sd(&out[2]),
-                            out[3].n ? acc_mean(&out[3]) : 0.0, acc_sd(&out[3]), out[3].n,
-                            ep->streams, L, (unsigned long long)ep->seed);
-                    first = 0;
-                }
             }
-    fprintf(stderr, "\n");
-    if (js) {
-        fprintf(js, "\n]\n");
-        fclose(js);
-    }
+    nx_progress_finish(&pg);
+    if (ep->json_path && write_json(ep, res, total, streams)) goto out;
+    if (ep->svg_dir && write_svgs(ep, res, np, nd, nr, streams)) goto out;
+    rc = 0;
+out:
     free(toks);
-    return 0;
+    free(res);
+    return rc;
 }

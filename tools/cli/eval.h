@@ -8,16 +8,44 @@ struct eval_params {
     const char *policies;  /* comma-separated */
     const char *densities; /* comma-separated, each in (0, 1] */
     const char *regimes;   /* "prefill", "stream" or both, comma-separated */
-    int streams;           /* sampled streams */
+    int streams;           /* streams (sampled, or cut from text_file) */
     int stream_len;        /* tokens per stream (first half is the prompt) */
-    int recall_blocks;     /* long-range recall: last occurrence at least this many blocks back */
+    int recall_blocks;     /* long-range recall: last occurrence at least this many KV blocks
+                              back (block = base->kv_block, 32 by default) */
     int threads;
     uint64_t seed;
     const char *json_path; /* NULL: no JSON */
+    const char *svg_dir;   /* NULL: no plots; else fidelity_<regime>.svg written there */
+    const char *text_file; /* NULL: the model samples its own streams; else consecutive streams
+                              of stream_len tokens (BOS first) cut from this UTF-8 file */
     const struct nx_ctx_params *base; /* block, sink, recent, window, nexus knobs, KV type;
                                          NULL: defaults. Policy, density and regime are set per
                                          configuration. */
 };
-/* Runs every configuration; prints a Markdown table; 0 on success. */
+/* Runs every configuration; prints a Markdown table; 0 on success, 1 with a message on stderr. */
 int eval_run(const nx_model *m, const struct eval_params *p);
+
+/* ---- shared by the eval-* subcommands (eval_common.c) ---- */
+
+/* Splits a comma-separated list in place; returns the count (at most max). */
+int eval_split_list(char *s, char **items, int max);
+/* Parses "prefill" / "stream"; -1 when neither. */
+int eval_regime_from_name(const char *s);
+const char *eval_regime_name(int regime);
+/* Checks every name against the known policies; 0, or -1 with a message on stderr. */
+int eval_check_policies(char **pols, int n, const char *cmd);
+/* Parses densities in (0, 1]; 0, or -1 with a message on stderr. */
+int eval_parse_densities(char **items, int n, float *out, const char *cmd);
+/* Creates a directory if it does not exist; 0, or -1 with a message on stderr. */
+int eval_mkdir(const char *dir, const char *cmd);
+/* Tokenizes text (add BOS when add_bos and the model has one); malloc'ed, *n set; NULL on
+   failure. */
+nx_token *eval_tokenize(const nx_model *m, const char *text, size_t len, int add_bos, int32_t *n);
+/* Reads a whole file (NUL-terminated, *len without the NUL); NULL with a message on failure. */
+char *eval_read_file(const char *path, size_t *len, const char *cmd);
+/* Greedy generation: decodes the prompt (one multi-token call), then up to max_new tokens, stopping
+   at an end-of-generation token. The generated text (malloc'ed) goes to *out. 0, or -1 with the
+   context's error on stderr. */
+int eval_generate_greedy(const nx_model *m, nx_ctx *c, const nx_token *prompt, int32_t n_prompt,
+                         int max_new, char **out);
 #endif

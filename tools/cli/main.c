@@ -483,6 +483,10 @@ static int cmd_eval(int argc, char **argv) {
             ep.seed = (uint64_t)parse_long(a, need_arg(argc, argv, &i), 0, LONG_MAX);
         else if (!strcmp(a, "--json"))
             ep.json_path = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--svg"))
+            ep.svg_dir = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--file") || !strcmp(a, "-f"))
+            ep.text_file = need_arg(argc, argv, &i);
         else
             die("eval: unknown option '%s'", a);
     }
@@ -509,7 +513,7 @@ static void usage(void) {
             "  nexus rerank -m MODEL --query Q [-t N] DOC...\n"
             "  nexus eval -m MODEL [--policies full,nexus,...] [--densities 0.1,0.2]\n"
             "            [--regimes prefill,stream] [--streams N] [--stream-len N] [--seed S]\n"
-            "            [--recall-blocks K] [--json OUT]\n"
+            "            [--recall-blocks K] [--json OUT] [--svg DIR] [--file TEXT]\n"
             "common: --kv-type f16|f32, --mmap (use weights in place), --ref-kernels\n"
             "KV budget (run, bench): --kv-policy full|streaming|h2o|snapkv|pyramidkv|adakv|\n"
             "  morphkv|tova|nexus, --kv-density D | --kv-budget TOKENS, --kv-regime prefill|stream,\n"

@@ -1,0 +1,48 @@
+/* outfile.c - atomic text output (see outfile.h). */
+#include "eval/outfile.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int nx_outfile_open(struct nx_outfile *o, const char *path, char *err, size_t errlen) {
+    memset(o, 0, sizeof *o);
+    if (!path || !*path || strlen(path) >= sizeof o->path) {
+        if (err && errlen) snprintf(err, errlen, "output path is empty or too long");
+        return -1;
+    }
+    snprintf(o->path, sizeof o->path, "%s", path);
+    snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", path, (long)getpid());
+    o->f = fopen(o->tmp, "w");
+    if (!o->f) {
+        if (err && errlen) snprintf(err, errlen, "cannot write '%s': %s", o->tmp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int nx_outfile_commit(struct nx_outfile *o, char *err, size_t errlen) {
+    if (!o->f) {
+        if (err && errlen) snprintf(err, errlen, "'%s' is not open", o->path);
+        return -1;
+    }
+    int bad = ferror(o->f) || fflush(o->f) != 0 || fsync(fileno(o->f)) != 0;
+    int e = errno;
+    if (fclose(o->f) != 0) bad = 1;
+    o->f = NULL;
+    if (bad || rename(o->tmp, o->path) != 0) {
+        if (!bad) e = errno;
+        if (err && errlen) snprintf(err, errlen, "cannot write '%s': %s", o->path, strerror(e));
+        unlink(o->tmp);
+        return -1;
+    }
+    return 0;
+}
+
+void nx_outfile_abort(struct nx_outfile *o) {
+    if (!o || !o->f) return;
+    fclose(o->f);
+    o->f = NULL;
+    unlink(o->tmp);
+}

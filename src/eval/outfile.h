@@ -1,0 +1,26 @@
+/*
+ * outfile.h - atomic text output for evaluation results (JSON, SVG): everything is written to
+ * PATH.tmp.PID, flushed and fsync'ed, then renamed over PATH, so a reader never sees a partial
+ * file and a failed run leaves the previous file in place. (Text formats carry no magic or
+ * checksum; the JSON records carry the parameters that produced them.)
+ */
+#ifndef NX_EVAL_OUTFILE_H
+#define NX_EVAL_OUTFILE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+struct nx_outfile {
+    FILE *f;
+    char path[1024];
+    char tmp[1100];
+};
+
+/* Opens the temporary file; 0 on success, else -1 with a message naming the path in err. */
+int nx_outfile_open(struct nx_outfile *o, const char *path, char *err, size_t errlen);
+/* Flushes, syncs, closes and renames over the target; 0 on success, else -1 (temp removed). */
+int nx_outfile_commit(struct nx_outfile *o, char *err, size_t errlen);
+/* Closes and removes the temporary file (the target is untouched). NULL-safe, idempotent. */
+void nx_outfile_abort(struct nx_outfile *o);
+
+#endif

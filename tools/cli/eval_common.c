@@ -1,0 +1,174 @@
+/* eval_common.c - helpers shared by `nexus eval`, `eval-ruler`, `eval-longbench` and
+ * `eval-efficiency`: list parsing, tokenizing, reading files, greedy generation. */
+#include "eval.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kv/kv_policy.h"
+
+int eval_split_list(char *s, char **items, int max) {
+    int n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(s, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save))
+        items[n++] = t;
+    return n;
+}
+
+int eval_regime_from_name(const char *s) {
+    if (!strcmp(s, "prefill")) return NX_KV_REGIME_PREFILL;
+    if (!strcmp(s, "stream")) return NX_KV_REGIME_STREAM;
+    return -1;
+}
+
+const char *eval_regime_name(int regime) {
+    return regime == NX_KV_REGIME_STREAM ? "stream" : "prefill";
+}
+
+int eval_check_policies(char **pols, int n, const char *cmd) {
+    if (n == 0) {
+        fprintf(stderr, "%s: empty --policies\n", cmd);
+        return -1;
+    }
+    for (int i = 0; i < n; i++)
+        if (!kv_policy_find(pols[i])) {
+            fprintf(stderr, "%s: unknown policy '%s' (full, streaming, h2o, snapkv, pyramidkv, "
+                            "adakv, morphkv, tova, nexus)\n", cmd, pols[i]);
+            return -1;
+        }
+    return 0;
+}
+
+int eval_parse_densities(char **items, int n, float *out, const char *cmd) {
+    if (n == 0) {
+        fprintf(stderr, "%s: empty --densities\n", cmd);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        char *end;
+        errno = 0;
+        out[i] = strtof(items[i], &end);
+        if (errno || end == items[i] || *end || !(out[i] > 0 && out[i] <= 1)) {
+            fprintf(stderr, "%s: density '%s' must be a number in (0, 1]\n", cmd, items[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int eval_mkdir(const char *dir, const char *cmd) {
+    if (mkdir(dir, 0777) == 0 || errno == EEXIST) {
+        struct stat st;
+        if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+        fprintf(stderr, "%s: '%s' exists and is not a directory\n", cmd, dir);
+        return -1;
+    }
+    fprintf(stderr, "%s: cannot create directory '%s': %s\n", cmd, dir, strerror(errno));
+    return -1;
+}
+
+nx_token *eval_tokenize(const nx_model *m, const char *text, size_t len, int add_bos, int32_t *n) {
+    int32_t k = nx_tokenize(m, text, len, NULL, 0, false, false);
+    if (k == INT32_MIN) return NULL;
+    int32_t need = (k < 0 ? -k : k) + 1;
+    nx_token *t = malloc(sizeof *t * (size_t)need);
+    if (!t) return NULL;
+    int32_t off = 0;
+    if (add_bos && nx_token_bos(m) >= 0) t[off++] = nx_token_bos(m);
+    k = nx_tokenize(m, text, len, t + off, need - off, false, false);
+    if (k < 0) {
+        free(t);
+        return NULL;
+    }
+    *n = k + off;
+    return t;
+}
+
+char *eval_read_file(const char *path, size_t *len, const char *cmd) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "%s: cannot open '%s': %s\n", cmd, path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0, r;
+    char *buf = malloc(cap + 1);
+    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            if (cap > (size_t)1 << 30) {
+                fprintf(stderr, "%s: '%s' is larger than 1 GiB\n", cmd, path);
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            cap *= 2;
+            char *nb = realloc(buf, cap + 1);
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        fprintf(stderr, "%s: %s '%s'\n", cmd, buf ? "error reading" : "out of memory reading",
+                path);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+int eval_generate_greedy(const nx_model *m, nx_ctx *c, const nx_token *prompt, int32_t n_prompt,
+                         int max_new, char **out) {
+    *out = NULL;
+    int nv = nx_model_n_vocab(m);
+    size_t cap = 256, len = 0;
+    char *s = malloc(cap);
+    if (!s) return -1;
+    s[0] = 0;
+    if (nx_decode(c, prompt, n_prompt, false)) {
+        fprintf(stderr, "generation: %s\n", nx_ctx_last_error(c));
+        free(s);
+        return -1;
+    }
+    for (int i = 0; i < max_new; i++) {
+        const float *l = nx_get_logits(c, -1);
+        nx_token best = 0;
+        for (int v = 1; v < nv; v++)
+            if (l[v] > l[best]) best = v;
+        if (nx_token_is_eog(m, best)) break;
+        char piece[256];
+        int32_t k = nx_token_to_piece(m, best, piece, sizeof piece, false);
+        if (k > 0) {
+            if (len + (size_t)k + 1 > cap) {
+                while (len + (size_t)k + 1 > cap) cap *= 2;
+                char *ns = realloc(s, cap);
+                if (!ns) {
+                    free(s);
+                    return -1;
+                }
+                s = ns;
+            }
+            memcpy(s + len, piece, (size_t)k);
+            len += (size_t)k;
+            s[len] = 0;
+        }
+        if (i + 1 < max_new && nx_ctx_n_past(c) < nx_ctx_n_ctx(c)) {
+            if (nx_decode(c, &best, 1, false)) {
+                fprintf(stderr, "generation: %s\n", nx_ctx_last_error(c));
+                free(s);
+                return -1;
+            }
+        } else if (i + 1 < max_new) {
+            break; /* context full */
+        }
+    }
+    *out = s;
+    return 0;
+}
