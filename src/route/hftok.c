@@ -1,0 +1,1081 @@
+/*
+ * hftok.c - tokenizer.json Unigram tokenizer (contract in hftok.h).
+ *
+ * DESIGN
+ * - Pipeline per text: split on added tokens (raw text) -> for each segment: normalizer steps
+ *   on a UTF-8 buffer -> pre-tokenizer steps on a list of pieces -> Viterbi per piece.
+ * - Input is made valid UTF-8 first (invalid bytes -> U+FFFD), so every later step can decode
+ *   without error paths and every trie match ends on a character boundary.
+ * - Pieces live in a byte trie whose edges are one open-addressing hash table keyed by
+ *   (node, byte); a common-prefix search walks it from each character start.
+ * - Viterbi keeps, for every end position, the best (score, start, id) seen so far and
+ *   replaces it only on a strictly better score, visiting starts left to right: the same
+ *   tie-break as the Hugging Face implementation.
+ */
+#include "route/hftok.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <jansson.h>
+#include <pcre2.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#define UNK_PENALTY 10.0
+
+static void hf_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void hf_errf(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- growable byte buffer and id vector ---------------------------------------------- */
+
+struct sbuf {
+    char *p;
+    size_t n, cap;
+};
+static bool sb_reserve(struct sbuf *b, size_t add) {
+    if (b->n + add + 1 <= b->cap) return true;
+    size_t c = b->cap ? b->cap : 64;
+    while (c < b->n + add + 1) {
+        if (c > SIZE_MAX / 2) return false;
+        c *= 2;
+    }
+    char *q = realloc(b->p, c);
+    if (!q) return false;
+    b->p = q;
+    b->cap = c;
+    b->p[b->n] = 0;
+    return true;
+}
+static bool sb_put(struct sbuf *b, const void *s, size_t n) {
+    if (!sb_reserve(b, n)) return false;
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return true;
+}
+static bool sb_putc32(struct sbuf *b, int32_t c) {
+    uint8_t tmp[4];
+    utf8proc_ssize_t k = utf8proc_encode_char(c, tmp);
+    return sb_put(b, tmp, (size_t)k);
+}
+
+struct ivec {
+    int32_t *v;
+    int n, cap;
+};
+static bool iv_push(struct ivec *a, int32_t x) {
+    if (a->n == a->cap) {
+        int c = a->cap ? a->cap * 2 : 32;
+        int32_t *q = realloc(a->v, (size_t)c * sizeof(*q));
+        if (!q) return false;
+        a->v = q;
+        a->cap = c;
+    }
+    a->v[a->n++] = x;
+    return true;
+}
+
+/* Decode one code point at s[0..n) (n > 0); invalid bytes read as U+FFFD of length 1. */
+static int u8_next(const char *s, size_t n, int32_t *cp) {
+    utf8proc_int32_t c;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &c);
+    if (k <= 0) {
+        *cp = 0xFFFD;
+        return 1;
+    }
+    *cp = c;
+    return (int)k;
+}
+
+/* Rust char::is_whitespace (Unicode White_Space). */
+static bool is_ws(int32_t c) {
+    return (c >= 9 && c <= 13) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+           c == 0x205F || c == 0x3000;
+}
+/* Unicode "Other" categories (Cc, Cf, Cs, Co, Cn), minus tab / newline / return. */
+static bool is_control(int32_t c) {
+    if (c == '\t' || c == '\n' || c == '\r') return false;
+    utf8proc_category_t k = utf8proc_category(c);
+    return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS ||
+           k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CN;
+}
+static bool is_cjk(int32_t c) {
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+           (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+/* ---- normalizers ------------------------------------------------------------------------ */
+
+enum norm_kind { N_SEQ, N_BERT, N_REPLACE, N_STRIP, N_LOWER, N_UNF, N_STRIP_ACCENTS, N_PREPEND };
+
+struct norm {
+    enum norm_kind k;
+    int n_sub;
+    struct norm *sub;
+    bool clean_text, chinese, strip_acc, lower; /* BertNormalizer */
+    bool left, right;                           /* Strip */
+    int unf;                                    /* utf8proc options for NF* */
+    char *pat, *rep;                            /* Replace (String: pat; Regex: re) */
+    size_t pat_len, rep_len;
+    pcre2_code *re;
+};
+
+static void norm_free(struct norm *n) {
+    if (!n) return;
+    for (int i = 0; i < n->n_sub; i++) norm_free(&n->sub[i]);
+    free(n->sub);
+    free(n->pat);
+    free(n->rep);
+    if (n->re) pcre2_code_free(n->re);
+}
+
+static bool jbool(json_t *o, const char *k, bool def) {
+    json_t *v = json_object_get(o, k);
+    return json_is_boolean(v) ? json_is_true(v) : def;
+}
+
+static int norm_parse(struct norm *n, json_t *j, char *err, size_t errlen) {
+    memset(n, 0, sizeof(*n));
+    const char *type = json_string_value(json_object_get(j, "type"));
+    if (!json_is_object(j) || !type) {
+        hf_errf(err, errlen, "tokenizer.json: normalizer without a \"type\"");
+        return -1;
+    }
+    if (strcmp(type, "Sequence") == 0) {
+        json_t *a = json_object_get(j, "normalizers");
+        if (!json_is_array(a)) {
+            hf_errf(err, errlen, "tokenizer.json: Sequence normalizer without \"normalizers\"");
+            return -1;
+        }
+        n->k = N_SEQ;
+        n->sub = calloc(json_array_size(a) + 1, sizeof(*n->sub));
+        if (!n->sub) return hf_errf(err, errlen, "out of memory"), -1;
+        for (size_t i = 0; i < json_array_size(a); i++) {
+            if (norm_parse(&n->sub[i], json_array_get(a, i), err, errlen) != 0) return -1;
+            n->n_sub++;
+        }
+    } else if (strcmp(type, "BertNormalizer") == 0) {
+        n->k = N_BERT;
+        n->clean_text = jbool(j, "clean_text", true);
+        n->chinese = jbool(j, "handle_chinese_chars", true);
+        n->lower = jbool(j, "lowercase", true);
+        json_t *sa = json_object_get(j, "strip_accents");
+        n->strip_acc = json_is_boolean(sa) ? json_is_true(sa) : n->lower; /* null: as lowercase */
+    } else if (strcmp(type, "Replace") == 0) {
+        n->k = N_REPLACE;
+        json_t *p = json_object_get(j, "pattern");
+        const char *content = json_string_value(json_object_get(j, "content"));
+        if (!json_is_object(p) || !content) {
+            hf_errf(err, errlen, "tokenizer.json: Replace normalizer needs \"pattern\" and \"content\"");
+            return -1;
+        }
+        n->rep = strdup(content);
+        n->rep_len = strlen(content);
+        const char *s = json_string_value(json_object_get(p, "String"));
+        const char *r = json_string_value(json_object_get(p, "Regex"));
+        if (s) {
+            if (!*s) {
+                hf_errf(err, errlen, "tokenizer.json: Replace with an empty String pattern");
+                return -1;
+            }
+            n->pat = strdup(s);
+            n->pat_len = strlen(s);
+        } else if (r) {
+            int ec;
+            PCRE2_SIZE eo;
+            n->re = pcre2_compile((PCRE2_SPTR)r, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &ec,
+                                  &eo, NULL);
+            if (!n->re) {
+                PCRE2_UCHAR msg[160];
+                pcre2_get_error_message(ec, msg, sizeof msg);
+                hf_errf(err, errlen, "tokenizer.json: Replace regex '%s' at offset %zu: %s", r,
+                        (size_t)eo, (const char *)msg);
+                return -1;
+            }
+        } else {
+            hf_errf(err, errlen, "tokenizer.json: Replace pattern is neither String nor Regex");
+            return -1;
+        }
+        if (!n->rep || (s && !n->pat)) return hf_errf(err, errlen, "out of memory"), -1;
+    } else if (strcmp(type, "Strip") == 0) {
+        n->k = N_STRIP;
+        n->left = jbool(j, "strip_left", true);
+        n->right = jbool(j, "strip_right", true);
+    } else if (strcmp(type, "Lowercase") == 0) {
+        n->k = N_LOWER;
+    } else if (strcmp(type, "StripAccents") == 0) {
+        n->k = N_STRIP_ACCENTS;
+    } else if (strcmp(type, "NFC") == 0 || strcmp(type, "NFD") == 0 || strcmp(type, "NFKC") == 0 ||
+               strcmp(type, "NFKD") == 0) {
+        n->k = N_UNF;
+        n->unf = UTF8PROC_STABLE | (type[2] == 'K' ? UTF8PROC_COMPAT : 0) |
+                 (type[strlen(type) - 1] == 'C' ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE);
+    } else if (strcmp(type, "Prepend") == 0) {
+        n->k = N_PREPEND;
+        const char *s = json_string_value(json_object_get(j, "prepend"));
+        if (!s) {
+            hf_errf(err, errlen, "tokenizer.json: Prepend normalizer without \"prepend\"");
+            return -1;
+        }
+        n->rep = strdup(s);
+        n->rep_len = strlen(s);
+        if (!n->rep) return hf_errf(err, errlen, "out of memory"), -1;
+    } else {
+        hf_errf(err, errlen, "tokenizer.json: normalizer type '%s' is not supported", type);
+        return -1;
+    }
+    return 0;
+}
+
+/* Apply a per-code-point map to b: fn writes 0..n code points for one input. */
+static int unf_map(struct sbuf *b, int opts) {
+    utf8proc_uint8_t *out = NULL;
+    utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)b->p, (utf8proc_ssize_t)b->n, &out,
+                                      (utf8proc_option_t)opts);
+    if (k < 0) return -1;
+    struct sbuf r = {0};
+    bool ok = sb_put(&r, out, (size_t)k);
+    free(out);
+    if (!ok) return -1;
+    free(b->p);
+    *b = r;
+    return 0;
+}
+
+static int norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t errlen) {
+    struct sbuf r = {0};
+    if (!sb_reserve(&r, b->n)) goto oom;
+    switch (n->k) {
+    case N_SEQ:
+        free(r.p);
+        for (int i = 0; i < n->n_sub; i++)
+            if (norm_apply(&n->sub[i], b, err, errlen) != 0) return -1;
+        return 0;
+    case N_BERT: {
+        for (size_t i = 0; i < b->n;) {
+            int32_t c;
+            i += (size_t)u8_next(b->p + i, b->n - i, &c);
+            if (n->clean_text) {
+                if (c == 0 || c == 0xFFFD || is_control(c)) continue;
+                if (is_ws(c)) c = ' ';
+            }
+            bool ok = (n->chinese && is_cjk(c))
+                          ? sb_putc32(&r, ' ') && sb_putc32(&r, c) && sb_putc32(&r, ' ')
+                          : sb_putc32(&r, c);
+            if (!ok) goto oom;
+        }
+        if (n->strip_acc) {
+            if (unf_map(&r, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE) != 0) goto oom;
+            struct sbuf s = {0};
+            if (!sb_reserve(&s, r.n)) goto oom;
+            for (size_t i = 0; i < r.n;) {
+                int32_t c;
+                i += (size_t)u8_next(r.p + i, r.n - i, &c);
+                if (utf8proc_category(c) == UTF8PROC_CATEGORY_MN) continue;
+                if (!sb_putc32(&s, c)) {
+                    free(s.p);
+                    goto oom;
+                }
+            }
+            free(r.p);
+            r = s;
+        }
+        if (n->lower) {
+            for (size_t i = 0; i < r.n;) {
+                int32_t c;
+                int k = u8_next(r.p + i, r.n - i, &c);
+                int32_t l = utf8proc_tolower(c);
+                uint8_t tmp[4];
+                if (utf8proc_encode_char(l, tmp) == k) memcpy(r.p + i, tmp, (size_t)k);
+                else {
+                    /* length changes (rare): rebuild the rest */
+                    struct sbuf s = {0};
+                    if (!sb_put(&s, r.p, i)) goto oom;
+                    for (size_t j = i; j < r.n;) {
+                        int32_t d;
+                        j += (size_t)u8_next(r.p + j, r.n - j, &d);
+                        if (!sb_putc32(&s, utf8proc_tolower(d))) {
+                            free(s.p);
+                            goto oom;
+                        }
+                    }
+                    free(r.p);
+                    r = s;
+                    break;
+                }
+                i += (size_t)k;
+            }
+        }
+        break;
+    }
+    case N_REPLACE:
+        if (n->pat) {
+            for (size_t i = 0; i < b->n;) {
+                if (i + n->pat_len <= b->n && memcmp(b->p + i, n->pat, n->pat_len) == 0) {
+                    if (!sb_put(&r, n->rep, n->rep_len)) goto oom;
+                    i += n->pat_len;
+                } else {
+                    if (!sb_put(&r, b->p + i, 1)) goto oom;
+                    i++;
+                }
+            }
+        } else {
+            PCRE2_SIZE outlen = b->n * 2 + 64;
+            for (int tries = 0; tries < 3; tries++) {
+                if (!sb_reserve(&r, outlen)) goto oom;
+                PCRE2_SIZE ol = r.cap;
+                int rc = pcre2_substitute(n->re, (PCRE2_SPTR)b->p, b->n, 0,
+                                          PCRE2_SUBSTITUTE_GLOBAL | PCRE2_SUBSTITUTE_LITERAL |
+                                              PCRE2_SUBSTITUTE_OVERFLOW_LENGTH | PCRE2_NO_UTF_CHECK,
+                                          NULL, NULL, (PCRE2_SPTR)n->rep, n->rep_len,
+                                          (PCRE2_UCHAR *)r.p, &ol);
+                if (rc >= 0) {
+                    r.n = ol;
+                    r.p[r.n] = 0;
+                    break;
+                }
+                if (rc == PCRE2_ERROR_NOMEMORY) {
+                    outlen = ol + 1;
+                    continue;
+                }
+                free(r.p);
+                hf_errf(err, errlen, "tokenizer: Replace regex failed (pcre2 error %d)", rc);
+                return -1;
+            }
+        }
+        break;
+    case N_STRIP: {
+        size_t s = 0, e = b->n;
+        if (n->left)
+            while (s < e) {
+                int32_t c;
+                int k = u8_next(b->p + s, e - s, &c);
+                if (!is_ws(c)) break;
+                s += (size_t)k;
+            }
+        if (n->right)
+            while (e > s) {
+                size_t q = e - 1;
+                while (q > s && ((uint8_t)b->p[q] & 0xC0) == 0x80) q--;
+                int32_t c;
+                u8_next(b->p + q, e - q, &c);
+                if (!is_ws(c)) break;
+                e = q;
+            }
+        if (!sb_put(&r, b->p + s, e - s)) goto oom;
+        break;
+    }
+    case N_LOWER:
+        for (size_t i = 0; i < b->n;) {
+            int32_t c;
+            i += (size_t)u8_next(b->p + i, b->n - i, &c);
+            if (!sb_putc32(&r, utf8proc_tolower(c))) goto oom;
+        }
+        break;
+    case N_STRIP_ACCENTS:
+        for (size_t i = 0; i < b->n;) {
+            int32_t c;
+            i += (size_t)u8_next(b->p + i, b->n - i, &c);
+            utf8proc_category_t k = utf8proc_category(c);
+            if (k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME)
+                continue;
+            if (!sb_putc32(&r, c)) goto oom;
+        }
+        break;
+    case N_UNF:
+        free(r.p);
+        if (b->n && unf_map(b, n->unf) != 0) goto oom2;
+        return 0;
+    case N_PREPEND:
+        if (b->n && (!sb_put(&r, n->rep, n->rep_len) || !sb_put(&r, b->p, b->n))) goto oom;
+        break;
+    }
+    free(b->p);
+    *b = r;
+    if (!b->p && !sb_reserve(b, 0)) goto oom2;
+    return 0;
+oom:
+    free(r.p);
+oom2:
+    hf_errf(err, errlen, "out of memory (normalizer)");
+    return -1;
+}
+
+/* ---- pre-tokenizers --------------------------------------------------------------------- */
+
+enum pre_kind { P_SEQ, P_METASPACE, P_WSSPLIT };
+enum { SCHEME_ALWAYS, SCHEME_FIRST, SCHEME_NEVER };
+
+struct pre {
+    enum pre_kind k;
+    int n_sub;
+    struct pre *sub;
+    char *repl;
+    size_t repl_len;
+    int scheme;
+    bool split;
+};
+
+static void pre_free(struct pre *p) {
+    if (!p) return;
+    for (int i = 0; i < p->n_sub; i++) pre_free(&p->sub[i]);
+    free(p->sub);
+    free(p->repl);
+}
+
+static int pre_parse(struct pre *p, json_t *j, char *err, size_t errlen) {
+    memset(p, 0, sizeof(*p));
+    const char *type = json_string_value(json_object_get(j, "type"));
+    if (!type) {
+        hf_errf(err, errlen, "tokenizer.json: pre_tokenizer without a \"type\"");
+        return -1;
+    }
+    if (strcmp(type, "Sequence") == 0) {
+        json_t *a = json_object_get(j, "pretokenizers");
+        if (!json_is_array(a)) {
+            hf_errf(err, errlen, "tokenizer.json: Sequence pre_tokenizer without \"pretokenizers\"");
+            return -1;
+        }
+        p->k = P_SEQ;
+        p->sub = calloc(json_array_size(a) + 1, sizeof(*p->sub));
+        if (!p->sub) return hf_errf(err, errlen, "out of memory"), -1;
+        for (size_t i = 0; i < json_array_size(a); i++) {
+            if (pre_parse(&p->sub[i], json_array_get(a, i), err, errlen) != 0) return -1;
+            p->n_sub++;
+        }
+    } else if (strcmp(type, "Metaspace") == 0) {
+        p->k = P_METASPACE;
+        const char *r = json_string_value(json_object_get(j, "replacement"));
+        if (!r || !*r) {
+            hf_errf(err, errlen, "tokenizer.json: Metaspace without a \"replacement\"");
+            return -1;
+        }
+        int32_t c;
+        if ((size_t)u8_next(r, strlen(r), &c) != strlen(r)) {
+            hf_errf(err, errlen, "tokenizer.json: Metaspace replacement '%s' is not one character", r);
+            return -1;
+        }
+        p->repl = strdup(r);
+        if (!p->repl) return hf_errf(err, errlen, "out of memory"), -1;
+        p->repl_len = strlen(r);
+        p->split = jbool(j, "split", true);
+        const char *sch = json_string_value(json_object_get(j, "prepend_scheme"));
+        if (sch) {
+            if (strcmp(sch, "always") == 0) p->scheme = SCHEME_ALWAYS;
+            else if (strcmp(sch, "first") == 0) p->scheme = SCHEME_FIRST;
+            else if (strcmp(sch, "never") == 0) p->scheme = SCHEME_NEVER;
+            else {
+                hf_errf(err, errlen, "tokenizer.json: Metaspace prepend_scheme '%s' unknown", sch);
+                return -1;
+            }
+        } else {
+            p->scheme = jbool(j, "add_prefix_space", true) ? SCHEME_ALWAYS : SCHEME_NEVER;
+        }
+    } else if (strcmp(type, "WhitespaceSplit") == 0) {
+        p->k = P_WSSPLIT;
+    } else {
+        hf_errf(err, errlen, "tokenizer.json: pre_tokenizer type '%s' is not supported", type);
+        return -1;
+    }
+    return 0;
+}
+
+struct piece {
+    char *p;
+    size_t n;
+    bool first; /* starts at offset 0 of the original text */
+};
+struct plist {
+    struct piece *v;
+    int n, cap;
+};
+static void pl_clear(struct plist *l) {
+    for (int i = 0; i < l->n; i++) free(l->v[i].p);
+    free(l->v);
+    memset(l, 0, sizeof(*l));
+}
+/* Append a copy of s[0..n); empty pieces are dropped (as Hugging Face does). */
+static bool pl_push(struct plist *l, const char *s, size_t n, bool first) {
+    if (n == 0) return true;
+    if (l->n == l->cap) {
+        int c = l->cap ? l->cap * 2 : 8;
+        struct piece *q = realloc(l->v, (size_t)c * sizeof(*q));
+        if (!q) return false;
+        l->v = q;
+        l->cap = c;
+    }
+    char *d = malloc(n + 1);
+    if (!d) return false;
+    memcpy(d, s, n);
+    d[n] = 0;
+    l->v[l->n++] = (struct piece){d, n, first};
+    return true;
+}
+
+static int pre_apply(const struct pre *p, struct plist *l, char *err, size_t errlen) {
+    if (p->k == P_SEQ) {
+        for (int i = 0; i < p->n_sub; i++)
+            if (pre_apply(&p->sub[i], l, err, errlen) != 0) return -1;
+        return 0;
+    }
+    struct plist out = {0};
+    for (int i = 0; i < l->n; i++) {
+        const struct piece *pc = &l->v[i];
+        if (p->k == P_WSSPLIT) {
+            size_t s = 0;
+            bool first = pc->first;
+            for (size_t j = 0; j <= pc->n;) {
+                int32_t c = 0;
+                int k = 1;
+                if (j < pc->n) k = u8_next(pc->p + j, pc->n - j, &c);
+                if (j == pc->n || is_ws(c)) {
+                    if (!pl_push(&out, pc->p + s, j - s, first && s == 0)) goto oom;
+                    s = j + (size_t)k;
+                }
+                j += (size_t)k;
+            }
+            continue;
+        }
+        /* Metaspace: ' ' -> replacement, prepend, optionally split before each replacement */
+        struct sbuf b = {0};
+        if (!sb_reserve(&b, pc->n * p->repl_len)) goto oom;
+        bool prepend = (p->scheme == SCHEME_ALWAYS || (p->scheme == SCHEME_FIRST && pc->first)) &&
+                       !(pc->n >= p->repl_len && memcmp(pc->p, p->repl, p->repl_len) == 0);
+        if (prepend && !sb_put(&b, p->repl, p->repl_len)) goto oomb;
+        for (size_t j = 0; j < pc->n; j++) {
+            bool ok = pc->p[j] == ' ' ? sb_put(&b, p->repl, p->repl_len) : sb_put(&b, pc->p + j, 1);
+            if (!ok) goto oomb;
+        }
+        if (!p->split) {
+            if (!pl_push(&out, b.p, b.n, pc->first)) goto oomb;
+        } else {
+            size_t s = 0;
+            for (size_t j = 1; j <= b.n; j++) {
+                if (j == b.n || (j + p->repl_len <= b.n && memcmp(b.p + j, p->repl, p->repl_len) == 0)) {
+                    if (!pl_push(&out, b.p + s, j - s, pc->first && s == 0)) goto oomb;
+                    s = j;
+                }
+            }
+        }
+        free(b.p);
+        continue;
+    oomb:
+        free(b.p);
+        goto oom;
+    }
+    pl_clear(l);
+    *l = out;
+    return 0;
+oom:
+    pl_clear(&out);
+    hf_errf(err, errlen, "out of memory (pre-tokenizer)");
+    return -1;
+}
+
+/* ---- piece trie ------------------------------------------------------------------------ */
+
+struct trie {
+    int32_t *id;      /* per node: piece id or -1 */
+    int n_nodes, cap_nodes;
+    uint64_t *keys;   /* (node << 8 | byte) + 1, 0 = empty slot */
+    int32_t *vals;    /* child node */
+    size_t cap;       /* power of two */
+    size_t used;
+};
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+}
+static int32_t trie_child(const struct trie *t, int32_t node, uint8_t byte) {
+    uint64_t key = (((uint64_t)node << 8) | byte) + 1;
+    size_t m = t->cap - 1;
+    for (size_t h = mix64(key) & m;; h = (h + 1) & m) {
+        if (t->keys[h] == key) return t->vals[h];
+        if (t->keys[h] == 0) return -1;
+    }
+}
+static bool trie_grow(struct trie *t) {
+    size_t nc = t->cap ? t->cap * 2 : 1024;
+    uint64_t *k = calloc(nc, sizeof(*k));
+    int32_t *v = malloc(nc * sizeof(*v));
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return false;
+    }
+    for (size_t i = 0; i < t->cap; i++) {
+        if (!t->keys[i]) continue;
+        size_t h = mix64(t->keys[i]) & (nc - 1);
+        while (k[h]) h = (h + 1) & (nc - 1);
+        k[h] = t->keys[i];
+        v[h] = t->vals[i];
+    }
+    free(t->keys);
+    free(t->vals);
+    t->keys = k;
+    t->vals = v;
+    t->cap = nc;
+    return true;
+}
+static int32_t trie_new_node(struct trie *t) {
+    if (t->n_nodes == t->cap_nodes) {
+        int c = t->cap_nodes ? t->cap_nodes * 2 : 1024;
+        int32_t *q = realloc(t->id, (size_t)c * sizeof(*q));
+        if (!q) return -1;
+        t->id = q;
+        t->cap_nodes = c;
+    }
+    t->id[t->n_nodes] = -1;
+    return t->n_nodes++;
+}
+/* Insert s -> id (a later duplicate replaces the earlier id). */
+static bool trie_insert(struct trie *t, const char *s, size_t n, int32_t id) {
+    if (t->n_nodes == 0 && trie_new_node(t) < 0) return false;
+    int32_t node = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t c = t->cap ? trie_child(t, node, (uint8_t)s[i]) : -1;
+        if (c < 0) {
+            if ((t->used + 1) * 2 > t->cap && !trie_grow(t)) return false;
+            c = trie_new_node(t);
+            if (c < 0) return false;
+            uint64_t key = (((uint64_t)node << 8) | (uint8_t)s[i]) + 1;
+            size_t h = mix64(key) & (t->cap - 1);
+            while (t->keys[h]) h = (h + 1) & (t->cap - 1);
+            t->keys[h] = key;
+            t->vals[h] = c;
+            t->used++;
+        }
+        node = c;
+    }
+    t->id[node] = id;
+    return true;
+}
+static int32_t trie_lookup(const struct trie *t, const char *s, size_t n) {
+    if (t->n_nodes == 0) return -1;
+    int32_t node = 0;
+    for (size_t i = 0; i < n && node >= 0; i++) node = trie_child(t, node, (uint8_t)s[i]);
+    return node >= 0 ? t->id[node] : -1;
+}
+static void trie_free(struct trie *t) {
+    free(t->id);
+    free(t->keys);
+    free(t->vals);
+}
+
+/* ---- the tokenizer ---------------------------------------------------------------------- */
+
+struct added {
+    char *s;
+    size_t n;
+    int32_t id;
+};
+
+struct hf_tok {
+    int32_t n_vocab;
+    char **piece;   /* [n_vocab], NULL for unused ids */
+    double *score;  /* [n_vocab] */
+    int32_t unk_id;
+    bool byte_fallback;
+    double unk_score;
+    struct trie trie;
+    struct norm *norm; /* NULL: none */
+    struct pre *pre;   /* NULL: none */
+    struct added *added;
+    int n_added;
+    int median_chars;
+};
+
+void hf_tok_free(hf_tok *t) {
+    if (!t) return;
+    for (int32_t i = 0; i < t->n_vocab; i++) free(t->piece[i]);
+    free(t->piece);
+    free(t->score);
+    trie_free(&t->trie);
+    if (t->norm) norm_free(t->norm);
+    free(t->norm);
+    if (t->pre) pre_free(t->pre);
+    free(t->pre);
+    for (int i = 0; i < t->n_added; i++) free(t->added[i].s);
+    free(t->added);
+    free(t);
+}
+
+int32_t hf_tok_n_vocab(const hf_tok *t) { return t->n_vocab; }
+int32_t hf_tok_unk_id(const hf_tok *t) { return t->unk_id; }
+const char *hf_tok_piece(const hf_tok *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab ? t->piece[id] : NULL;
+}
+int hf_tok_median_token_chars(const hf_tok *t) { return t->median_chars; }
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static size_t u8_count(const char *s, size_t n) {
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++) c += ((uint8_t)s[i] & 0xC0) != 0x80;
+    return c;
+}
+
+hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) {
+        hf_errf(err, errlen, "tokenizer '%s': %s (line %d column %d)", path, je.text, je.line,
+                je.column);
+        return NULL;
+    }
+    hf_tok *t = calloc(1, sizeof(*t));
+    char e2[400] = "";
+    if (!t) {
+        snprintf(e2, sizeof e2, "out of memory");
+        goto fail;
+    }
+    t->unk_id = -1;
+    json_t *model = json_object_get(root, "model");
+    const char *mtype = json_string_value(json_object_get(model, "type"));
+    if (!json_is_object(model) || !mtype) {
+        snprintf(e2, sizeof e2, "no \"model\" object with a \"type\"");
+        goto fail;
+    }
+    if (strcmp(mtype, "Unigram") != 0) {
+        snprintf(e2, sizeof e2, "model type '%s' is not supported (only Unigram)", mtype);
+        goto fail;
+    }
+    json_t *vocab = json_object_get(model, "vocab");
+    if (!json_is_array(vocab) || json_array_size(vocab) == 0 || json_array_size(vocab) > (1u << 24)) {
+        snprintf(e2, sizeof e2, "model.vocab must be a non-empty array of [piece, score]");
+        goto fail;
+    }
+    json_t *added = json_object_get(root, "added_tokens");
+    int32_t n_vocab = (int32_t)json_array_size(vocab);
+    if (json_is_array(added)) {
+        for (size_t i = 0; i < json_array_size(added); i++) {
+            json_t *a = json_array_get(added, i);
+            json_t *id = json_object_get(a, "id");
+            if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+                json_integer_value(id) >= (1 << 24) || !json_is_string(json_object_get(a, "content"))) {
+                snprintf(e2, sizeof e2, "added_tokens[%zu] needs an id (0..2^24) and a content", i);
+                goto fail;
+            }
+            if (json_integer_value(id) >= n_vocab) n_vocab = (int32_t)json_integer_value(id) + 1;
+        }
+    }
+    t->n_vocab = n_vocab;
+    t->piece = calloc((size_t)n_vocab, sizeof(*t->piece));
+    t->score = calloc((size_t)n_vocab, sizeof(*t->score));
+    if (!t->piece || !t->score) {
+        snprintf(e2, sizeof e2, "out of memory");
+        goto fail;
+    }
+    double min_score = 0;
+    for (size_t i = 0; i < json_array_size(vocab); i++) {
+        json_t *e = json_array_get(vocab, i);
+        const char *s = json_string_value(json_array_get(e, 0));
+        json_t *sc = json_array_get(e, 1);
+        if (!json_is_array(e) || json_array_size(e) != 2 || !s || !json_is_number(sc)) {
+            snprintf(e2, sizeof e2, "model.vocab[%zu] is not [string, number]", i);
+            goto fail;
+        }
+        t->piece[i] = strdup(s);
+        t->score[i] = json_number_value(sc);
+        if (!t->piece[i]) {
+            snprintf(e2, sizeof e2, "out of memory");
+            goto fail;
+        }
+        if (i == 0 || t->score[i] < min_score) min_score = t->score[i];
+        if (*s && !trie_insert(&t->trie, s, strlen(s), (int32_t)i)) {
+            snprintf(e2, sizeof e2, "out of memory");
+            goto fail;
+        }
+    }
+    t->unk_score = min_score - UNK_PENALTY;
+    json_t *unk = json_object_get(model, "unk_id");
+    if (json_is_integer(unk)) {
+        if (json_integer_value(unk) < 0 || json_integer_value(unk) >= (json_int_t)json_array_size(vocab)) {
+            snprintf(e2, sizeof e2, "model.unk_id %lld outside the vocab",
+                     (long long)json_integer_value(unk));
+            goto fail;
+        }
+        t->unk_id = (int32_t)json_integer_value(unk);
+    } else if (!json_is_null(unk) && unk) {
+        snprintf(e2, sizeof e2, "model.unk_id is not an integer");
+        goto fail;
+    }
+    t->byte_fallback = jbool(model, "byte_fallback", false);
+    if (json_is_array(added) && json_array_size(added) > 0) {
+        t->added = calloc(json_array_size(added), sizeof(*t->added));
+        if (!t->added) {
+            snprintf(e2, sizeof e2, "out of memory");
+            goto fail;
+        }
+        for (size_t i = 0; i < json_array_size(added); i++) {
+            json_t *a = json_array_get(added, i);
+            const char *c = json_string_value(json_object_get(a, "content"));
+            int32_t id = (int32_t)json_integer_value(json_object_get(a, "id"));
+            if (!*c) continue;
+            struct added *ad = &t->added[t->n_added++];
+            ad->s = strdup(c);
+            ad->n = strlen(c);
+            ad->id = id;
+            if (!ad->s) {
+                snprintf(e2, sizeof e2, "out of memory");
+                goto fail;
+            }
+            if (!t->piece[id] && !(t->piece[id] = strdup(c))) {
+                snprintf(e2, sizeof e2, "out of memory");
+                goto fail;
+            }
+        }
+    }
+    json_t *nj = json_object_get(root, "normalizer");
+    if (nj && !json_is_null(nj)) {
+        t->norm = calloc(1, sizeof(*t->norm));
+        if (!t->norm) {
+            snprintf(e2, sizeof e2, "out of memory");
+            goto fail;
+        }
+        if (norm_parse(t->norm, nj, e2, sizeof e2) != 0) goto fail;
+    }
+    json_t *pj = json_object_get(root, "pre_tokenizer");
+    if (pj && !json_is_null(pj)) {
+        t->pre = calloc(1, sizeof(*t->pre));
+        if (!t->pre) {
+            snprintf(e2, sizeof e2, "out of memory");
+            goto fail;
+        }
+        if (pre_parse(t->pre, pj, e2, sizeof e2) != 0) goto fail;
+    }
+    /* median token length in code points over the ids that have a token */
+    int *lens = malloc((size_t)n_vocab * sizeof(*lens));
+    if (!lens) {
+        snprintf(e2, sizeof e2, "out of memory");
+        goto fail;
+    }
+    int nl = 0;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (t->piece[i]) lens[nl++] = (int)u8_count(t->piece[i], strlen(t->piece[i]));
+    qsort(lens, (size_t)nl, sizeof(int), cmp_int);
+    t->median_chars = nl == 0 ? 1 : (nl % 2 ? lens[nl / 2] : (lens[nl / 2 - 1] + lens[nl / 2]) / 2);
+    free(lens);
+    json_decref(root);
+    return t;
+fail:
+    hf_errf(err, errlen, "tokenizer '%s': %s", path, e2);
+    json_decref(root);
+    hf_tok_free(t);
+    return NULL;
+}
+
+/* Viterbi segmentation of one pre-tokenized piece into out. */
+static int unigram_piece(const hf_tok *t, const char *s, size_t n, struct ivec *out, char *err,
+                         size_t errlen) {
+    if (n >= (size_t)INT32_MAX) {
+        hf_errf(err, errlen, "tokenizer: a piece of %zu bytes is too long", n);
+        return -1;
+    }
+    double *best = malloc((n + 1) * sizeof(*best));
+    int32_t *from = malloc((n + 1) * sizeof(*from));
+    int32_t *tid = malloc((n + 1) * sizeof(*tid));
+    int32_t *stack = NULL;
+    int rc = -1;
+    if (!best || !from || !tid) goto oom;
+    for (size_t i = 0; i <= n; i++) from[i] = -1;
+    best[0] = 0;
+    from[0] = 0;
+    const int32_t UNK = -2; /* an unknown character (t->unk_id may be -1) */
+    for (size_t pos = 0; pos < n;) {
+        int32_t c;
+        size_t mblen = (size_t)u8_next(s + pos, n - pos, &c);
+        bool single = false;
+        int32_t node = 0;
+        for (size_t j = pos; j < n && t->trie.n_nodes > 0;) {
+            node = trie_child(&t->trie, node, (uint8_t)s[j]);
+            if (node < 0) break;
+            j++;
+            int32_t id = t->trie.id[node];
+            if (id < 0) continue;
+            double cand = best[pos] + t->score[id];
+            if (from[j] < 0 || cand > best[j]) {
+                best[j] = cand;
+                from[j] = (int32_t)pos;
+                tid[j] = id;
+            }
+            if (j - pos == mblen) single = true;
+        }
+        if (!single) {
+            size_t j = pos + mblen;
+            double cand = best[pos] + t->unk_score;
+            if (from[j] < 0 || cand > best[j]) {
+                best[j] = cand;
+                from[j] = (int32_t)pos;
+                tid[j] = UNK;
+            }
+        }
+        pos += mblen;
+    }
+    /* backtrack (reversed), then emit with unknowns fused */
+    int ns = 0;
+    stack = malloc((n + 1) * sizeof(*stack));
+    if (!stack) goto oom;
+    for (size_t e = n; e > 0; e = (size_t)from[e]) stack[ns++] = (int32_t)e;
+    for (int k = ns - 1; k >= 0;) {
+        size_t e = (size_t)stack[k];
+        int32_t id = tid[e];
+        bool is_unk = id == UNK || (t->unk_id >= 0 && id == t->unk_id);
+        if (!is_unk) {
+            if (!iv_push(out, id)) goto oom;
+            k--;
+            continue;
+        }
+        size_t b = (size_t)from[e];
+        while (k - 1 >= 0) {
+            int32_t nid = tid[stack[k - 1]];
+            if (!(nid == UNK || (t->unk_id >= 0 && nid == t->unk_id))) break;
+            k--;
+        }
+        e = (size_t)stack[k];
+        k--;
+        /* fused unknown run s[b..e) */
+        if (t->byte_fallback) {
+            bool all = true;
+            for (size_t q = b; q < e && all; q++) {
+                char bs[8];
+                snprintf(bs, sizeof bs, "<0x%02X>", (uint8_t)s[q]);
+                all = trie_lookup(&t->trie, bs, strlen(bs)) >= 0;
+            }
+            if (all) {
+                for (size_t q = b; q < e; q++) {
+                    char bs[8];
+                    snprintf(bs, sizeof bs, "<0x%02X>", (uint8_t)s[q]);
+                    if (!iv_push(out, trie_lookup(&t->trie, bs, strlen(bs)))) goto oom;
+                }
+                continue;
+            }
+        }
+        if (t->unk_id < 0) {
+            hf_errf(err, errlen, "tokenizer: text not covered by the vocabulary and the model has no unk_id");
+            goto done;
+        }
+        if (!iv_push(out, t->unk_id)) goto oom;
+    }
+    rc = 0;
+    goto done;
+oom:
+    hf_errf(err, errlen, "out of memory (tokenizer)");
+done:
+    free(best);
+    free(from);
+    free(tid);
+    free(stack);
+    return rc;
+}
+
+/* Normalize + pre-tokenize one segment (no added tokens in it) into l. */
+static int segment_pieces(const hf_tok *t, const char *s, size_t n, bool first, struct plist *l,
+                          char *err, size_t errlen) {
+    struct sbuf b = {0};
+    /* valid UTF-8 only from here on */
+    if (!sb_reserve(&b, n)) goto oom;
+    for (size_t i = 0; i < n;) {
+        int32_t c;
+        int k = u8_next(s + i, n - i, &c);
+        bool ok = c == 0xFFFD ? sb_putc32(&b, c) : sb_put(&b, s + i, (size_t)k);
+        if (!ok) goto oom;
+        i += (size_t)k;
+    }
+    if (t->norm && norm_apply(t->norm, &b, err, errlen) != 0) {
+        free(b.p);
+        return -1;
+    }
+    if (!pl_push(l, b.p, b.n, first)) goto oom;
+    free(b.p);
+    if (t->pre && pre_apply(t->pre, l, err, errlen) != 0) return -1;
+    return 0;
+oom:
+    free(b.p);
+    hf_errf(err, errlen, "out of memory (tokenizer)");
+    return -1;
+}
+
+int hf_tok_encode(const hf_tok *t, const char *text, size_t len, int32_t **ids, char *err,
+                  size_t errlen) {
+    struct ivec out = {0};
+    *ids = NULL;
+    size_t seg = 0;
+    for (size_t i = 0; i <= len;) {
+        /* the longest added token starting at i */
+        const struct added *hit = NULL;
+        if (i < len)
+            for (int a = 0; a < t->n_added; a++) {
+                const struct added *ad = &t->added[a];
+                if (ad->n <= len - i && memcmp(text + i, ad->s, ad->n) == 0 && (!hit || ad->n > hit->n))
+                    hit = ad;
+            }
+        if (hit || i == len) {
+            if (i > seg) {
+                struct plist l = {0};
+                if (segment_pieces(t, text + seg, i - seg, seg == 0, &l, err, errlen) != 0) {
+                    pl_clear(&l);
+                    goto fail;
+                }
+                for (int p = 0; p < l.n; p++)
+                    if (unigram_piece(t, l.v[p].p, l.v[p].n, &out, err, errlen) != 0) {
+                        pl_clear(&l);
+                        goto fail;
+                    }
+                pl_clear(&l);
+            }
+            if (i == len) break;
+            if (!iv_push(&out, hit->id)) {
+                hf_errf(err, errlen, "out of memory (tokenizer)");
+                goto fail;
+            }
+            i += hit->n;
+            seg = i;
+            continue;
+        }
+        i++;
+    }
+    *ids = out.v;
+    return out.n;
+fail:
+    free(out.v);
+    return -1;
+}
+
+char *hf_tok_debug_pretokenize(const hf_tok *t, const char *text, char *err, size_t errlen) {
+    struct plist l = {0};
+    if (segment_pieces(t, text, strlen(text), true, &l, err, errlen) != 0) {
+        pl_clear(&l);
+        return NULL;
+    }
+    struct sbuf b = {0};
+    bool ok = sb_reserve(&b, 0);
+    for (int i = 0; i < l.n && ok; i++) ok = (i == 0 || sb_put(&b, "|", 1)) && sb_put(&b, l.v[i].p, l.v[i].n);
+    pl_clear(&l);
+    if (!ok) {
+        free(b.p);
+        hf_errf(err, errlen, "out of memory");
+        return NULL;
+    }
+    return b.p;
+}
