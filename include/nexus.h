@@ -215,6 +215,8 @@ struct nx_ctx_params {
     bool nexus_fresh_draws;  /* redraw uniforms at each eviction (default: fixed per block) */
     bool nexus_mean_vectors; /* head aggregation by averaged q/k vectors instead of averaged
                                 probability rows */
+    int32_t kv_extra_tokens; /* extra pool room per (layer, KV head) for a sequence cache
+                                (nx_seqcache), in tokens (0) */
 };
 enum { NX_KV_REGIME_PREFILL = 0, NX_KV_REGIME_STREAM = 1 };
 
@@ -354,6 +356,142 @@ NX_API nx_status nx_embed(const nx_model *model, const char *text,
 NX_API nx_status nx_rerank_score(const nx_model *model, const char *query, const char *document,
                                  const struct nx_embed_params *params, float *out, char *err,
                                  size_t errlen);
+
+/* ---------------------------------------------------------------------------------------------
+ * KV splicing: compiled blocks. A block is the K/V cache rows of a run of tokens (a system
+ * prompt, a tool schema, a document) computed once and saved; splicing copies its rows into a
+ * live sequence at any position, re-rotating the keys by the position difference, instead of
+ * prefilling the tokens again. Blocks are tied to one model: a fingerprint (architecture, layer
+ * and head counts, head size, RoPE parameters and frequencies, a hash of the weights) is checked
+ * on load and on splice. A block is immutable and may be shared by threads and contexts.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct nx_kv_block nx_kv_block;
+
+/*
+ * Run tokens[0..n) through ctx's model at positions m0 .. m0+n-1, after prefix[0..n_prefix)
+ * at positions m0-n_prefix .. m0-1 (n_prefix <= m0; prefix may be NULL when n_prefix = 0;
+ * positions before the prefix are empty: the block sees only the prefix), and return the
+ * tokens' K/V rows as a block of the context's KV type (F16 or F32). The context is reset
+ * before and holds the prefix and block afterwards (n_past = m0 + n). Errors: INVALID_ARG
+ * (n <= 0, n_prefix > m0, a token out of range, a context with an eviction budget),
+ * KV_FULL (m0 + n > n_ctx), NOMEM; the message is in nx_ctx_last_error. *out owned by the
+ * caller (nx_kv_block_free).
+ */
+NX_API nx_status nx_kv_block_compile(nx_ctx *ctx, const nx_token *prefix, int32_t n_prefix,
+                                     const nx_token *tokens, int32_t n, int32_t m0,
+                                     nx_kv_block **out);
+/* Write a block to path atomically (temporary file in the same directory, fsync, rename): a
+ * crash never leaves a partial file at path. Errors: IO (message in err), INVALID_ARG. */
+NX_API nx_status nx_kv_block_save(const nx_kv_block *b, const char *path, char *err,
+                                  size_t errlen);
+/*
+ * Map a block file read-only and verify it: magic, version, every size and offset, zero
+ * padding, checksum; with model != NULL also the fingerprint against that model. Errors:
+ * IO (cannot open/map), FORMAT (truncated, corrupt, bad magic/version: err names which),
+ * INVALID_ARG (compiled for another model: err names the field that differs). *out owned by
+ * the caller; it keeps the mapping until nx_kv_block_free.
+ */
+NX_API nx_status nx_kv_block_load(const nx_model *model, const char *path, nx_kv_block **out,
+                                  char *err, size_t errlen);
+NX_API void nx_kv_block_free(nx_kv_block *b);
+NX_API int32_t nx_kv_block_n_tokens(const nx_kv_block *b);
+NX_API int32_t nx_kv_block_m0(const nx_kv_block *b);
+/* The block's token ids (n_tokens), borrowed from the block. */
+NX_API const nx_token *nx_kv_block_tokens(const nx_kv_block *b);
+NX_API enum nx_type nx_kv_block_type(const nx_kv_block *b);
+/* One-line description (fingerprint, m0, tokens, type, bytes) into buf; returns bytes needed
+   (as snprintf). */
+NX_API int nx_kv_block_desc(const nx_kv_block *b, char *buf, size_t len);
+
+struct nx_splice_params {
+    int32_t pos;          /* position of the block's first token; -1 = the context's n_past.
+                             Must be >= n_past (positions in between stay empty) */
+    bool pin;             /* eviction policies must keep the spliced tokens (default false:
+                             they are ordinary cache entries) */
+    bool repair;          /* depth-adaptive repair (default true): re-decode the block's last
+                             ceil(n * R / 100) tokens instead of splicing them */
+    int32_t repair_p;     /* P: R = repair_base while pos <= P (256) */
+    float repair_base;    /* R_base, percent (5) */
+    float repair_k;       /* K: beyond P, R = R_base + (pos - P) / (P (K - 1)) (100 - R_base),
+                             clamped to 100 (4) */
+    float repair_pct;     /* >= 0: use this R (percent) instead of the formula (-1) */
+};
+NX_API struct nx_splice_params nx_splice_default_params(void);
+/* The repair fraction R (percent, 0..100) the parameters give for a splice at pos. */
+NX_API double nx_splice_repair_pct(const struct nx_splice_params *p, int32_t pos);
+
+/*
+ * Splice block b into ctx at p->pos (NULL params: defaults). The first n - n_repair tokens'
+ * rows are copied into the cache with keys re-rotated by delta = pos - m0 (a rotation by
+ * delta * theta_i composed with the stored one, angle in double; exact up to the KV type's
+ * rounding, for both RoPE pair layouts and the model's frequency scaling; delta = 0 copies
+ * the rows bit for bit); the last n_repair tokens are then decoded normally (the logits of the
+ * last one are available with nx_get_logits(ctx, -1)). Afterwards n_past = pos + n. With
+ * R = 100 this is exactly a prefill of the block's tokens. *n_repaired (may be NULL) gets
+ * n_repair. Errors (nothing changed): INVALID_ARG (other model, pos < n_past), KV_FULL
+ * (pos + n > n_ctx or the pool is full), NOMEM; message in nx_ctx_last_error.
+ */
+NX_API nx_status nx_ctx_splice(nx_ctx *ctx, const nx_kv_block *b,
+                               const struct nx_splice_params *p, int32_t *n_repaired);
+
+/*
+ * Position-range operations on a context's sequence, after llama.h's seq_rm / seq_add. A range
+ * [p0, p1) with p0 < 0 means from 0, p1 < 0 means to the end.
+ * nx_seq_rm: drop the cached tokens at positions in [p0, p1). If the range reaches the end
+ *   (no cached token at or after p1), n_past becomes p0 (as nx_ctx_truncate).
+ * nx_seq_shift: add delta to the positions in [p0, p1) and re-rotate their keys by delta
+ *   (RoPE is relative, so this is exact up to rounding). The shifted tokens must stay after
+ *   every token before p0 (INVALID_ARG otherwise: cache order is position order) and, for a
+ *   range that does not reach the end, before every token at or after p1. When the range
+ *   reaches the end, n_past moves by delta too (on an empty context, nx_seq_shift(ctx, 0, -1,
+ *   d) just starts the sequence at position d). Positions must stay in [0, n_ctx].
+ * Both: OK, INVALID_ARG (bad range; nothing changed), KV_FULL (no free block to copy a block
+ * shared with the sequence cache). The last logits are forgotten.
+ */
+NX_API nx_status nx_seq_rm(nx_ctx *ctx, nx_pos p0, nx_pos p1);
+NX_API nx_status nx_seq_shift(nx_ctx *ctx, nx_pos p0, nx_pos p1, nx_pos delta);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sequence cache: up to 32 warm sequences of one context (their KV blocks, shared with
+ * reference counts, never copied except a partly filled last block). A request reuses the
+ * longest exact-token common prefix of any cached sequence and prefills only the rest. The
+ * cached blocks live in the context's pool: the context needs kv_extra_tokens > 0 for room (a
+ * slot whose blocks the live sequence does not share counts against it; the least recently
+ * used slots are dropped to keep within), and no eviction budget. Lookups allocate nothing.
+ * Free the cache before its context. One thread at a time, with its context.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct nx_seqcache nx_seqcache;
+
+/* n_slots in [1, 32]. Errors: INVALID_ARG (evicting context, bad n_slots), NOMEM. */
+NX_API nx_status nx_seqcache_init(nx_ctx *ctx, int32_t n_slots, nx_seqcache **out);
+NX_API void nx_seqcache_free(nx_seqcache *sc);
+/*
+ * Reset the context, reuse the longest cached prefix of tokens[0..n) (at most n - 1 tokens,
+ * so the last one is decoded), decode the rest (logits of the last token, or of every decoded
+ * token with all_logits: nx_get_logits index i is token n_reused + i). *n_reused (may be NULL)
+ * gets the tokens taken from the cache. Errors as nx_decode.
+ */
+NX_API nx_status nx_seqcache_prefill(nx_seqcache *sc, const nx_token *tokens, int32_t n,
+                                     bool all_logits, int32_t *n_reused);
+/*
+ * Keep the context's current sequence, whose tokens are tokens[0..n) (n = n_past; the caller
+ * vouches that they are the tokens decoded), in a slot (the least recently used one when all
+ * are taken; nothing when a slot already holds all of it). INVALID_ARG when the cache does not
+ * hold exactly positions 0 .. n-1 (after eviction, rm or splices with gaps).
+ */
+NX_API nx_status nx_seqcache_store(nx_seqcache *sc, const nx_token *tokens, int32_t n);
+
+struct nx_seqcache_stats {
+    int64_t lookups;
+    int64_t hits;            /* lookups that reused at least one token */
+    int64_t tokens_reused;
+    int64_t tokens_prefilled;
+    int64_t slots_used;
+    int64_t slots_dropped;   /* dropped to make room, or replaced */
+    double lookup_seconds;   /* total time of the prefix lookups (trie walk) */
+    double lookup_max_seconds;
+};
+NX_API void nx_seqcache_stats(const nx_seqcache *sc, struct nx_seqcache_stats *out);
 
 NX_API const char *nx_version(void);
 

@@ -490,6 +490,8 @@ nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *params,
     else if (p.kv_block < 1 || p.kv_block > 4096 || p.kv_sink < 0 || p.kv_recent < 0 ||
              p.kv_window < 1 || p.kv_window > 256)
         bad = "kv_block must be in [1, 4096], kv_sink/kv_recent >= 0, kv_window in [1, 256]";
+    else if (p.kv_extra_tokens < 0 || p.kv_extra_tokens > (1 << 24))
+        bad = "kv_extra_tokens must be in [0, 16777216]";
     else if (p.kv_regime != NX_KV_REGIME_PREFILL && p.kv_regime != NX_KV_REGIME_STREAM)
         bad = "kv_regime must be prefill or stream";
     else if (p.nexus_walk < 0 || p.nexus_n < 1 || !(p.nexus_lambda >= 0) ||
@@ -539,7 +541,9 @@ nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *params,
                                      .head_dim = hp->head_dim, .type = p.kv_type,
                                      .block = p.kv_block, .with_acc = pol->needs_acc_attn};
         int64_t per_table = (per_table_tokens + B - 1) / B;
-        kp.n_blocks = per_table * hp->n_layer * hp->n_head_kv;
+        /* room for a sequence cache's blocks (nx_seqcache) on top */
+        int64_t extra = ((int64_t)p.kv_extra_tokens + B - 1) / B;
+        kp.n_blocks = (per_table + extra) * hp->n_layer * hp->n_head_kv;
         if (kp.n_blocks > INT32_MAX || kv_cache_init(&kp, &c->kv) != NX_STATUS_OK) goto nomem;
         /* a per-head policy may give one head up to every head's share (Ada-KV) */
         c->max_tokens = NX_MIN(per_table * B * (pol->per_head ? hp->n_head_kv : 1),
