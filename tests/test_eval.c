@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "../tools/cli/eval.h"
+#include "../tools/cli/eval_efficiency.h"
 #include "test.h"
 
 TEST(eval_small_run_writes_json) {
@@ -154,6 +155,71 @@ TEST(eval_file_streams_and_svg) {
     ep.text_file = NULL;
     ep.policies = "nosuch";
     ASSERT_EQ(eval_run(m, &ep), 1);
+    nx_model_free(m);
+}
+
+/* eval-efficiency: one run per policy yields every checkpoint; the evicting policy holds less
+   KV memory than dense at the end, dense memory grows with the context, latencies are sane. */
+TEST(eval_efficiency_checkpoints) {
+    nx_model *m = load_stories();
+    ASSERT_TRUE(m != NULL);
+    char dir[] = "/tmp/nx_test_effi_XXXXXX";
+    ASSERT_TRUE(mkdtemp(dir) != NULL);
+    char js[300], svg[300];
+    snprintf(js, sizeof js, "%s/e.json", dir);
+    snprintf(svg, sizeof svg, "%s/efficiency.svg", dir);
+    struct nx_ctx_params base = nx_ctx_default_params();
+    base.kv_block = base.kv_sink = base.kv_recent = 8;
+    struct effi_params ep = effi_default_params();
+    ep.policies = "full,streaming,nexus";
+    ep.prompt = 32;
+    ep.lengths = "16,64,160";
+    ep.threads = 1;
+    ep.json_path = js;
+    ep.svg_dir = dir;
+    ep.base = &base;
+    ASSERT_EQ(eval_efficiency_run(m, &ep), 0);
+    json_error_t je;
+    json_t *root = json_load_file(js, 0, &je);
+    ASSERT_TRUE(root != NULL);
+    ASSERT_EQ(json_array_size(root), 9);
+    static const int gens[3] = {16, 64, 160};
+    for (int i = 0; i < 9; i++) {
+        json_t *r = json_array_get(root, i);
+        ASSERT_EQ(json_integer_value(json_object_get(r, "gen_len")), gens[i % 3]);
+        ASSERT_EQ(json_integer_value(json_object_get(r, "ctx_len")), 32 + gens[i % 3]);
+        double med = json_number_value(json_object_get(r, "lat_median_ms"));
+        double p99 = json_number_value(json_object_get(r, "lat_p99_ms"));
+        double share = json_number_value(json_object_get(r, "evict_share"));
+        ASSERT_TRUE(med > 0 && p99 >= med);
+        ASSERT_TRUE(json_number_value(json_object_get(r, "tps")) > 0);
+        ASSERT_TRUE(share >= 0 && share <= 1);
+        if (i < 3) ASSERT_NEAR(share, 0, 0); /* dense never evicts */
+    }
+    json_int_t full0 = json_integer_value(json_object_get(json_array_get(root, 0), "kv_bytes"));
+    json_int_t full2 = json_integer_value(json_object_get(json_array_get(root, 2), "kv_bytes"));
+    json_int_t str2 = json_integer_value(json_object_get(json_array_get(root, 5), "kv_bytes"));
+    json_int_t nex2 = json_integer_value(json_object_get(json_array_get(root, 8), "kv_bytes"));
+    ASSERT_TRUE(full2 > full0);
+    /* density 0.2 of 192 tokens = 38, raised to whole blocks: well under half of dense */
+    ASSERT_TRUE(str2 * 2 < full2);
+    ASSERT_TRUE(nex2 * 2 < full2);
+    json_decref(root);
+    char *s = slurp(svg);
+    ASSERT_TRUE(s != NULL);
+    ASSERT_TRUE(strstr(s, "decode tokens/s") != NULL);
+    free(s);
+    unlink(js);
+    unlink(svg);
+    rmdir(dir);
+    ep.json_path = ep.svg_dir = NULL;
+    ep.lengths = "64,16";
+    ASSERT_EQ(eval_efficiency_run(m, &ep), 1);
+    ep.lengths = "16,x";
+    ASSERT_EQ(eval_efficiency_run(m, &ep), 1);
+    ep.lengths = "16";
+    ep.density = 0;
+    ASSERT_EQ(eval_efficiency_run(m, &ep), 1);
     nx_model_free(m);
 }
 

@@ -56,7 +56,8 @@ static void print_line(struct nx_progress *p, const char *label, double now, boo
 void nx_progress_update_at(struct nx_progress *p, int done, const char *label, double now) {
     p->done = done;
     if (!p->f) return;
-    if (p->tty || now - p->last >= p->period) print_line(p, label, now, false);
+    /* a terminal line is rewritten at most 10 times a second, a log line every period */
+    if (now - p->last >= (p->tty ? 0.1 : p->period)) print_line(p, label, now, false);
 }
 
 void nx_progress_update(struct nx_progress *p, int done, const char *label) {

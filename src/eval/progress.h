@@ -1,7 +1,7 @@
 /*
  * progress.h - a progress display for long evaluation runs, on a FILE (stderr): units done /
  * total, elapsed time and the estimated time left (elapsed / done x remaining). On a terminal
- * one line is rewritten in place with '\r'; otherwise (a log file, a pipe) one line is printed
+ * one line is rewritten in place with '\r' (at most 10 times a second); otherwise (a log file, a pipe) one line is printed
  * at most every `period` seconds and when the run finishes, so logs stay short.
  */
 #ifndef NX_EVAL_PROGRESS_H

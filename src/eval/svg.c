@@ -64,7 +64,10 @@ static int cmp_d(const void *a, const void *b) {
 
 static void fmt_num(char *buf, size_t n, double v) {
     if (fabs(v) < 1e-12) v = 0;
-    snprintf(buf, n, "%.4g", v);
+    if (fabs(v) >= 1000 && fabs(v) < 1e9 && v == floor(v))
+        snprintf(buf, n, "%.0f", v);
+    else
+        snprintf(buf, n, "%.4g", v);
 }
 
 static void draw_panel(FILE *f, const struct svg_panel *p, double ox, double oy) {
@@ -227,6 +230,7 @@ int svg_write(FILE *f, const char *title, const struct svg_panel *panels, int n_
     int top = title && *title ? 26 : 0;
     int w = PANEL_W * n_panels, h = top + PANEL_H + leg_rows * LEG_ROW + 8;
     if (w < LEG_COLS * LEG_W) w = LEG_COLS * LEG_W;
+    if (top && w < (int)strlen(title) * 8 + 40) w = (int)strlen(title) * 8 + 40; /* ~8 px/char */
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
                "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\">\n"

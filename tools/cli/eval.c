@@ -257,7 +257,7 @@ static int write_svgs(const struct eval_params *ep, const struct eval_result *re
         char path[1100], title[256], err[1300];
         snprintf(path, sizeof path, "%s/fidelity_%s.svg", ep->svg_dir, eval_regime_name(regime));
         snprintf(title, sizeof title,
-                 "Fidelity against dense, %s regime (%d %s streams of %d tokens, mean +- sd)",
+                 "Fidelity against dense, %s regime (%d %s streams of %d tokens, mean ± sd)",
                  eval_regime_name(regime), streams, ep->text_file ? "file" : "sampled",
                  ep->stream_len);
         if (svg_save(path, title, panels, 3, err, sizeof err)) {

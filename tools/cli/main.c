@@ -22,6 +22,7 @@
 #include "bench.h"
 #include "embed_cmd.h"
 #include "eval.h"
+#include "eval_efficiency.h"
 #include "mkmodel.h"
 
 __attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...) {
@@ -499,6 +500,44 @@ static int cmd_eval(int argc, char **argv) {
     return rc;
 }
 
+/* ---- nexus eval-efficiency ---- */
+
+static int cmd_eval_efficiency(int argc, char **argv) {
+    struct common_opts o = common_defaults();
+    struct effi_params ep = effi_default_params();
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (common_flag(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "--policies"))
+            ep.policies = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--density"))
+            ep.density = (float)parse_double(a, need_arg(argc, argv, &i));
+        else if (!strcmp(a, "--regime")) {
+            const char *v = need_arg(argc, argv, &i);
+            ep.regime = eval_regime_from_name(v);
+            if (ep.regime < 0) die("--regime: expected prefill or stream, got '%s'", v);
+        } else if (!strcmp(a, "--prompt") || !strcmp(a, "-p"))
+            ep.prompt = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 22);
+        else if (!strcmp(a, "--lengths"))
+            ep.lengths = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--seed"))
+            ep.seed = (uint64_t)parse_long(a, need_arg(argc, argv, &i), 0, LONG_MAX);
+        else if (!strcmp(a, "--json"))
+            ep.json_path = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--svg"))
+            ep.svg_dir = need_arg(argc, argv, &i);
+        else
+            die("eval-efficiency: unknown option '%s'", a);
+    }
+    ep.threads = o.threads;
+    o.cp.kv_type = o.kv_type;
+    ep.base = &o.cp;
+    nx_model *m = load_model(&o);
+    int rc = eval_efficiency_run(m, &ep);
+    nx_model_free(m);
+    return rc;
+}
+
 static void usage(void) {
     fprintf(stderr,
             "nexus %s - an inference runtime for long-lived LLM agents\n"
@@ -514,6 +553,9 @@ static void usage(void) {
             "  nexus eval -m MODEL [--policies full,nexus,...] [--densities 0.1,0.2]\n"
             "            [--regimes prefill,stream] [--streams N] [--stream-len N] [--seed S]\n"
             "            [--recall-blocks K] [--json OUT] [--svg DIR] [--file TEXT]\n"
+            "  nexus eval-efficiency -m MODEL [--policies full,nexus,...] [--density 0.2]\n"
+            "            [--regime stream|prefill] [--prompt 512] [--lengths 1024,4096,8192]\n"
+            "            [--json OUT] [--svg DIR]\n"
             "common: --kv-type f16|f32, --mmap (use weights in place), --ref-kernels\n"
             "KV budget (run, bench): --kv-policy full|streaming|h2o|snapkv|pyramidkv|adakv|\n"
             "  morphkv|tova|nexus, --kv-density D | --kv-budget TOKENS, --kv-regime prefill|stream,\n"
@@ -534,6 +576,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
+    if (!strcmp(cmd, "eval-efficiency")) return cmd_eval_efficiency(argc, argv);
     if (!strcmp(cmd, "mkmodel")) return mkmodel_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "embed")) return embed_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "rerank")) return rerank_main(argc - 1, argv + 1);
