@@ -1,15 +1,161 @@
-/* embed_gguf.c - BERT-family GGUF encoders as embedders and rerankers (placeholder until the
- * encoder lands). */
+/*
+ * embed_gguf.c - DESIGN: BERT-family GGUF encoders (bert, nomic-bert) as rt_embedder, and
+ * cross-encoders (bert with a classification head) as rt_reranker, run by the Nexus engine
+ * through include/nexus.h (nx_embed, nx_rerank_score).
+ *
+ * - The embedder pools as the file says (mean or CLS; a file whose pooling is "rank" is a
+ *   reranker and is refused here) and L2-normalises.
+ * - nomic-bert needs task prefixes: "search_query: " for queries and "search_document: " for
+ *   documents are prepended (nomic-embed-text-v1.5's model card); other models get the text
+ *   as is (bge's query instruction is optional and left to the caller).
+ * - The reranker's score is the classifier logit on [CLS] query [SEP] document [SEP].
+ * - Threads: each call uses up to 8 threads (min with the online CPUs); results do not depend on
+ *   the count. The model is read-only, so one embedder may be shared by threads.
+ */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
+#include "nexus.h"
 #include "route/embed_impl.h"
 
+struct gguf_embedder {
+    rt_embedder base;
+    nx_model *m;
+    bool nomic;
+    int n_threads;
+    char name[32];
+};
+
+struct gguf_reranker {
+    rt_reranker base;
+    nx_model *m;
+    int n_threads;
+};
+
+static int pick_threads(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    return (int)(n > 8 ? 8 : n);
+}
+
+/* Load path and check it is an encoder; NULL with a message otherwise. */
+static nx_model *open_encoder(const char *path, const char *what, char *err, size_t errlen) {
+    nx_model *m = NULL;
+    char msg[512];
+    if (nx_model_load(path, NULL, &m, msg, sizeof msg) != NX_STATUS_OK) {
+        snprintf(err, errlen, "%s '%s': %s", what, path, msg);
+        return NULL;
+    }
+    if (!nx_model_is_encoder(m)) {
+        snprintf(err, errlen, "%s '%s': architecture '%s' is not an encoder (bert, nomic-bert)",
+                 what, path, nx_model_arch(m));
+        nx_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static int ge_embed(rt_embedder *e, const char *text, enum rt_text_kind kind, float *out,
+                    char *err, size_t errlen) {
+    struct gguf_embedder *g = (struct gguf_embedder *)e;
+    const char *prefix = "";
+    if (g->nomic) prefix = kind == RT_QUERY ? "search_query: " : "search_document: ";
+    size_t np = strlen(prefix), nt = text ? strlen(text) : 0;
+    char *buf = malloc(np + nt + 1);
+    if (!buf) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(buf, prefix, np);
+    if (nt) memcpy(buf + np, text, nt);
+    buf[np + nt] = '\0';
+    struct nx_embed_params p = nx_embed_default_params();
+    p.n_threads = g->n_threads;
+    char msg[512];
+    nx_status st = nx_embed(g->m, buf, &p, out, e->dim, msg, sizeof msg);
+    free(buf);
+    if (st != NX_STATUS_OK) {
+        snprintf(err, errlen, "%s embedder: %s", g->name, msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void ge_free(rt_embedder *e) {
+    struct gguf_embedder *g = (struct gguf_embedder *)e;
+    nx_model_free(g->m);
+    free(g);
+}
+
 rt_embedder *rt_embedder_gguf_open(const char *path, char *err, size_t errlen) {
-    snprintf(err, errlen, "GGUF embedder '%s': not implemented yet", path);
-    return NULL;
+    nx_model *m = open_encoder(path, "GGUF embedder", err, errlen);
+    if (!m) return NULL;
+    if (nx_model_pooling(m) == NX_POOLING_RANK) {
+        snprintf(err, errlen,
+                 "GGUF embedder '%s': the model is a reranker (rank pooling, classification "
+                 "head); open it with rt_reranker_open", path);
+        nx_model_free(m);
+        return NULL;
+    }
+    struct gguf_embedder *g = calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(err, errlen, "out of memory");
+        nx_model_free(m);
+        return NULL;
+    }
+    g->m = m;
+    g->nomic = strcmp(nx_model_arch(m), "nomic-bert") == 0;
+    g->n_threads = pick_threads();
+    snprintf(g->name, sizeof g->name, "%s", nx_model_arch(m));
+    g->base.name = g->name;
+    g->base.dim = nx_model_n_embd(m);
+    g->base.embed = ge_embed;
+    g->base.free = ge_free;
+    return &g->base;
+}
+
+static int gr_score(rt_reranker *r, const char *query, const char *document, float *score,
+                    char *err, size_t errlen) {
+    struct gguf_reranker *g = (struct gguf_reranker *)r;
+    struct nx_embed_params p = nx_embed_default_params();
+    p.n_threads = g->n_threads;
+    char msg[512];
+    if (nx_rerank_score(g->m, query ? query : "", document ? document : "", &p, score, msg,
+                        sizeof msg) != NX_STATUS_OK) {
+        snprintf(err, errlen, "cross-encoder: %s", msg);
+        return -1;
+    }
+    return 0;
+}
+
+static void gr_free(rt_reranker *r) {
+    struct gguf_reranker *g = (struct gguf_reranker *)r;
+    nx_model_free(g->m);
+    free(g);
 }
 
 rt_reranker *rt_reranker_gguf_open(const char *path, char *err, size_t errlen) {
-    snprintf(err, errlen, "GGUF reranker '%s': not implemented yet", path);
-    return NULL;
+    nx_model *m = open_encoder(path, "GGUF reranker", err, errlen);
+    if (!m) return NULL;
+    if (nx_model_n_cls_out(m) < 1) {
+        snprintf(err, errlen,
+                 "GGUF reranker '%s': no classification head (cls.weight, cls.output.weight): an "
+                 "embedding model, not a cross-encoder", path);
+        nx_model_free(m);
+        return NULL;
+    }
+    struct gguf_reranker *g = calloc(1, sizeof *g);
+    if (!g) {
+        snprintf(err, errlen, "out of memory");
+        nx_model_free(m);
+        return NULL;
+    }
+    g->m = m;
+    g->n_threads = pick_threads();
+    g->base.name = "cross-encoder";
+    g->base.score = gr_score;
+    g->base.free = gr_free;
+    return &g->base;
 }
