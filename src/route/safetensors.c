@@ -231,8 +231,8 @@ static st_file *st_parse(st_file *f, char *err, size_t errlen) {
                 json_t *mv;
                 json_object_foreach(val, mk, mv) {
                     if (!json_is_string(mv)) {
-                        json_decref(root);
                         st_errf(err, errlen, "safetensors: __metadata__ '%s' is not a string", mk);
+                        json_decref(root);
                         goto fail;
                     }
                 }
