@@ -188,11 +188,17 @@ void kv_block_ref(struct kv_cache *c, int32_t b) {
     c->ext_refs++;
 }
 
-void kv_table_push_shared(struct kv_cache *c, struct kv_table *t, int32_t b) {
-    NX_ASSERT(c->refs[b] > 0 && t->n_tokens == (int64_t)t->n_blocks * c->p.block);
-    c->refs[b]++;
-    t->blocks[t->n_blocks++] = b;
-    t->n_tokens += c->p.block;
+void kv_table_share_prefix(struct kv_cache *c, struct kv_table *t, const int32_t *blocks,
+                           int64_t n) {
+    NX_ASSERT(t->n_tokens == 0 && t->n_blocks == 0);
+    int32_t nb = (int32_t)((n + c->p.block - 1) / c->p.block);
+    for (int32_t i = 0; i < nb; i++) {
+        NX_ASSERT(c->refs[blocks[i]] > 0);
+        c->refs[blocks[i]]++;
+        t->blocks[i] = blocks[i];
+    }
+    t->n_blocks = nb;
+    t->n_tokens = n;
 }
 
 nx_status kv_table_unshare(struct kv_cache *c, struct kv_table *t, int64_t i0) {

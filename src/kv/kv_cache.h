@@ -115,9 +115,11 @@ void kv_truncate(struct kv_cache *c, struct kv_table *t, int64_t n);
 /* A reference held outside the tables / its release (the block is freed at zero). */
 void kv_block_ref(struct kv_cache *c, int32_t b);
 void kv_block_unref(struct kv_cache *c, int32_t b);
-/* Append a whole full block b (held elsewhere) to table t, whose token count must be a
-   multiple of the block size; the table takes a reference. */
-void kv_table_push_shared(struct kv_cache *c, struct kv_table *t, int32_t b);
+/* Make the empty table t hold the first n tokens of the blocks `blocks` (ceil(n / block) of
+   them, held elsewhere); the table takes a reference to each. A partly used last block stays
+   shared until the next append copies it (kv_cache_reserve). */
+void kv_table_share_prefix(struct kv_cache *c, struct kv_table *t, const int32_t *blocks,
+                           int64_t n);
 /* Give t private copies of the shared blocks holding tokens >= i0. KV_FULL (nothing changed
    for the block that failed) when the pool has no free block. */
 nx_status kv_table_unshare(struct kv_cache *c, struct kv_table *t, int64_t i0);
