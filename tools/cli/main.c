@@ -23,7 +23,9 @@
 #include "embed_cmd.h"
 #include "eval.h"
 #include "eval_efficiency.h"
+#include "eval_ruler.h"
 #include "mkmodel.h"
+#include "route.h"
 
 __attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...) {
     va_list ap;
@@ -538,6 +540,44 @@ static int cmd_eval_efficiency(int argc, char **argv) {
     return rc;
 }
 
+/* ---- nexus eval-ruler ---- */
+
+static int cmd_eval_ruler(int argc, char **argv) {
+    struct common_opts o = common_defaults();
+    struct ruler_params rp = ruler_default_params();
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (common_flag(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "--tasks"))
+            rp.tasks = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--policies"))
+            rp.policies = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--densities"))
+            rp.densities = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--regimes"))
+            rp.regimes = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--length"))
+            rp.length = (int)parse_long(a, need_arg(argc, argv, &i), 16, 1 << 22);
+        else if (!strcmp(a, "--samples"))
+            rp.samples = (int)parse_long(a, need_arg(argc, argv, &i), 1, 100000);
+        else if (!strcmp(a, "--max-new"))
+            rp.max_new = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 20);
+        else if (!strcmp(a, "--seed"))
+            rp.seed = (uint64_t)parse_long(a, need_arg(argc, argv, &i), 0, LONG_MAX);
+        else if (!strcmp(a, "--json"))
+            rp.json_path = need_arg(argc, argv, &i);
+        else
+            die("eval-ruler: unknown option '%s'", a);
+    }
+    rp.threads = o.threads;
+    o.cp.kv_type = o.kv_type;
+    rp.base = &o.cp;
+    nx_model *m = load_model(&o);
+    int rc = eval_ruler_run(m, &rp);
+    nx_model_free(m);
+    return rc;
+}
+
 static void usage(void) {
     fprintf(stderr,
             "nexus %s - an inference runtime for long-lived LLM agents\n"
@@ -556,6 +596,13 @@ static void usage(void) {
             "  nexus eval-efficiency -m MODEL [--policies full,nexus,...] [--density 0.2]\n"
             "            [--regime stream|prefill] [--prompt 512] [--lengths 1024,4096,8192]\n"
             "            [--json OUT] [--svg DIR]\n"
+            "  nexus eval-ruler -m MODEL [--tasks all|niah_single_1,...] [--length 4096]\n"
+            "            [--samples 4] [--policies ...] [--densities 0.2] [--regimes prefill]\n"
+            "            [--max-new N] [--seed S] [--json OUT]\n"
+            "  nexus route (--tools FILE | --mcp CONFIG) [--embedder bm25|dense|hybrid] \"query\"\n"
+            "  nexus signatures --tools FILE... -m VOCAB.gguf [--json OUT]\n"
+            "  nexus eval-routing [--embedders bm25,hybrid] [--embed-model PATH] [--json OUT]\n"
+            "  nexus bench-slb [--dim 384] [--sizes 10,50,100,250,1000] [--json OUT]\n"
             "common: --kv-type f16|f32, --mmap (use weights in place), --ref-kernels\n"
             "KV budget (run, bench): --kv-policy full|streaming|h2o|snapkv|pyramidkv|adakv|\n"
             "  morphkv|tova|nexus, --kv-density D | --kv-budget TOKENS, --kv-regime prefill|stream,\n"
@@ -577,7 +624,12 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
     if (!strcmp(cmd, "eval-efficiency")) return cmd_eval_efficiency(argc, argv);
+    if (!strcmp(cmd, "eval-ruler")) return cmd_eval_ruler(argc, argv);
     if (!strcmp(cmd, "mkmodel")) return mkmodel_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "route")) return route_main(argc, argv);
+    if (!strcmp(cmd, "signatures")) return signatures_main(argc, argv);
+    if (!strcmp(cmd, "eval-routing")) return eval_routing_main(argc, argv);
+    if (!strcmp(cmd, "bench-slb")) return bench_slb_main(argc, argv);
     if (!strcmp(cmd, "embed")) return embed_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "rerank")) return rerank_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "--version")) {
