@@ -84,8 +84,24 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TSUP_OBJ) $(CLI_LIBOBJ) $(BUILD)/libnexus
 run: all
 	$(BUILD)/nexus run -m $(MODEL) -n 128
 
+# Real MCP servers for the MCP client's integration tests (tests/test_mcp.c), pinned, from npm
+# into build-npm/. node and npm come with the machine; when `npm` is missing, Debian's nodejs
+# and npm packages are installed (checked by command, not dpkg: NodeSource's nodejs bundles npm
+# and conflicts with Debian's npm package).
+NPM_PKGS  = @modelcontextprotocol/server-everything@2026.8.31 \
+            @modelcontextprotocol/server-filesystem@2026.8.31 \
+            @modelcontextprotocol/server-memory@2026.8.31
+NPM_STAMP = build-npm/.stamp-2026.8.31
+.PHONY: npm-servers
+npm-servers: $(NPM_STAMP)
+$(NPM_STAMP):
+	@command -v npm >/dev/null 2>&1 || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; }
+	npm install --no-audit --no-fund --save-exact --prefix build-npm $(NPM_PKGS)
+	@touch $@
+
 # The whole suite; ends with "N passed, N failed". The public header must also compile as C++.
-test: all
+test: all $(NPM_STAMP)
 	@if command -v $(CXX) >/dev/null 2>&1; then $(CXX) -std=c++11 -Wall -Werror -fsyntax-only -x c++ include/nexus.h || exit 1; fi
 	@BUILD=$(BUILD) sh tests/run.sh
 
