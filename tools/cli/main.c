@@ -24,6 +24,7 @@
 #include "eval.h"
 #include "eval_efficiency.h"
 #include "eval_ruler.h"
+#include "mcp_cmd.h"
 #include "mkmodel.h"
 #include "route.h"
 
@@ -626,6 +627,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval-efficiency")) return cmd_eval_efficiency(argc, argv);
     if (!strcmp(cmd, "eval-ruler")) return cmd_eval_ruler(argc, argv);
     if (!strcmp(cmd, "mkmodel")) return mkmodel_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "mcp")) return mcp_cmd_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "route")) return route_main(argc, argv);
     if (!strcmp(cmd, "signatures")) return signatures_main(argc, argv);
     if (!strcmp(cmd, "eval-routing")) return eval_routing_main(argc, argv);
