@@ -213,7 +213,7 @@ int rt_registry_add(rt_registry *r, const char *name, const char *description, j
         }
     }
     /* duplicates: linear scan (registries are small; rt_registry_sort is not required yet) */
-    for (int i = 0; i < r->n; i++) {
+    for (int i = 0; r->dup != RT_DUP_KEEP_ALL && i < r->n; i++) {
         struct rt_tool *t = &r->tools[i];
         if (strcmp(t->call_name, name) != 0) continue;
         if (r->dup == RT_DUP_KEEP_FIRST || same_definition(t, description, schema)) {
@@ -269,7 +269,7 @@ int rt_registry_add(rt_registry *r, const char *name, const char *description, j
     r->n++;
     /* a different definition under the same name from another source: prefix both */
     int clash = 0;
-    for (int i = 0; i < r->n - 1; i++) {
+    for (int i = 0; r->dup != RT_DUP_KEEP_ALL && i < r->n - 1; i++) {
         if (strcmp(r->tools[i].call_name, name) != 0) continue;
         clash = 1;
         if (set_prefixed(&r->tools[i]) != 0) clash = -1;
@@ -402,7 +402,17 @@ char *rt_read_file(const char *path, size_t *len, char *err, size_t errlen) {
     return buf;
 }
 
+static int load_file(rt_registry *r, const char *path, char *err, size_t errlen);
+
 int rt_registry_load_file(rt_registry *r, const char *path, char *err, size_t errlen) {
+    int n0 = r->n;
+    int rc = load_file(r, path, err, errlen);
+    if (rc < 0)
+        while (r->n > n0) tool_free(&r->tools[--r->n]); /* all or nothing per file */
+    return rc;
+}
+
+static int load_file(rt_registry *r, const char *path, char *err, size_t errlen) {
     size_t len;
     char *text = rt_read_file(path, &len, err, errlen);
     if (!text) return -1;

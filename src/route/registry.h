@@ -24,6 +24,8 @@
  *       source tag: "<source>.<name>" (call_name keeps the name the server knows).
  *     RT_DUP_KEEP_FIRST (BFCL pools, where the same name recurs with reworded descriptions):
  *       the first definition wins, later ones are dropped.
+ *     RT_DUP_KEEP_ALL (evaluation stores): every definition is kept as given, names may repeat
+ *       (rt_registry_find is then meaningless).
  * - Ownership: the registry owns every string and schema in it; rt_registry_free releases them.
  *   Not thread-safe while being built; read-only use from several threads is fine.
  */
@@ -43,7 +45,7 @@ struct rt_tool {
     char *raw_json;    /* the tool object exactly as given, compact JSON (for size comparisons) */
 };
 
-enum rt_dup { RT_DUP_ERROR = 0, RT_DUP_KEEP_FIRST = 1 };
+enum rt_dup { RT_DUP_ERROR = 0, RT_DUP_KEEP_FIRST = 1, RT_DUP_KEEP_ALL = 2 };
 
 typedef struct rt_registry {
     struct rt_tool *tools;
@@ -71,7 +73,9 @@ int rt_registry_add_json(rt_registry *r, json_t *root, const char *where, const 
                          char *err, size_t errlen);
 
 /* Loads a file (JSON or JSON Lines) and adds its tools with the file's base name (without
- * extension) as source tag. Returns the number added or -1 with a message naming file[:line]. */
+ * extension) as source tag. Returns the number added or -1 with a message naming file[:line];
+ * on failure the tools added from this file are removed again (a "<source>." prefix given to an
+ * earlier tool by a clash with this file stays). */
 int rt_registry_load_file(rt_registry *r, const char *path, char *err, size_t errlen);
 
 /* Sorts by name. Call after the last addition; lookups by name need it. */
