@@ -24,6 +24,7 @@
 #include "eval.h"
 #include "eval_efficiency.h"
 #include "eval_ruler.h"
+#include "eval_longbench.h"
 #include "mcp_cmd.h"
 #include "mkmodel.h"
 #include "route.h"
@@ -579,6 +580,45 @@ static int cmd_eval_ruler(int argc, char **argv) {
     return rc;
 }
 
+/* ---- nexus eval-longbench ---- */
+
+static int cmd_eval_longbench(int argc, char **argv) {
+    struct common_opts o = common_defaults();
+    struct longbench_params lp = longbench_default_params();
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (common_flag(&o, argc, argv, &i)) continue;
+        if (!strcmp(a, "--data"))
+            lp.data = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--policies"))
+            lp.policies = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--densities"))
+            lp.densities = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--regimes"))
+            lp.regimes = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--max-len"))
+            lp.max_len = (int)parse_long(a, need_arg(argc, argv, &i), 8, 1 << 22);
+        else if (!strcmp(a, "--max-new"))
+            lp.max_new = (int)parse_long(a, need_arg(argc, argv, &i), 1, 1 << 20);
+        else if (!strcmp(a, "--limit"))
+            lp.limit = (int)parse_long(a, need_arg(argc, argv, &i), 1, 1 << 30);
+        else if (!strcmp(a, "--template"))
+            lp.tmpl = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--json"))
+            lp.json_path = need_arg(argc, argv, &i);
+        else
+            die("eval-longbench: unknown option '%s'", a);
+    }
+    if (!lp.data) die("eval-longbench: --data FILE.jsonl is required");
+    lp.threads = o.threads;
+    o.cp.kv_type = o.kv_type;
+    lp.base = &o.cp;
+    nx_model *m = load_model(&o);
+    int rc = eval_longbench_run(m, &lp);
+    nx_model_free(m);
+    return rc;
+}
+
 static void usage(void) {
     fprintf(stderr,
             "nexus %s - an inference runtime for long-lived LLM agents\n"
@@ -600,6 +640,9 @@ static void usage(void) {
             "  nexus eval-ruler -m MODEL [--tasks all|niah_single_1,...] [--length 4096]\n"
             "            [--samples 4] [--policies ...] [--densities 0.2] [--regimes prefill]\n"
             "            [--max-new N] [--seed S] [--json OUT]\n"
+            "  nexus eval-longbench -m MODEL --data FILE.jsonl[,FILE2] [--policies ...]\n"
+            "            [--densities 0.2] [--regimes prefill] [--max-len N] [--max-new N]\n"
+            "            [--limit N] [--template '{context} ... {input}'] [--json OUT]\n"
             "  nexus route (--tools FILE | --mcp CONFIG) [--embedder bm25|dense|hybrid] \"query\"\n"
             "  nexus signatures --tools FILE... -m VOCAB.gguf [--json OUT]\n"
             "  nexus eval-routing [--embedders bm25,hybrid] [--embed-model PATH] [--json OUT]\n"
@@ -626,6 +669,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval")) return cmd_eval(argc, argv);
     if (!strcmp(cmd, "eval-efficiency")) return cmd_eval_efficiency(argc, argv);
     if (!strcmp(cmd, "eval-ruler")) return cmd_eval_ruler(argc, argv);
+    if (!strcmp(cmd, "eval-longbench")) return cmd_eval_longbench(argc, argv);
     if (!strcmp(cmd, "mkmodel")) return mkmodel_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "mcp")) return mcp_cmd_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "route")) return route_main(argc, argv);
