@@ -11,7 +11,7 @@
  * - Scores per mode: bm25 = BM25 score; dense = INT8 cosine (SLB); hybrid = RRF score
  *   sum_r 1 / (rrf_k + rank_r(d)) over the BM25 ranking (documents with a positive BM25 score
  *   only) and the dense ranking (every document), ranks from 1, both at full depth unless
- *   rrf_depth > 0 limits each list. Ties: lower registry index first.
+ *   rrf_depth > 0 limits each list. Ties: the earlier tool of the subset (registry order) first.
  * - margin = s1 - s2 in the mode's score scale (INFINITY with one tool); the gate fires when
  *   margin < tau (tau <= 0: never). tau is calibrated per mode and registry as a percentile of
  *   the margins over a calibration split (rt_percentile; procedure in the README).
