@@ -978,6 +978,78 @@ TEST(config_list_tools_fake_servers) {
     unlink(path);
 }
 
+/* ============================== the CLI ================================================ */
+
+#include "../tools/cli/mcp_cmd.h"
+
+/* Runs `nexus mcp ARGS...` in-process with stdout and stderr captured into out (NUL-ended). */
+static int run_cli(char **argv, int argc, char *out, size_t outlen) {
+    const char *d = tmpdir();
+    char path[512];
+    snprintf(path, sizeof path, "%s/cli.out", d ? d : "/tmp");
+    fflush(stdout);
+    fflush(stderr);
+    int save_out = dup(1), save_err = dup(2);
+    int fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0600);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    int rc = mcp_cmd_main(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(save_out, 1);
+    dup2(save_err, 2);
+    close(save_out);
+    close(save_err);
+    lseek(fd, 0, SEEK_SET);
+    ssize_t n = read(fd, out, outlen - 1);
+    out[n > 0 ? n : 0] = '\0';
+    close(fd);
+    unlink(path);
+    return rc;
+}
+
+TEST(cli_list_and_call) {
+    const char *d = tmpdir();
+    ASSERT_TRUE(d != NULL);
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    ASSERT_TRUE(n > 0);
+    exe[n] = '\0';
+    char path[512], text[9000], out[16384];
+    snprintf(path, sizeof path, "%s/cli.json", d);
+    snprintf(text, sizeof text,
+             "{\"mcpServers\": {\"one\": {\"command\": \"%s\", \"env\": {\"NX_MCP_FAKE\": \"good\", "
+             "\"ASAN_OPTIONS\": \"detect_leaks=0\"}}}}", exe);
+    write_text(path, text);
+    char *a1[] = {"mcp", "list", "--config", path};
+    ASSERT_EQ(run_cli(a1, 4, out, sizeof out), 0);
+    ASSERT_CONTAINS(out, "structured");
+    ASSERT_CONTAINS(out, "one");
+    ASSERT_CONTAINS(out, "9 tools");
+    char *a2[] = {"mcp", "call", "--config", path, "echo", "{\"text\": \"cli says hi\"}"};
+    ASSERT_EQ(run_cli(a2, 6, out, sizeof out), 0);
+    ASSERT_CONTAINS(out, "cli says hi");
+    char *a3[] = {"mcp", "call", "--config", path, "fail"};
+    ASSERT_EQ(run_cli(a3, 5, out, sizeof out), 1);
+    ASSERT_CONTAINS(out, "boom: disk full");
+    char *a4[] = {"mcp", "call", "--config", path, "media", "--json"};
+    ASSERT_EQ(run_cli(a4, 6, out, sizeof out), 0);
+    ASSERT_CONTAINS(out, "\"mimeType\": \"image/png\"");
+    char *a5[] = {"mcp", "call", "--config", path, "nope"};
+    ASSERT_EQ(run_cli(a5, 5, out, sizeof out), 1);
+    ASSERT_CONTAINS(out, "no server in");
+    char *a6[] = {"mcp", "call", "--config", path, "echo", "[1]"};
+    ASSERT_EQ(run_cli(a6, 6, out, sizeof out), 1);
+    ASSERT_CONTAINS(out, "must be a JSON object");
+    char *a7[] = {"mcp", "list"};
+    ASSERT_EQ(run_cli(a7, 2, out, sizeof out), 1);
+    ASSERT_CONTAINS(out, "exactly one of --config");
+    char *a8[] = {"mcp", "list", "--server", "/bin/sh -c 'exit 4'"};
+    ASSERT_EQ(run_cli(a8, 4, out, sizeof out), 1);
+    ASSERT_CONTAINS(out, "exited with status 4");
+    unlink(path);
+}
+
 /* ============================== real servers from npm ================================== */
 
 static const char *npm_bin(void) {
