@@ -237,4 +237,33 @@ TEST(alloc_failure_is_nan) {
     ASSERT_TRUE(isnan(metric_qa_f1("", "")) == 0); /* hook disabled again */
 }
 
+TEST(longbench_extra_metrics_hand_cases) {
+    /* classification with the class list: strict substrings of the gold label do not count */
+    const char *cls[4] = {"Number", "Number of people", "Person", "Location"};
+    ASSERT_NEAR(metric_classification_classes("Number of people", "Number of people", cls, 4), 1, 0);
+    ASSERT_NEAR(metric_classification_classes("Person or Location", "Person", cls, 4), 0.5, 0);
+    ASSERT_NEAR(metric_classification_classes("Location", "Person", cls, 4), 0, 0);
+    ASSERT_NEAR(metric_classification_classes("Person", "", cls, 4), 0, 0);
+    ASSERT_NEAR(metric_classification_classes(NULL, "Person", cls, 4), 0, 0);
+    /* retrieval: integers in the prediction equal to the gold paragraph number */
+    ASSERT_NEAR(metric_retrieval("Paragraph 12", "Paragraph 12"), 1, 0);
+    ASSERT_NEAR(metric_retrieval("It is 12, or 3, or 4, or 12", "Paragraph 12"), 0.5, 0);
+    ASSERT_NEAR(metric_retrieval("12", "no number"), 0, 0);
+    ASSERT_NEAR(metric_retrieval("\xe6\xae\xb5\xe8\x90\xbd" "7", "\xe6\xae\xb5\xe8\x90\xbd" "7"), 1, 0);
+    ASSERT_NEAR(metric_retrieval("nothing", "Paragraph 1"), 0, 0);
+    ASSERT_NEAR(metric_count("5 of them", " 5"), 1, 0);
+    ASSERT_NEAR(metric_count("5 or 6 or 7 or 8", "5"), 0.25, 0);
+    ASSERT_NEAR(metric_count("5", "five"), 0, 0);
+    /* indel ratio: LCS("abcd", "abed") = 3 -> 6/8 */
+    ASSERT_NEAR(metric_fuzz_ratio("abcd", "abed"), 0.75, 1e-12);
+    ASSERT_NEAR(metric_fuzz_ratio("", ""), 1, 0);
+    ASSERT_NEAR(metric_fuzz_ratio("abc", ""), 0, 0);
+    ASSERT_NEAR(metric_fuzz_ratio("kitten", "sitting"), 8.0 / 13.0, 1e-12); /* LCS "ittn" */
+    /* code: skip lines with `, # or //; all comments -> "" */
+    ASSERT_NEAR(metric_code_sim("\n\n// c\n```\nx = 1\ny", "x = 1"), 1, 0);
+    ASSERT_NEAR(metric_code_sim("# only\n// comments", "x"), 0, 0);
+    ASSERT_NEAR(metric_code_sim("a/b", "a/b"), 1, 0); /* a single slash is code */
+    ASSERT_NEAR(metric_code_sim("", ""), 1, 0);
+}
+
 TEST_MAIN

@@ -78,4 +78,36 @@ double metric_edit_similarity(const char *a, const char *b);
  */
 double metric_classification(const char *prediction, const char *label);
 
+/*
+ * LongBench classification_score: every class name (non-empty) that occurs as a byte-exact
+ * substring of the prediction is a match, except class names that are a strict substring of the
+ * gold label; the score is 1/|matches| when the gold label is among the matches, else 0.
+ * NULL / empty label / no classes -> 0.0.
+ */
+double metric_classification_classes(const char *prediction, const char *label,
+                                     const char *const *classes, int n_classes);
+
+/*
+ * LongBench retrieval_score: the paragraph number N of the gold answer ("Paragraph N", or
+ * "段落N" for the Chinese set); the score is the fraction of the runs of ASCII digits in the
+ * prediction that equal N (0 when there are none, or the gold has no number).
+ */
+double metric_retrieval(const char *prediction, const char *gold);
+
+/* LongBench count_score: the same fraction against the integer the gold string starts with. */
+double metric_count(const char *prediction, const char *gold);
+
+/*
+ * Indel similarity 2 * LCS(a, b) / (|a| + |b|) over bytes (what fuzzywuzzy's ratio computes
+ * with python-Levenshtein installed, before its rounding to whole percent); 1.0 for two empty
+ * strings. NaN only on allocation failure. NULL -> 0.0.
+ */
+double metric_fuzz_ratio(const char *a, const char *b);
+
+/*
+ * LongBench code_sim_score: the first line of the prediction (leading newlines dropped) that
+ * contains no '`', '#' or "//" ("" when none), scored with metric_fuzz_ratio against the gold.
+ */
+double metric_code_sim(const char *prediction, const char *gold);
+
 #endif

@@ -123,6 +123,7 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
             if (g == -2) { /* does not fit: the task is skipped and listed */
                 snprintf(skipped[ti], sizeof skipped[ti], "%s", err);
                 done += (rp->samples - s) * nc;
+                nx_progress_update(&pg, done, ruler_task_name(tasks[ti]));
                 break;
             }
             if (g) {

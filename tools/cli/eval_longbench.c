@@ -1,0 +1,260 @@
+/*
+ * eval_longbench.c - `nexus eval-longbench --data FILE.jsonl`.
+ *
+ * DESIGN: every record becomes prompt = template(context, input) (by default the context, a
+ * blank line and the input: LongBench's per-dataset prompt wording is its own and is not
+ * reproduced; pass --template to use it), tokenized with BOS; prompts longer than max_len tokens
+ * keep their first max_len/2 and last max_len - max_len/2 tokens, as LongBench's pred.py does
+ * (on token ids here, not by decoding and re-tokenizing). Each configuration (policy x density
+ * x regime; "full" once) generates greedily in a fresh context up to the dataset's length; the
+ * score is LongBench's metric, max over the answers, mean x 100 per dataset. Records of
+ * unsupported datasets (jieba-segmented Chinese metrics) are counted and skipped.
+ */
+#include "eval_longbench.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eval.h"
+#include "eval/longbench.h"
+#include "eval/outfile.h"
+#include "eval/progress.h"
+
+enum { MAX_POL = 16, MAX_DEN = 16, MAX_CFG = 512, MAX_FILES = 64, MAX_DS = 64 };
+
+struct longbench_params longbench_default_params(void) {
+    struct longbench_params p = {.policies = "full,streaming,h2o,snapkv,pyramidkv,adakv,morphkv,tova,nexus",
+                                 .densities = "0.2", .regimes = "prefill", .threads = 2};
+    return p;
+}
+
+int32_t longbench_truncate_middle(nx_token *toks, int32_t n, int32_t max) {
+    if (n <= max || max <= 0) return n;
+    int32_t head = max / 2, tail = max - head;
+    memmove(toks + head, toks + n - tail, sizeof *toks * (size_t)tail);
+    return max;
+}
+
+char *longbench_prompt(const char *tmpl, const char *context, const char *input) {
+    if (!tmpl) tmpl = "{context}\n\n{input}\n";
+    size_t cap = strlen(tmpl) + 1, nc = strlen(context), ni = strlen(input);
+    for (const char *p = tmpl; (p = strchr(p, '{')); p++) {
+        if (!strncmp(p, "{context}", 9)) cap += nc;
+        if (!strncmp(p, "{input}", 7)) cap += ni;
+    }
+    char *out = malloc(cap), *o = out;
+    if (!out) return NULL;
+    for (const char *p = tmpl; *p;) {
+        if (!strncmp(p, "{context}", 9)) {
+            memcpy(o, context, nc), o += nc, p += 9;
+        } else if (!strncmp(p, "{input}", 7)) {
+            memcpy(o, input, ni), o += ni, p += 7;
+        } else {
+            *o++ = *p++;
+        }
+    }
+    *o = 0;
+    return out;
+}
+
+struct cfg {
+    const char *policy;
+    float density;
+    int regime;
+};
+
+struct ds_acc {
+    char name[64];
+    enum lb_metric metric;
+    double *sum; /* per configuration */
+    int n, truncated, unsupported;
+};
+
+int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
+    char fbuf[4096], pbuf[512], dbuf[256], rbuf[64];
+    snprintf(fbuf, sizeof fbuf, "%s", lp->data ? lp->data : "");
+    snprintf(pbuf, sizeof pbuf, "%s", lp->policies ? lp->policies : "");
+    snprintf(dbuf, sizeof dbuf, "%s", lp->densities ? lp->densities : "");
+    snprintf(rbuf, sizeof rbuf, "%s", lp->regimes ? lp->regimes : "");
+    char *files[MAX_FILES], *pols[MAX_POL], *dens[MAX_DEN], *regs[3];
+    int nf = eval_split_list(fbuf, files, MAX_FILES), np = eval_split_list(pbuf, pols, MAX_POL),
+        nd = eval_split_list(dbuf, dens, MAX_DEN), nr = eval_split_list(rbuf, regs, 3);
+    float dv[MAX_DEN];
+    int rv[2];
+    if (nf == 0) {
+        fprintf(stderr, "eval-longbench: no --data file\n");
+        return 1;
+    }
+    if (eval_check_policies(pols, np, "eval-longbench") ||
+        eval_parse_densities(dens, nd, dv, "eval-longbench"))
+        return 1;
+    if (nr < 1 || nr > 2) {
+        fprintf(stderr, "eval-longbench: --regimes takes prefill, stream or both\n");
+        return 1;
+    }
+    for (int r = 0; r < nr; r++)
+        if ((rv[r] = eval_regime_from_name(regs[r])) < 0) {
+            fprintf(stderr, "eval-longbench: unknown regime '%s' (prefill, stream)\n", regs[r]);
+            return 1;
+        }
+    struct cfg cfgs[MAX_CFG];
+    int nc = 0;
+    for (int p = 0; p < np; p++) {
+        if (!strcmp(pols[p], "full")) {
+            cfgs[nc++] = (struct cfg){pols[p], 1.0f, NX_KV_REGIME_PREFILL};
+            continue;
+        }
+        for (int d = 0; d < nd; d++)
+            for (int r = 0; r < nr && nc < MAX_CFG; r++) cfgs[nc++] = (struct cfg){pols[p], dv[d], rv[r]};
+    }
+    /* load everything first: a bad line fails before any generation */
+    struct lb_set sets[MAX_FILES];
+    memset(sets, 0, sizeof sets);
+    int rc = 1, total = 0;
+    struct ds_acc ds[MAX_DS];
+    int nds = 0;
+    memset(ds, 0, sizeof ds);
+    for (int f = 0; f < nf; f++) {
+        char err[1024];
+        if (lb_load(files[f], lp->limit, &sets[f], err, sizeof err)) {
+            fprintf(stderr, "eval-longbench: %s\n", err);
+            goto out;
+        }
+        total += sets[f].n;
+    }
+    int ctx_train = nx_model_n_ctx_train(m);
+    struct nx_progress pg;
+    nx_progress_start(&pg, stderr, "generations", total * nc);
+    int done = 0;
+    for (int f = 0; f < nf; f++)
+        for (int i = 0; i < sets[f].n; i++) {
+            const struct lb_record *r = &sets[f].r[i];
+            int di = 0;
+            while (di < nds && strcmp(ds[di].name, r->dataset)) di++;
+            if (di == nds) {
+                if (nds == MAX_DS) {
+                    fprintf(stderr, "eval-longbench: more than %d datasets\n", MAX_DS);
+                    goto out;
+                }
+                snprintf(ds[di].name, sizeof ds[di].name, "%s", r->dataset);
+                lb_dataset_info(r->dataset, &ds[di].metric, NULL, NULL);
+                ds[di].sum = calloc((size_t)nc, sizeof *ds[di].sum);
+                if (!ds[di].sum) goto out;
+                nds++;
+            }
+            struct ds_acc *a = &ds[di];
+            if (a->metric == LB_UNSUPPORTED) {
+                a->unsupported++;
+                done += nc;
+                nx_progress_update(&pg, done, r->dataset);
+                continue;
+            }
+            int max_new = lp->max_new;
+            if (max_new <= 0) lb_dataset_info(r->dataset, NULL, &max_new, NULL);
+            int32_t max_len = lp->max_len > 0 ? lp->max_len : ctx_train - max_new;
+            if (max_len < 8) {
+                fprintf(stderr, "eval-longbench: %s:%d: no room for a prompt (context %d, %d "
+                                "tokens to generate); pass --max-len\n", files[f], r->line,
+                        ctx_train, max_new);
+                goto out;
+            }
+            char *text = longbench_prompt(lp->tmpl, r->context, r->input);
+            int32_t n = 0;
+            nx_token *toks = text ? eval_tokenize(m, text, strlen(text), 1, &n) : NULL;
+            free(text);
+            if (!toks) {
+                fprintf(stderr, "eval-longbench: %s:%d: cannot tokenize the prompt\n", files[f],
+                        r->line);
+                goto out;
+            }
+            if (n > max_len) a->truncated++;
+            n = longbench_truncate_middle(toks, n, max_len);
+            for (int c = 0; c < nc; c++) {
+                struct nx_ctx_params cp = lp->base ? *lp->base : nx_ctx_default_params();
+                cp.n_ctx = n + max_new + 1;
+                cp.n_threads = cp.n_threads_batch = lp->threads;
+                cp.kv_policy = cfgs[c].policy;
+                cp.kv_budget = 0;
+                cp.kv_density = strcmp(cfgs[c].policy, "full") ? cfgs[c].density : 0;
+                cp.kv_regime = cfgs[c].regime;
+                nx_ctx *ctx = NULL;
+                char *pred = NULL, err[256];
+                if (nx_ctx_init(m, &cp, &ctx, err, sizeof err))
+                    fprintf(stderr, "eval-longbench: %s: %s\n", cfgs[c].policy, err);
+                else if (eval_generate_greedy(m, ctx, toks, n, max_new, &pred) == 0)
+                    a->sum[c] += lb_score(r, pred);
+                nx_ctx_free(ctx);
+                if (!pred) {
+                    free(toks);
+                    goto out;
+                }
+                free(pred);
+                nx_progress_update(&pg, ++done, r->dataset);
+            }
+            a->n++;
+            free(toks);
+        }
+    nx_progress_finish(&pg);
+    printf("| policy | density | regime |");
+    for (int d = 0; d < nds; d++)
+        if (ds[d].n) printf(" %s (%s, n=%d) |", ds[d].name, lb_metric_name(ds[d].metric), ds[d].n);
+    printf("\n|---|---|---|");
+    for (int d = 0; d < nds; d++)
+        if (ds[d].n) printf("---|");
+    printf("\n");
+    for (int c = 0; c < nc; c++) {
+        if (!strcmp(cfgs[c].policy, "full"))
+            printf("| full | 1.00 | - |");
+        else
+            printf("| %s | %.2f | %s |", cfgs[c].policy, cfgs[c].density,
+                   eval_regime_name(cfgs[c].regime));
+        for (int d = 0; d < nds; d++)
+            if (ds[d].n) printf(" %.2f |", 100.0 * ds[d].sum[c] / ds[d].n);
+        printf("\n");
+    }
+    for (int d = 0; d < nds; d++) {
+        if (ds[d].truncated)
+            printf("%s: %d of %d prompts middle-truncated\n", ds[d].name, ds[d].truncated, ds[d].n);
+        if (ds[d].unsupported)
+            printf("%s: %d records skipped (its metric needs jieba word segmentation, not "
+                   "implemented)\n", ds[d].name, ds[d].unsupported);
+    }
+    fflush(stdout);
+    if (lp->json_path) {
+        struct nx_outfile o;
+        char err[1200];
+        if (nx_outfile_open(&o, lp->json_path, err, sizeof err)) {
+            fprintf(stderr, "eval-longbench: %s\n", err);
+            goto out;
+        }
+        fprintf(o.f, "[\n");
+        int first = 1;
+        for (int d = 0; d < nds; d++)
+            for (int c = 0; c < nc; c++) {
+                fprintf(o.f, "%s  {\"dataset\":\"%s\",\"metric\":\"%s\",\"policy\":\"%s\","
+                             "\"density\":%.4f,\"regime\":\"%s\",\"score\":",
+                        first ? "" : ",\n", ds[d].name, lb_metric_name(ds[d].metric),
+                        cfgs[c].policy, cfgs[c].density,
+                        strcmp(cfgs[c].policy, "full") ? eval_regime_name(cfgs[c].regime) : "-");
+                if (ds[d].n)
+                    fprintf(o.f, "%.4f", 100.0 * ds[d].sum[c] / ds[d].n);
+                else
+                    fprintf(o.f, "null");
+                fprintf(o.f, ",\"samples\":%d,\"truncated\":%d,\"unsupported\":%d}", ds[d].n,
+                        ds[d].truncated, ds[d].unsupported);
+                first = 0;
+            }
+        fprintf(o.f, "\n]\n");
+        if (nx_outfile_commit(&o, err, sizeof err)) {
+            fprintf(stderr, "eval-longbench: %s\n", err);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    for (int f = 0; f < nf; f++) lb_free(&sets[f]);
+    for (int d = 0; d < nds; d++) free(ds[d].sum);
+    return rc;
+}
