@@ -252,8 +252,11 @@ static nx_status bind_all(struct ebind *b, struct nx_model *m, struct nx_encoder
 
 /* Copy every bound tensor into one anonymous mapping and move the views there. */
 static nx_status copy_weights(struct ebind *b, struct nx_model *m, struct nx_err *err) {
-    size_t total = 0;
-    for (int i = 0; i < b->n; i++) total = nx_align_up(total, 64) + b->slots[i].t->nbytes;
+    size_t total = 0, data = 0;
+    for (int i = 0; i < b->n; i++) {
+        total = nx_align_up(total, 64) + b->slots[i].t->nbytes;
+        data += b->slots[i].t->nbytes;
+    }
     size_t n = nx_align_up(total ? total : 1, 4096);
     void *buf = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (buf == MAP_FAILED)
@@ -270,7 +273,7 @@ static nx_status copy_weights(struct ebind *b, struct nx_model *m, struct nx_err
         if (s->v) *s->v = (const float *)(void *)dst;
         off += s->t->nbytes;
     }
-    m->weight_bytes = total;
+    m->weight_bytes = data;
     return NX_STATUS_OK;
 }
 
