@@ -13,7 +13,9 @@
  *   nll    = -log p_policy(next token) (perplexity = exp(mean nll)),
  *   recall = over positions where the dense model puts >= 0.5 on its argmax and that token last
  *            occurred >= k blocks earlier in the stream: the fraction where the policy's argmax
- *            is the same (long-range retrieval a tiny model can show).
+ *            is the same (long-range retrieval a tiny model can show),
+ *   kv_frac = KV bytes the policy's context holds / bytes the dense one holds (all layers and
+ *            heads, whole blocks), so policies whose minimum keep differs are compared honestly.
  * Means are per stream, then mean and standard deviation over streams. Everything is
  * deterministic: same seed (and file), same numbers. Progress goes to stderr, a table to stdout,
  * one JSON record per configuration to --json, and per regime one SVG (KL, top-1 and recall
@@ -57,6 +59,7 @@ struct eval_result {
     float density;
     int regime;
     struct acc kl, top1, nll, rec;
+    struct acc kvf; /* KV bytes held by the policy / by dense, mean over the scored positions */
 };
 
 static int argmax(const float *l, int n) {
@@ -161,10 +164,14 @@ static int run_one(const nx_model *m, const struct eval_params *ep, struct eval_
     }
     int rc = 0;
     if (nx_decode(d, toks, half, false) || nx_decode(p, toks, half, false)) rc = -1;
-    struct acc kl = {0}, top1 = {0}, nll = {0}, rec = {0};
+    struct acc kl = {0}, top1 = {0}, nll = {0}, rec = {0}, kvf = {0};
     /* position i: the logits after toks[i-1] predict toks[i] */
     for (int i = half; i < L && rc == 0; i++) {
         const float *ld = nx_get_logits(d, -1), *lp = nx_get_logits(p, -1);
+        struct nx_kv_stats sd, sp;
+        nx_ctx_kv_stats(d, &sd);
+        nx_ctx_kv_stats(p, &sp);
+        if (sd.bytes_current > 0) acc_add(&kvf, (double)sp.bytes_current / (double)sd.bytes_current);
         acc_add(&kl, metric_kl(ld, lp, nv));
         acc_add(&top1, metric_top1_agree(ld, lp, nv));
         acc_add(&nll, -metric_log_prob(lp, nv, toks[i]));
@@ -188,6 +195,7 @@ static int run_one(const nx_model *m, const struct eval_params *ep, struct eval_
     acc_add(&r->top1, acc_mean(&top1));
     acc_add(&r->nll, acc_mean(&nll));
     if (rec.n > 0) acc_add(&r->rec, acc_mean(&rec));
+    acc_add(&r->kvf, acc_mean(&kvf));
     return 0;
 }
 
@@ -209,14 +217,14 @@ static int write_json(const struct eval_params *ep, const struct eval_result *re
                 "\"nll\":%.6g,\"nll_sd\":%.6g,\"recall\":%.6g,\"recall_sd\":%.6g,"
                 "\"recall_streams\":%d,\"streams\":%d,\"stream_len\":%d,\"seed\":%llu,"
                 "\"source\":\"%s\",\"kv_block\":%d,\"kv_sink\":%d,\"kv_recent\":%d,"
-                "\"recall_blocks\":%d}%s\n",
+                "\"recall_blocks\":%d,\"kv_frac\":%.6g,\"kv_frac_sd\":%.6g}%s\n",
                 r->policy, r->density, eval_regime_name(r->regime), acc_mean(&r->kl),
                 acc_sd(&r->kl), acc_mean(&r->top1), acc_sd(&r->top1), exp(acc_mean(&r->nll)),
                 acc_mean(&r->nll), acc_sd(&r->nll), r->rec.n ? acc_mean(&r->rec) : 0.0,
                 acc_sd(&r->rec), r->rec.n, streams, ep->stream_len,
                 (unsigned long long)ep->seed, ep->text_file ? "file" : "sampled",
                 b ? b->kv_block : 32, b ? b->kv_sink : 32, b ? b->kv_recent : 32,
-                ep->recall_blocks, i + 1 < n ? "," : "");
+                ep->recall_blocks, acc_mean(&r->kvf), acc_sd(&r->kvf), i + 1 < n ? "," : "");
     }
     fprintf(o.f, "]\n");
     if (nx_outfile_commit(&o, err, sizeof err)) {
@@ -316,8 +324,8 @@ int eval_run(const nx_model *m, const struct eval_params *ep) {
         }
         nx_progress_finish(&pg);
     }
-    printf("| policy | density | regime | KL (nats) | top-1 | ppl | recall (n streams) |\n");
-    printf("|---|---|---|---|---|---|---|\n");
+    printf("| policy | density | regime | KV kept | KL (nats) | top-1 | ppl | recall (n streams) |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
     int total = np * nd * nr;
     struct nx_progress pg;
     nx_progress_start(&pg, stderr, "config x stream runs", total * streams);
@@ -337,8 +345,8 @@ int eval_run(const nx_model *m, const struct eval_params *ep) {
                     }
                     nx_progress_update(&pg, k * streams + s + 1, label);
                 }
-                printf("| %s | %.2f | %s | %.4f ± %.4f | %.3f ± %.3f | %.3f | %.3f ± %.3f (%d) |\n",
-                       r->policy, r->density, regs[ri], acc_mean(&r->kl), acc_sd(&r->kl),
+                printf("| %s | %.2f | %s | %.3f | %.4f ± %.4f | %.3f ± %.3f | %.3f | %.3f ± %.3f (%d) |\n",
+                       r->policy, r->density, regs[ri], acc_mean(&r->kvf), acc_mean(&r->kl), acc_sd(&r->kl),
                        acc_mean(&r->top1), acc_sd(&r->top1), exp(acc_mean(&r->nll)),
                        acc_mean(&r->rec), acc_sd(&r->rec), r->rec.n);
                 fflush(stdout);
