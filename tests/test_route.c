@@ -457,6 +457,45 @@ TEST(slb_simd_equals_scalar) {
     }
 }
 
+TEST(slb_quantize_simd_equals_scalar) {
+    if (!rt_slb_kernel_by_name("avx2")) {
+        printf("  skipped: no AVX2\n");
+        return;
+    }
+    const int dims[] = {1, 7, 8, 15, 16, 17, 64, 383, 384, 1000};
+    int8_t a[1024], b[1024];
+    float x[1000];
+    for (int di = 0; di < 10; di++) {
+        int d = dims[di];
+        for (int kind = 0; kind < 6; kind++) {
+            for (int i = 0; i < d; i++) {
+                switch (kind) {
+                case 0: x[i] = rndf(); break;
+                case 1: x[i] = rndf() * 1e30f; break;
+                case 2: x[i] = (float)(i % 255) * 0.5f - 63.5f; break; /* halfway cases, amax 63.5 */
+                case 3: x[i] = (float)(i % 255) - 127.0f + 0.5f * (i & 1); break;
+                case 4: x[i] = i == d / 2 ? NAN : rndf(); break;
+                default: x[i] = i == d - 1 ? -INFINITY : rndf(); break;
+                }
+            }
+            size_t dp = (size_t)(d + 63) / 64 * 64;
+            memset(a, 0x11, sizeof a);
+            memset(b, 0x22, sizeof b);
+            float sa = rt_slb_quantize(x, d, dp, a), sb = rt_slb_quantize_avx2(x, d, dp, b);
+            if (!(sa == sb) || memcmp(a, b, dp) != 0) FAILF("dim %d kind %d: scales %g %g or bytes differ", d, kind, sa, sb);
+            for (size_t j = 0; j < dp; j++) ASSERT_TRUE(a[j] >= -127 && a[j] <= 127);
+        }
+    }
+    /* round half away from zero: amax 2 -> inv 63.5: 1/63.5... use amax 127 (inv 1): 0.5 -> 1,
+     * -0.5 -> -1, 1.5 -> 2, 126.5 -> 127 */
+    float h[5] = {127.0f, 0.5f, -0.5f, 1.5f, 126.5f};
+    rt_slb_quantize_avx2(h, 5, 64, b);
+    ASSERT_EQ(b[1], 1);
+    ASSERT_EQ(b[2], -1);
+    ASSERT_EQ(b[3], 2);
+    ASSERT_EQ(b[4], 127);
+}
+
 TEST(slb_topk_margin) {
     char err[128];
     rt_slb *s = rt_slb_new(2, err, sizeof err);

@@ -37,6 +37,7 @@ void rt_slb_dots_ref(const int8_t *mat, size_t stride, int32_t rows, size_t dim_
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static rt_slb_dots_fn g_fn = rt_slb_dots_ref;
+static float (*g_quant)(const float *, int, size_t, int8_t *) = rt_slb_quantize;
 static const char *g_name = "ref";
 
 static bool cpu_has(const char *name) {
@@ -69,6 +70,7 @@ static void choose(void) {
         g_fn = rt_slb_dots_avx2;
         g_name = "avx2";
     }
+    if (allow2 && cpu_has("avx2")) g_quant = rt_slb_quantize_avx2;
 }
 
 const char *rt_slb_kernel_name(void) {
@@ -83,12 +85,17 @@ float rt_slb_quantize(const float *x, int dim, size_t dim_pad, int8_t *q) {
         if (a > amax) amax = a; /* NaN never compares greater: treated as 0 below */
     }
     memset(q, 0, dim_pad);
-    if (!(amax > 0) || !isfinite(amax)) return 0;
+    if (!(amax > 0) || amax > 3.4028234663852886e38f) return 0; /* zero or infinite */
     float inv = 127.0f / amax;
     for (int i = 0; i < dim; i++) {
-        float v = roundf(x[i] * inv);
-        if (!(v == v)) v = 0;
-        q[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        /* round half away from zero without a libm call: |v| <= 127 (+ rounding), so the
+         * truncation and the fraction a - t are exact */
+        float v = x[i] * inv, a = fabsf(v);
+        a = a == a ? a : 0.0f; /* NaN -> 0 */
+        a = a < 127.0f ? a : 127.0f;
+        int32_t t = (int32_t)a;
+        t += (a - (float)t) >= 0.5f;
+        q[i] = (int8_t)(v < 0 ? -t : t);
     }
     return amax / 127.0f;
 }
@@ -180,7 +187,7 @@ static float scan(const rt_slb *s, const float *q, int32_t *dots) {
     pthread_once(&g_once, choose);
     int8_t qloc[4096] __attribute__((aligned(64)));
     int8_t *qb = s->dim_pad <= sizeof qloc ? qloc : s->qbuf;
-    float qs = rt_slb_quantize(q, s->dim, s->dim_pad, qb);
+    float qs = (s->fn == rt_slb_dots_ref ? rt_slb_quantize : g_quant)(q, s->dim, s->dim_pad, qb);
     (s->fn ? s->fn : g_fn)(s->mat, s->dim_pad, s->rows, s->dim_pad, qb, s->row_sum, dots);
     return qs;
 }

@@ -52,8 +52,11 @@ rt_slb_dots_fn rt_slb_kernel_by_name(const char *name);
 /* Name of the kernel chosen for this CPU (cpuid + NX_KERNELS). */
 const char *rt_slb_kernel_name(void);
 
-/* Quantizes x[dim] into q[dim_pad] (zero padded); returns the scale. */
+/* Quantizes x[dim] into q[dim_pad] (zero padded, dim_pad a multiple of 64); returns the scale.
+ * NaN elements quantize to 0 and do not count in max|x|; an infinite max gives scale 0. The
+ * AVX2 version (run-time chosen for queries) gives identical bytes and scale. */
 float rt_slb_quantize(const float *x, int dim, size_t dim_pad, int8_t *q);
+float rt_slb_quantize_avx2(const float *x, int dim, size_t dim_pad, int8_t *q);
 
 typedef struct rt_slb rt_slb;
 
