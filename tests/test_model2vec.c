@@ -21,6 +21,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "route/embed.h"
@@ -429,6 +430,119 @@ TEST(tok_viterbi_and_byte_fallback) {
     hf_tok_free(t);
 }
 
+TEST(tok_pretokenizer_variants) {
+    char path[PATH_MAX + 32], err[512] = "";
+    snprintf(path, sizeof path, "%s/tokenizer.json", tmpdir());
+    struct {
+        const char *norm, *pre, *in, *want;
+    } cases[] = {
+        /* WhitespaceSplit then Metaspace "first" with split: only the text's first piece gets ▁ */
+        {"null",
+         "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"WhitespaceSplit\"},"
+         "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"first\",\"split\":true}]}",
+         "Hello  big\tWorld", "\xe2\x96\x81Hello|big|World"},
+        /* Metaspace always + split: every word starts with ▁ */
+        {"null", "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"add_prefix_space\":true}",
+         "hello big world", "\xe2\x96\x81hello|\xe2\x96\x81" "big|\xe2\x96\x81world"},
+        /* Metaspace never, no split */
+        {"null",
+         "{\"type\":\"Metaspace\",\"replacement\":\"\\u2581\",\"prepend_scheme\":\"never\",\"split\":false}",
+         "a b", "a\xe2\x96\x81" "b"},
+        /* Replace with a regex, NFKC (ﬁ -> fi), Lowercase, Prepend */
+        {"{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFKC\"},{\"type\":\"Lowercase\"},"
+         "{\"type\":\"Replace\",\"pattern\":{\"Regex\":\"[0-9]+\"},\"content\":\"#\"},"
+         "{\"type\":\"Prepend\",\"prepend\":\">\"}]}",
+         "null", "A12\xef\xac\x81" "B3", ">a#fib#"},
+        /* StripAccents after NFD; Strip right only */
+        {"{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFD\"},{\"type\":\"StripAccents\"},"
+         "{\"type\":\"Strip\",\"strip_left\":false,\"strip_right\":true}]}",
+         "null", "  caf\xc3\xa9  ", "  cafe"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[2048];
+        snprintf(json, sizeof json,
+                 "{\"normalizer\": %s, \"pre_tokenizer\": %s, \"model\": {\"type\": \"Unigram\", "
+                 "\"unk_id\": 0, \"vocab\": [[\"<unk>\", 0], [\"a\", -1]]}}",
+                 cases[i].norm, cases[i].pre);
+        ASSERT_OK(write_file(path, json, strlen(json)));
+        hf_tok *t = hf_tok_load(path, err, sizeof err);
+        if (!t) FAILF("case %zu: %s", i, err);
+        char *got = hf_tok_debug_pretokenize(t, cases[i].in, err, sizeof err);
+        hf_tok_free(t);
+        if (!got) FAILF("case %zu: %s", i, err);
+        if (strcmp(got, cases[i].want) != 0) {
+            fprintf(stderr, "  case %zu: \"%s\" != \"%s\"\n", i, got, cases[i].want);
+            free(got);
+            FAILF("pre-tokenization differs");
+        }
+        free(got);
+    }
+}
+
+TEST(tok_random_bytes_never_fail) {
+    hf_tok *t = load_fixture_tok();
+    ASSERT_TRUE(t != NULL);
+    uint64_t s = 12345;
+    char buf[256];
+    for (int trial = 0; trial < 3000; trial++) {
+        size_t n = 0;
+        s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+        n = (size_t)(s >> 33) % sizeof buf;
+        for (size_t i = 0; i < n; i++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            /* half the trials printable ASCII, half any byte */
+            buf[i] = (char)(trial % 2 ? (s >> 56) : 32 + (s >> 33) % 95);
+        }
+        int32_t *ids = NULL;
+        char err[256];
+        int k = hf_tok_encode(t, buf, n, &ids, err, sizeof err);
+        if (k < 0) FAILF("trial %d: %s", trial, err);
+        for (int i = 0; i < k; i++)
+            if (ids[i] < 0 || ids[i] >= hf_tok_n_vocab(t)) FAILF("trial %d: id %d", trial, ids[i]);
+        free(ids);
+    }
+    hf_tok_free(t);
+}
+
+TEST(st_random_header_corruption) {
+    /* random byte changes in a valid file's header: refused with a message, or, when the
+     * result is still valid, every tensor inside the buffer */
+    const char *hdr = "{\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                      "\"b\":{\"dtype\":\"I64\",\"shape\":[1],\"data_offsets\":[24,32]}}";
+    size_t hn = strlen(hdr), n = 8 + hn + 32;
+    uint8_t *good = malloc(n), *b = malloc(n);
+    for (int i = 0; i < 8; i++) good[i] = (uint8_t)((uint64_t)hn >> (8 * i));
+    memcpy(good + 8, hdr, hn);
+    memset(good + 8 + hn, 0x11, 32);
+    const char digits[] = "0123456789[]{}\",:-e.FIU";
+    uint64_t s = 99;
+    int refused = 0, accepted = 0;
+    for (int trial = 0; trial < 4000; trial++) {
+        memcpy(b, good, n);
+        for (int k = 0; k < 1 + trial % 3; k++) {
+            s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+            size_t at = (size_t)(s >> 33) % (8 + hn);
+            b[at] = (uint8_t)(at < 8 ? (s >> 20) : (uint8_t)digits[(s >> 20) % (sizeof digits - 1)]);
+        }
+        char err[512] = "";
+        st_file *f = st_open_mem(b, n, err, sizeof err);
+        if (!f) {
+            if (!err[0]) FAILF("trial %d: refused without a message", trial);
+            refused++;
+            continue;
+        }
+        accepted++;
+        for (int i = 0; i < st_n_tensors(f); i++) {
+            const struct st_tensor *t = st_tensor_at(f, i);
+            if (t->data < b + 8 || t->data + t->nbytes > b + n) FAILF("trial %d: tensor outside", trial);
+        }
+        st_close(f);
+    }
+    free(good);
+    free(b);
+    ASSERT_TRUE(refused > 1000 && accepted > 0);
+}
+
 /* ---- the embedder ---------------------------------------------------------------------- */
 
 TEST(m2v_reference_hello_x1000) {
@@ -496,9 +610,8 @@ TEST(m2v_truncation_cuts_text_then_ids) {
     ASSERT_EQ(ids[510], 6594);
     ASSERT_EQ(ids[511], 1091);
     free(ids);
-    /* character cut at 3584 code points: 3584 "x " pairs would give 1792 ids before the id cut;
-     * a single 5000-char word of "a"s is cut to 3584 characters before tokenizing, and its
-     * pieces are then cut to 512 */
+    /* a single 5000-character word: cut to 3584 characters before tokenizing, its pieces then
+     * cut to 512 */
     memset(text, 'a', 5000);
     text[5000] = 0;
     n = rt_model2vec_ids(e, text, &ids, err, sizeof err);
@@ -658,6 +771,23 @@ TEST(m2v_bad_models) {
     /* a directory without tokenizer.json */
     ASSERT_TRUE(rt_embedder_open("/", err, sizeof err) == NULL);
     ASSERT_TRUE(strstr(err, "tokenizer.json") != NULL);
+}
+
+TEST(m2v_latency_preliminary) {
+    /* informational (a busy shared machine): embedding a short query end to end */
+    char err[512] = "";
+    rt_embedder *e = rt_embedder_open(fixture_dir(), err, sizeof err);
+    if (!e) FAILF("%s", err);
+    float out[64];
+    const int reps = 2000;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < reps; i++)
+        ASSERT_OK(e->embed(e, "get the weather forecast for Paris tomorrow", RT_QUERY, out, err, sizeof err));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec)) / 1e3 / reps;
+    printf("  model2vec embed of a 43-byte query: %.1f us (preliminary)\n", us);
+    rt_embedder_free(e);
 }
 
 TEST(zz_cleanup) { rm_tmpdir(); }
