@@ -537,10 +537,10 @@ TEST(fake_env_cwd_and_list_changed) {
     ASSERT_OK(mcp_call_tool(c, "later_changed", NULL, &r, err, sizeof err));
     json_decref(r);
     double t0 = nx_time_s();
-    ASSERT_OK(mcp_poll(c, 3000, err, sizeof err));
+    ASSERT_OK(mcp_poll(c, 20000, err, sizeof err));
     double dt = nx_time_s() - t0;
     ASSERT_TRUE(mcp_tools_changed(c));
-    ASSERT_TRUE(dt < 2.0);
+    ASSERT_TRUE(dt < 10.0); /* returned on the notification (150 ms), not at the 20 s limit */
     /* poll with nothing coming just waits */
     mcp_tools_changed_clear(c);
     t0 = nx_time_s();
@@ -568,7 +568,7 @@ TEST(fake_line_limit_configurable) {
     /* broken from now on, at once */
     double t0 = nx_time_s();
     ASSERT_EQ(mcp_call_tool(c, "echo", NULL, &r, err, sizeof err), MCP_ETOOLONG);
-    ASSERT_TRUE(nx_time_s() - t0 < 0.1);
+    ASSERT_TRUE(nx_time_s() - t0 < 1.0);
     mcp_close(c);
 
     /* default limit: a 3 MB reply passes */
@@ -630,7 +630,7 @@ TEST(fake_modern_era) {
     p.probe_timeout_ms = 300;
     double t0 = nx_time_s();
     ASSERT_OK(open_fake("silent-probe", &p, &c, err, sizeof err));
-    ASSERT_TRUE(nx_time_s() - t0 < 2.0);
+    ASSERT_TRUE(nx_time_s() - t0 < 4.0); /* 300 ms probe + start-up; well under p.timeout_ms */
     ASSERT_STR_EQ(mcp_protocol_version(c), "2025-11-25");
     mcp_close(c);
 }
@@ -682,37 +682,37 @@ static void expect_list_failure(const char *mode, int timeout_ms, int want, cons
     int pid = mcp_pid(c);
     double t1 = nx_time_s();
     mcp_close(c);
-    if (nx_time_s() - t1 > 3.5) FAILF("%s: close took %.2f s", mode, nx_time_s() - t1);
+    if (nx_time_s() - t1 > 5.0) FAILF("%s: close took %.2f s", mode, nx_time_s() - t1);
     ASSERT_TRUE(!alive(pid));
 }
 
-TEST(fake_garbage) { expect_list_failure("garbage", 3000, MCP_EPROTO, "not JSON", 2.0); }
+TEST(fake_garbage) { expect_list_failure("garbage", 10000, MCP_EPROTO, "not JSON", 5.0); }
 TEST(fake_garbage_quotes_line) {
-    expect_list_failure("garbage", 3000, MCP_EPROTO, "'this is not json {'", 2.0);
+    expect_list_failure("garbage", 10000, MCP_EPROTO, "'this is not json {'", 5.0);
 }
 TEST(fake_10mb_line) {
-    expect_list_failure("longline", 5000, MCP_ETOOLONG, "longer than the limit of 4194304", 4.0);
+    expect_list_failure("longline", 20000, MCP_ETOOLONG, "longer than the limit of 4194304", 10.0);
 }
 TEST(fake_never_answers) {
-    expect_list_failure("hang", 400, MCP_ETIMEOUT, "no reply from the server within 400 ms", 1.5);
+    expect_list_failure("hang", 400, MCP_ETIMEOUT, "no reply from the server within 400 ms", 3.0);
 }
 TEST(fake_crash_mid_reply) {
-    expect_list_failure("crash", 3000, MCP_ECLOSED, "exited with status 3", 2.0);
+    expect_list_failure("crash", 10000, MCP_ECLOSED, "exited with status 3", 5.0);
 }
 TEST(fake_crash_mid_reply_says_mid_message) {
-    expect_list_failure("crash", 3000, MCP_ECLOSED, "in the middle of a message", 2.0);
+    expect_list_failure("crash", 10000, MCP_ECLOSED, "in the middle of a message", 5.0);
 }
 TEST(fake_abort_mid_reply) {
-    expect_list_failure("abort", 3000, MCP_ECLOSED, "killed by signal 6", 2.0);
+    expect_list_failure("abort", 10000, MCP_ECLOSED, "killed by signal 6", 5.0);
 }
 TEST(fake_flood_never_answers) {
-    expect_list_failure("flood", 500, MCP_ETIMEOUT, "no reply", 2.0);
+    expect_list_failure("flood", 500, MCP_ETIMEOUT, "no reply", 3.0);
 }
 TEST(fake_closes_stdout) {
-    expect_list_failure("closeout", 5000, MCP_ECLOSED, "closed its stdout", 2.0);
+    expect_list_failure("closeout", 10000, MCP_ECLOSED, "closed its stdout", 5.0);
 }
 TEST(fake_cursor_loop) {
-    expect_list_failure("loop", 3000, MCP_EPROTO, "cursor 'same' a second time", 3.0);
+    expect_list_failure("loop", 10000, MCP_EPROTO, "cursor 'same' a second time", 5.0);
 }
 
 TEST(fake_page_limit) {
@@ -752,7 +752,7 @@ TEST(fake_chatty_stderr) {
     json_t *tools = NULL;
     double t0 = nx_time_s();
     ASSERT_OK(mcp_list_tools(c, &tools, err, sizeof err)); /* 1 MiB of stderr first */
-    ASSERT_TRUE(nx_time_s() - t0 < 3.0);
+    ASSERT_TRUE(nx_time_s() - t0 < 4.0);
     json_decref(tools);
     const char *tail = mcp_stderr_tail(c);
     ASSERT_TRUE(strlen(tail) <= MCP_STDERR_KEEP);
@@ -767,7 +767,7 @@ TEST(fake_timeouts_on_handshake) {
     char err[600];
     double t0 = nx_time_s();
     ASSERT_EQ(open_fake("hanginit", &p, &c, err, sizeof err), MCP_ETIMEOUT);
-    ASSERT_TRUE(nx_time_s() - t0 < 3.0);
+    ASSERT_TRUE(nx_time_s() - t0 < 4.0); /* 300 ms probe + 300 ms initialize + start-up */
     ASSERT_CONTAINS(err, "initialize: no reply from the server within 300 ms");
     ASSERT_TRUE(c == NULL);
 }
@@ -775,7 +775,7 @@ TEST(fake_timeouts_on_handshake) {
 TEST(fake_server_exits_then_call) {
     /* SIGPIPE must not kill us when the server is gone and we write a request */
     struct mcp_server_params p = {0};
-    p.timeout_ms = 3000;
+    p.timeout_ms = 10000;
     mcp_client *c = NULL;
     char err[600];
     ASSERT_OK(open_fake("exitafterinit", &p, &c, err, sizeof err));
@@ -791,7 +791,7 @@ TEST(fake_server_exits_then_call) {
     int st = mcp_call_tool(c, "echo", args, &r, err, sizeof err);
     json_decref(args);
     ASSERT_EQ(st, MCP_ECLOSED);
-    ASSERT_TRUE(nx_time_s() - t0 < 2.0);
+    ASSERT_TRUE(nx_time_s() - t0 < 5.0); /* timeout 10 s: closed is seen, not waited out */
     ASSERT_CONTAINS(err, "tools/call echo");
     mcp_close(c);
 }

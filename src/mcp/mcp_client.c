@@ -372,7 +372,7 @@ static int initialize(mcp_client *c, char *err, size_t errlen) {
     return MCP_OK;
 }
 
-int mcp_open(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen) {
+int mcp_start(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen) {
     if (out) *out = NULL;
     if (!p || !out) return mcp_seterr(err, errlen, MCP_EARG, "bad argument");
     if (p->era != MCP_ERA_AUTO && p->era != MCP_ERA_LEGACY && p->era != MCP_ERA_MODERN)
@@ -383,6 +383,7 @@ int mcp_open(const struct mcp_server_params *p, mcp_client **out, char *err, siz
     if (!c) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
     c->fd_in = c->fd_out = c->fd_err = -1;
     c->wait_id = -1;
+    c->era = p->era;
     c->timeout_ms = p->timeout_ms ? p->timeout_ms : MCP_DEFAULT_TIMEOUT_MS;
     c->probe_timeout_ms = p->probe_timeout_ms ? p->probe_timeout_ms
                                               : (c->timeout_ms < 2000 ? c->timeout_ms : 2000);
@@ -393,12 +394,28 @@ int mcp_open(const struct mcp_server_params *p, mcp_client **out, char *err, siz
         free(c);
         return st;
     }
-    if (p->era != MCP_ERA_LEGACY) {
-        st = probe_modern(c, p->era, err, errlen);
+    *out = c;
+    return MCP_OK;
+}
+
+int mcp_handshake(mcp_client *c, char *err, size_t errlen) {
+    int st;
+    if (c->era != MCP_ERA_LEGACY) {
+        st = probe_modern(c, c->era, err, errlen);
         if (st == 1) st = initialize(c, err, errlen);
     } else {
         st = initialize(c, err, errlen);
     }
+    return st;
+}
+
+int mcp_open(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen) {
+    if (out) *out = NULL;
+    if (!out) return mcp_seterr(err, errlen, MCP_EARG, "bad argument");
+    mcp_client *c;
+    int st = mcp_start(p, &c, err, errlen);
+    if (st) return st;
+    st = mcp_handshake(c, err, errlen);
     if (st) {
         mcp_close(c);
         return st;

@@ -247,19 +247,25 @@ int mcp_config_load(const char *path, mcp_config **out, char *err, size_t errlen
     return MCP_OK;
 }
 
+static void server_params(const mcp_config *cfg, size_t i, int timeout_ms,
+                          struct mcp_server_params *p) {
+    const struct mcp_server_cfg *s = &cfg->s[i];
+    memset(p, 0, sizeof *p);
+    p->argv = (const char *const *)s->argv;
+    p->env = (const char *const *)s->env;
+    p->cwd = s->cwd;
+    p->timeout_ms = timeout_ms > 0 ? timeout_ms : s->timeout_ms;
+}
+
 int mcp_config_open(const mcp_config *cfg, size_t i, int timeout_ms, mcp_client **out, char *err,
                     size_t errlen) {
     *out = NULL;
     if (!cfg || i >= cfg->n) return mcp_seterr(err, errlen, MCP_EARG, "no server %zu", i);
-    const struct mcp_server_cfg *s = &cfg->s[i];
-    struct mcp_server_params p = {0};
-    p.argv = (const char *const *)s->argv;
-    p.env = (const char *const *)s->env;
-    p.cwd = s->cwd;
-    p.timeout_ms = timeout_ms > 0 ? timeout_ms : s->timeout_ms;
+    struct mcp_server_params p;
+    server_params(cfg, i, timeout_ms, &p);
     char msg[512];
     int st = mcp_open(&p, out, msg, sizeof msg);
-    if (st) return mcp_seterr(err, errlen, st, "server '%s': %s", s->name, msg);
+    if (st) return mcp_seterr(err, errlen, st, "server '%s': %s", cfg->s[i].name, msg);
     return MCP_OK;
 }
 
@@ -281,14 +287,21 @@ int mcp_config_list_tools(const char *config_path, int timeout_ms, json_t **tool
         mcp_config_free(cfg);
         return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
     }
+    /* every server boots at the same time; then handshake and list one by one; then all
+     * get EOF at once and are reaped */
+    mcp_client **cl = calloc(cfg->n ? cfg->n : 1, sizeof *cl);
+    if (!cl) st = mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+    char msg[512];
     for (size_t i = 0; i < cfg->n && !st; i++) {
-        mcp_client *c;
-        st = mcp_config_open(cfg, i, timeout_ms, &c, err, errlen);
-        if (st) break;
+        struct mcp_server_params p;
+        server_params(cfg, i, timeout_ms, &p);
+        st = mcp_start(&p, &cl[i], msg, sizeof msg);
+        if (st) mcp_seterr(err, errlen, st, "server '%s': %s", cfg->s[i].name, msg);
+    }
+    for (size_t i = 0; i < cfg->n && !st; i++) {
         json_t *tools = NULL;
-        char msg[512];
-        st = mcp_list_tools(c, &tools, msg, sizeof msg);
-        mcp_close(c);
+        st = mcp_handshake(cl[i], msg, sizeof msg);
+        if (!st) st = mcp_list_tools(cl[i], &tools, msg, sizeof msg);
         if (st) {
             mcp_seterr(err, errlen, st, "server '%s': %s", cfg->s[i].name, msg);
             break;
@@ -311,6 +324,10 @@ int mcp_config_list_tools(const char *config_path, int timeout_ms, json_t **tool
         free(v);
         json_decref(tools);
     }
+    for (size_t i = 0; cl && i < cfg->n; i++)
+        if (cl[i]) mcp_proc_eof(cl[i]);
+    for (size_t i = 0; cl && i < cfg->n; i++) mcp_close(cl[i]);
+    free(cl);
     mcp_config_free(cfg);
     if (st) {
         json_decref(all);

@@ -50,7 +50,8 @@ struct mcp_client {
     json_t *wait_resp; /* its response once read */
 
     int timeout_ms, probe_timeout_ms, max_pages;
-    bool modern;
+    enum mcp_era era; /* asked for */
+    bool modern;      /* in use */
     char version[32];
     json_t *server_info, *server_caps;
     char *instructions;
@@ -85,6 +86,15 @@ int mcp_proc_pump(mcp_client *c, double deadline, bool stop_on_changed);
 
 /* Closes stdin, waits, TERM, KILL, reaps; closes every fd. */
 void mcp_proc_close(mcp_client *c);
+
+/* Closes the server's stdin only (the first step of closing; lets several servers shut down
+ * at the same time). */
+void mcp_proc_eof(mcp_client *c);
+
+/* mcp_open in two steps, so several servers can boot at the same time: mcp_start spawns (no
+ * I/O), mcp_handshake negotiates (on failure the caller still mcp_close's the client). */
+int mcp_start(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen);
+int mcp_handshake(mcp_client *c, char *err, size_t errlen);
 
 /* Handles one line from the server (mcp_client.c). */
 void mcp_handle_line(mcp_client *c, const char *line, size_t len);

@@ -538,6 +538,11 @@ static bool wait_exit(mcp_client *c, int ms) {
     }
 }
 
+void mcp_proc_eof(mcp_client *c) {
+    if (c->fd_in >= 0) close(c->fd_in);
+    c->fd_in = -1;
+}
+
 void mcp_proc_close(mcp_client *c) {
     if (c->fd_in >= 0) close(c->fd_in);
     c->fd_in = -1;
