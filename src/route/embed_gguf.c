@@ -9,8 +9,10 @@
  *   documents are prepended (nomic-embed-text-v1.5's model card); other models get the text
  *   as is (bge's query instruction is optional and left to the caller).
  * - The reranker's score is the classifier logit on [CLS] query [SEP] document [SEP].
- * - Threads: each call uses up to 8 threads (min with the online CPUs); results do not depend on
- *   the count. The model is read-only, so one embedder may be shared by threads.
+ * - Threads: each call uses NX_EMBED_THREADS threads (environment, read at open; default 1, at
+ *   most the online CPUs); results do not depend on the count. The default is 1 because the
+ *   engine's pool spins between jobs, which costs more than it gains on a loaded machine with
+ *   short texts. The model is read-only, so one embedder may be shared by threads.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,9 +37,12 @@ struct gguf_reranker {
 };
 
 static int pick_threads(void) {
+    const char *env = getenv("NX_EMBED_THREADS");
+    long want = env ? strtol(env, NULL, 10) : 1;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     if (n < 1) n = 1;
-    return (int)(n > 8 ? 8 : n);
+    if (want < 1) want = 1;
+    return (int)(want > n ? n : want);
 }
 
 /* Load path and check it is an encoder; NULL with a message otherwise. */
