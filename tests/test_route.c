@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "nexus.h"
 #include "route/bm25.h"
 #include "route/registry.h"
 #include "route/router.h"
@@ -730,6 +731,138 @@ TEST(router_modes) {
     p.k = 0;
     ASSERT_TRUE(rt_router_new(&r, NULL, 0, &p, NULL, err, sizeof err) == NULL);
     rt_registry_free(&r);
+}
+
+/* ---- CLI entry points on fixtures ---- */
+
+static int run_cli(int (*fn)(int, char **), const char *const *args) {
+    char *argv[64];
+    int argc = 0;
+    argv[argc++] = "nexus";
+    for (; args[argc - 1] && argc < 63; argc++) argv[argc] = (char *)args[argc - 1];
+    argv[argc] = NULL;
+    fflush(stdout);
+    return fn(argc, argv);
+}
+
+#define FX "tests/fixtures/route/"
+
+TEST(eval_routing_custom) {
+    const char *out = tmp_path("custom.json");
+    const char *a[] = {"eval-routing", "--tools", FX "tools.json", FX "functions.json", "--queries",
+                       FX "queries.jsonl", "--json", out, NULL};
+    ASSERT_EQ(run_cli(eval_routing_main, a), 0);
+    json_error_t je;
+    json_t *j = json_load_file(out, 0, &je);
+    ASSERT_TRUE(j != NULL);
+    ASSERT_EQ(json_integer_value(json_object_get(j, "n_tools")), 7);
+    ASSERT_EQ(json_integer_value(json_object_get(j, "n_queries")), 9); /* the blank line skipped */
+    /* the last two queries share no word with their tool's document: BM25 misses exactly them */
+    ASSERT_NEAR(json_real_value(json_object_get(j, "r1")), 7.0 / 9.0, 1e-12);
+    ASSERT_TRUE(json_real_value(json_object_get(j, "r5")) >= 7.0 / 9.0);
+    json_t *w = json_object_get(j, "wrong");
+    ASSERT_EQ(json_array_size(w), 2);
+    ASSERT_EQ(json_integer_value(json_object_get(json_array_get(w, 0), "line")), 9);
+    ASSERT_EQ(json_integer_value(json_object_get(json_array_get(w, 1), "line")), 10);
+    json_decref(j);
+    const char *b[] = {"eval-routing", "--tools", FX "tools.json", "--queries", FX "bad_queries.jsonl", NULL};
+    ASSERT_EQ(run_cli(eval_routing_main, b), 1);
+    const char *c[] = {"eval-routing", "--tools", FX "tools.json", "--queries", FX "unknown_tool.jsonl", NULL};
+    ASSERT_EQ(run_cli(eval_routing_main, c), 1);
+    const char *d[] = {"eval-routing", "--tools", FX "tools.json", NULL};
+    ASSERT_EQ(run_cli(eval_routing_main, d), 2);
+    const char *e[] = {"eval-routing", "--tools", FX "tools.json", "--queries", FX "queries.jsonl",
+                       "--embedder", "dense", NULL};
+    ASSERT_EQ(run_cli(eval_routing_main, e), 1); /* needs --embed-model */
+    const char *f[] = {"eval-routing", "--tools", FX "no-such.json", "--queries", FX "queries.jsonl", NULL};
+    ASSERT_EQ(run_cli(eval_routing_main, f), 1);
+}
+
+TEST(eval_routing_bfcl_mini) {
+    /* a 9-line BFCL-shaped fixture: pool = 5 distinct names over live_multiple + multiple */
+    const char *out = tmp_path("bfcl.json"), *out2 = tmp_path("bfcl2.json"), *svg = tmp_path("bfcl.svg");
+    const char *a[] = {"eval-routing", "--bfcl", FX "bfcl", "--sizes", "2,4,10", "--json", out,
+                       "--svg", svg, NULL};
+    ASSERT_EQ(run_cli(eval_routing_main, a), 0);
+    json_error_t je;
+    json_t *j = json_load_file(out, 0, &je);
+    ASSERT_TRUE(j != NULL);
+    json_t *e = json_array_get(json_object_get(j, "embedders"), 0);
+    ASSERT_EQ(json_integer_value(json_object_get(e, "pool_tools")), 5);
+    json_t *sw = json_object_get(e, "sweep");
+    ASSERT_EQ(json_array_size(sw), 6);
+    const int want_n[6] = {2, 4, 5, 2, 4, 5}, want_q[6] = {3, 3, 3, 2, 2, 2};
+    for (int i = 0; i < 6; i++) {
+        json_t *c = json_array_get(sw, (size_t)i);
+        ASSERT_EQ(json_integer_value(json_object_get(c, "n_tools")), want_n[i]); /* N capped by the pool */
+        ASSERT_EQ(json_integer_value(json_object_get(c, "n_queries")), want_q[i]);
+        ASSERT_NEAR(json_real_value(json_object_get(c, "r1")), 1.0, 0); /* lexically obvious */
+    }
+    json_t *po = json_object_get(e, "pooled");
+    ASSERT_EQ(json_integer_value(json_object_get(json_array_get(po, 0), "n_tools")), 4);
+    ASSERT_EQ(json_integer_value(json_object_get(json_array_get(po, 1), "n_tools")), 3);
+    json_t *ab = json_object_get(e, "abstention");
+    ASSERT_EQ(json_integer_value(json_object_get(ab, "n_cal_relevant")) +
+                  json_integer_value(json_object_get(ab, "n_test_relevant")), 5);
+    ASSERT_EQ(json_integer_value(json_object_get(ab, "n_cal_irrelevant")) +
+                  json_integer_value(json_object_get(ab, "n_test_irrelevant")), 4);
+    json_decref(j);
+    FILE *f = fopen(svg, "rb");
+    ASSERT_TRUE(f != NULL);
+    char head[256] = {0};
+    ASSERT_TRUE(fread(head, 1, sizeof head - 1, f) > 10);
+    fclose(f);
+    ASSERT_TRUE(strstr(head, "<svg") != NULL);
+    /* same seed, same numbers */
+    const char *b[] = {"eval-routing", "--bfcl", FX "bfcl", "--sizes", "2,4,10", "--json", out2, NULL};
+    ASSERT_EQ(run_cli(eval_routing_main, b), 0);
+    size_t l1, l2;
+    char err[256];
+    char *t1 = rt_read_file(out, &l1, err, sizeof err), *t2 = rt_read_file(out2, &l2, err, sizeof err);
+    ASSERT_TRUE(t1 && t2 && l1 == l2 && memcmp(t1, t2, l1) == 0);
+    nx_free(t1);
+    nx_free(t2);
+    const char *c[] = {"eval-routing", "--bfcl", FX "no-such-dir", NULL};
+    ASSERT_EQ(run_cli(eval_routing_main, c), 1);
+}
+
+TEST(route_and_signatures_cli) {
+    const char *a[] = {"route", "--tools", FX "tools.json", "what is the weather in Oslo", NULL};
+    ASSERT_EQ(run_cli(route_main, a), 0);
+    const char *b[] = {"route", "--tools", FX "tools.json", "--embedder", "hybrid", "q", NULL};
+    ASSERT_EQ(run_cli(route_main, b), 2);
+    const char *c[] = {"route", "--tools", FX "tools.json", NULL};
+    ASSERT_EQ(run_cli(route_main, c), 2);
+    const char *d[] = {"route", "--tools", FX "bad_queries.jsonl", "q", NULL};
+    ASSERT_EQ(run_cli(route_main, d), 1);
+    char vocab[512];
+    snprintf(vocab, sizeof vocab, "%s/models/vocab/ggml-vocab-llama-bpe.gguf", test_shared());
+    const char *out = tmp_path("sig.json");
+    const char *e[] = {"signatures", "--tools", FX "tools.json", FX "functions.json", "-m", vocab,
+                       "--json", out, NULL};
+    ASSERT_EQ(run_cli(signatures_main, e), 0);
+    json_error_t je;
+    json_t *j = json_load_file(out, 0, &je);
+    ASSERT_TRUE(j != NULL);
+    ASSERT_EQ(json_integer_value(json_object_get(j, "n_tools")), 7);
+    nx_model *m = NULL;
+    char err[256];
+    struct nx_model_params mp = nx_model_default_params();
+    ASSERT_OK(nx_model_load(vocab, &mp, &m, err, sizeof err));
+    json_t *tools = json_object_get(j, "tools");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *sig = json_string_value(json_object_get(t, "signature"));
+        int32_t n = nx_tokenize(m, sig, strlen(sig), NULL, 0, false, false);
+        ASSERT_EQ(json_integer_value(json_object_get(t, "sig_tokens")), n < 0 ? -n : n);
+        ASSERT_TRUE(json_integer_value(json_object_get(t, "sig_tokens")) <
+                    json_integer_value(json_object_get(t, "full_tokens")));
+    }
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_array_get(tools, 2), "signature")),
+                  "createIssue(owner: string, repo: string, title: string, labels?: string[])");
+    nx_model_free(m);
+    json_decref(j);
 }
 
 TEST_MAIN
