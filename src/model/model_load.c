@@ -68,7 +68,8 @@ static nx_status load_hparams(const struct gguf_file *f, struct nx_hparams *hp,
         hp->arch = NX_ARCH_QWEN3;
     else
         return nx_err_set(err, NX_STATUS_UNSUPPORTED,
-                          "unsupported architecture '%s' (supported: llama, mistral, qwen2, qwen3)",
+                          "unsupported architecture '%s' (supported: llama, mistral, qwen2, qwen3, "
+                          "bert, nomic-bert)",
                           arch);
     nx_status st;
     if ((st = get_i32_key(f, arch, "embedding_length", &hp->n_embd, true, err))) return st;
