@@ -835,8 +835,19 @@ TEST(route_and_signatures_cli) {
     ASSERT_EQ(run_cli(route_main, c), 2);
     const char *d[] = {"route", "--tools", FX "bad_queries.jsonl", "q", NULL};
     ASSERT_EQ(run_cli(route_main, d), 1);
+    /* the gate's fallbacks with a (tiny, story-trained) chat model: chat reranker, then
+     * constrained name decoding; only that they run and pick a listed tool is checked here */
+    char chat[512];
+    snprintf(chat, sizeof chat, "%s/models/stories260K/stories260K.gguf", test_shared());
+    const char *g[] = {"route", "--tools", FX "tools.json", "--chat-model", chat, "--tau", "1e9",
+                       "--chat-tau", "1e9", "-k", "3", "weather in Oslo", NULL};
+    ASSERT_EQ(run_cli(route_main, g), 0);
+    const char *h[] = {"route", "--tools", FX "tools.json", "--name-decode", "q", NULL};
+    ASSERT_EQ(run_cli(route_main, h), 2); /* needs --chat-model */
     char vocab[512];
     snprintf(vocab, sizeof vocab, "%s/models/vocab/ggml-vocab-llama-bpe.gguf", test_shared());
+    const char *k[] = {"route", "--tools", FX "tools.json", "--chat-model", vocab, "--tau", "1e9", "q", NULL};
+    ASSERT_EQ(run_cli(route_main, k), 1); /* a vocabulary-only model cannot rerank: clear error */
     const char *out = tmp_path("sig.json");
     const char *e[] = {"signatures", "--tools", FX "tools.json", FX "functions.json", "-m", vocab,
                        "--json", out, NULL};

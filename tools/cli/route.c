@@ -51,7 +51,9 @@
 #include "mcp/mcp.h"
 #include "nexus.h"
 #include "route/bm25.h"
+#include "route/chat_rerank.h"
 #include "route/embed.h"
+#include "route/namedec.h"
 #include "route/registry.h"
 #include "route/router.h"
 #include "route/signature.h"
@@ -196,13 +198,19 @@ static void route_usage(void) {
     fprintf(stderr,
             "usage: nexus route (--tools FILE ... | --mcp CONFIG) [--embedder bm25|dense|hybrid]\n"
             "                   [--embed-model PATH] [--tau X] [-k 5] [--abstain-below X]\n"
-            "                   [--rerank-model PATH.gguf] \"query\"\n");
+            "                   [--rerank-model PATH.gguf] [--chat-model PATH.gguf [--chat-tau 0.05]\n"
+            "                   [--name-decode]] \"query\"\n"
+            "When the gate fires (margin < tau) the top-k are reranked by the cross-encoder\n"
+            "(--rerank-model) or else by the chat model's relevance score (--chat-model); if the\n"
+            "chat reranker's own top-two gap is below --chat-tau (or always with --name-decode)\n"
+            "the chat model picks among the top-k names by constrained decoding.\n");
 }
 
 int route_main(int argc, char **argv) {
     const char *files[MAX_FILES], *mcp = NULL, *embed_model = NULL, *rerank_model = NULL;
-    const char *query = NULL;
-    int nf = 0;
+    const char *query = NULL, *chat_model = NULL;
+    int nf = 0, name_decode = 0;
+    double chat_tau = 0.05;
     struct rt_router_params p = rt_router_default_params();
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
@@ -231,10 +239,15 @@ int route_main(int argc, char **argv) {
             if (!v) return bad_arg("route", "%s needs a value", a);
             rerank_model = v;
             i++;
-        } else if (!strcmp(a, "--chat-model") || !strcmp(a, "--name-decode")) {
-            fprintf(stderr, "nexus route: %s is not available yet (the chat-model reranker and "
-                    "name decoding have not landed)\n", a);
-            return 1;
+        } else if (!strcmp(a, "--chat-model")) {
+            if (!v) return bad_arg("route", "%s needs a value", a);
+            chat_model = v;
+            i++;
+        } else if (!strcmp(a, "--chat-tau")) {
+            if (get_double("route", a, v, &chat_tau)) return 2;
+            i++;
+        } else if (!strcmp(a, "--name-decode")) {
+            name_decode = 1;
         } else if (!strcmp(a, "--tau")) {
             if (get_double("route", a, v, &dv)) return 2;
             p.tau = (float)dv;
@@ -264,6 +277,7 @@ int route_main(int argc, char **argv) {
     }
     if (p.mode != RT_MODE_BM25 && !embed_model)
         return bad_arg("route", "--embedder %s needs --embed-model PATH", rt_mode_name(p.mode));
+    if (name_decode && !chat_model) return bad_arg("route", "%s needs --chat-model PATH", "--name-decode");
     rt_registry reg;
     if (build_registry("route", &reg, files, nf, mcp)) {
         rt_registry_free(&reg);
@@ -273,6 +287,7 @@ int route_main(int argc, char **argv) {
     rt_embedder *emb = NULL;
     rt_reranker *rr = NULL;
     rt_router *rt = NULL;
+    nx_model *chat = NULL;
     int rc = 1;
     if (p.mode != RT_MODE_BM25) {
         emb = rt_embedder_open(embed_model, err, sizeof err);
@@ -289,6 +304,21 @@ int route_main(int argc, char **argv) {
             goto done;
         }
         p.reranker = rr;
+    }
+    if (chat_model) {
+        struct nx_model_params mp = nx_model_default_params();
+        if (nx_model_load(chat_model, &mp, &chat, err, sizeof err)) {
+            fprintf(stderr, "nexus route: cannot load '%s': %s\n", chat_model, err);
+            goto done;
+        }
+        if (!rr) {
+            rr = rt_reranker_chat_open(chat, err, sizeof err);
+            if (!rr) {
+                fprintf(stderr, "nexus route: %s\n", err);
+                goto done;
+            }
+            p.reranker = rr;
+        }
     }
     rt = rt_router_new(&reg, NULL, 0, &p, NULL, err, sizeof err);
     if (!rt) {
@@ -316,7 +346,46 @@ int route_main(int argc, char **argv) {
         for (int i = 0; i < out.n_rerank; i++)
             printf("  %2d  %-40s %.6f\n", i + 1, reg.tools[out.rerank[i].id].name, out.rerank[i].score);
     } else if (out.undecided) {
-        printf("undecided: the gate fired and no reranker is configured (--rerank-model)\n");
+        printf("undecided: the gate fired and no reranker is configured (--rerank-model, --chat-model)\n");
+    }
+    /* constrained name decoding by the chat model among the top-k */
+    int undecided_chat = out.reranked && rr && chat && !strcmp(rr->name, "chat-relevance") &&
+                         out.n_rerank >= 2 && out.rerank[0].score - out.rerank[1].score < chat_tau;
+    if (chat && (name_decode || undecided_chat)) {
+        const char *names[RT_SLB_KMAX];
+        int nn = out.reranked ? out.n_rerank : out.n;
+        for (int i = 0; i < nn; i++)
+            names[i] = reg.tools[out.reranked ? out.rerank[i].id : out.hit[i].id].name;
+        size_t plen = strlen(query) + 64;
+        for (int i = 0; i < nn; i++) plen += strlen(names[i]) + 2;
+        char *prompt = nx_malloc(plen);
+        if (!prompt) {
+            fprintf(stderr, "nexus route: out of memory\n");
+            goto done;
+        }
+        size_t o = (size_t)snprintf(prompt, plen, "Tools: ");
+        for (int i = 0; i < nn; i++) o += (size_t)snprintf(prompt + o, plen - o, "%s%s", i ? ", " : "", names[i]);
+        snprintf(prompt + o, plen - o, ".\nQuery: %s\nTool:", query);
+        rt_namedec *nd = rt_namedec_build(chat, prompt, names, nn, NULL, err, sizeof err);
+        nx_free(prompt);
+        nx_ctx *ctx = NULL;
+        int pick = -1;
+        if (nd) {
+            struct nx_ctx_params cp = nx_ctx_default_params();
+            if (nx_ctx_init(chat, &cp, &ctx, err, sizeof err) == 0 &&
+                rt_namedec_decode(nd, ctx, &pick, NULL, err, sizeof err) != 0)
+                pick = -1;
+        }
+        nx_ctx_free(ctx);
+        rt_namedec_free(nd);
+        if (pick < 0) {
+            fprintf(stderr, "nexus route: name decoding failed: %s\n", err);
+            goto done;
+        }
+        printf("name decoding (%s) chose: %s\n", name_decode ? "--name-decode" : "chat reranker undecided",
+               names[pick]);
+        ch = &reg.tools[out.reranked ? out.rerank[pick].id : out.hit[pick].id];
+        printf("chosen after name decoding: %s\n", ch->name);
     }
     char *sig = rt_signature(ch);
     printf("signature: %s\n", sig ? sig : "(out of memory)");
@@ -325,6 +394,7 @@ int route_main(int argc, char **argv) {
 done:
     rt_router_free(rt);
     rt_reranker_free(rr);
+    nx_model_free(chat);
     rt_embedder_free(emb);
     rt_registry_free(&reg);
     return rc;
