@@ -924,6 +924,19 @@ TEST(config_parse_errors) {
     ASSERT_TRUE(tools == NULL);
 }
 
+TEST(config_fixture_parses) {
+    /* the example config for the real servers (README), run from the project root */
+    mcp_config *cfg = NULL;
+    char err[600];
+    int st = mcp_config_load("tests/fixtures/mcp/servers.json", &cfg, err, sizeof err);
+    if (st) FAILF("%s", err);
+    ASSERT_EQ(mcp_config_count(cfg), 3);
+    ASSERT_STR_EQ(mcp_config_name(cfg, 0), "everything");
+    ASSERT_STR_EQ(mcp_config_name(cfg, 1), "fs");
+    ASSERT_STR_EQ(mcp_config_name(cfg, 2), "memory");
+    mcp_config_free(cfg);
+}
+
 TEST(config_list_tools_fake_servers) {
     const char *d = tmpdir();
     ASSERT_TRUE(d != NULL);

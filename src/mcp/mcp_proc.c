@@ -510,8 +510,9 @@ static bool wait_exit(mcp_client *c, int ms) {
     for (;;) {
         siginfo_t si;
         memset(&si, 0, sizeof si);
-        if (waitid(P_PID, (id_t)c->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == c->pid)
-            return true;
+        int w = waitid(P_PID, (id_t)c->pid, &si, WEXITED | WNOHANG | WNOWAIT);
+        if (w == 0 && si.si_pid == c->pid) return true;
+        if (w < 0 && errno == ECHILD) return true; /* reaped elsewhere (SIGCHLD ignored) */
         double left = end - mcp_now();
         if (left <= 0) return false;
         struct pollfd pf[2];
@@ -547,7 +548,8 @@ void mcp_proc_close(mcp_client *c) {
     if (c->fd_in >= 0) close(c->fd_in);
     c->fd_in = -1;
     if (c->pid > 0 && !c->reaped) {
-        if (!wait_exit(c, 1000)) {
+        /* a server that broke the protocol gets little time to exit on its own */
+        if (!wait_exit(c, c->broken ? 100 : 1000)) {
             kill(-c->pid, SIGTERM);
             kill(c->pid, SIGTERM);
             if (!wait_exit(c, 1000)) kill(c->pid, SIGKILL);
