@@ -629,6 +629,7 @@ static void usage(void) {
             "  nexus tokenize -m MODEL (--text TEXT | --file F) [--bos]\n"
             "  nexus bench -m MODEL [-p 512] [-n 128] [--depth D] [-t N] [-r REPS] [--json]\n"
             "  nexus mkmodel -o OUT.gguf [--preset NAME] [--arch A] [--type T] ... (--help)\n"
+            "  nexus mcp list|call (--config FILE | --server \"CMD ARGS\") [TOOL JSON] (--help)\n"
             "  nexus embed -m MODEL [--pooling mean|cls|last] [--no-normalize] [-t N] TEXT...\n"
             "  nexus rerank -m MODEL --query Q [-t N] DOC...\n"
             "  nexus eval -m MODEL [--policies full,nexus,...] [--densities 0.1,0.2]\n"
