@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Markdown tables for the README from the JSON files that `nexus eval`, `nexus eval-ruler`,
+`nexus eval-efficiency` and `nexus eval-longbench` write.
+
+usage: python3 scripts/eval_table.py FILE.json [FILE.json ...]
+
+The kind of file is recognised from its fields. For `nexus eval` files the table is followed by
+a summary per density x regime: the policies ranked by KL (lower is closer to dense) with the
+KV memory each actually held, and where Nexus places.
+"""
+import json
+import sys
+
+
+def fmt_eval(rows, name):
+    out = [f"`{name}`: {rows[0]['streams']} {rows[0]['source']} streams of {rows[0]['stream_len']} "
+           f"tokens, block/sink/recent {rows[0]['kv_block']}/{rows[0]['kv_sink']}/{rows[0]['kv_recent']}, "
+           f"recall at >= {rows[0]['recall_blocks']} blocks back, seed {rows[0]['seed']}; mean ± sd over streams",
+           "",
+           "| policy | density | regime | KV held vs dense | KL (nats) | top-1 | ppl | recall (n streams) |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['policy']} | {r['density']:.2f} | {r['regime']} | {r.get('kv_frac', float('nan')):.3f} | "
+                   f"{r['kl']:.4f} ± {r['kl_sd']:.4f} | {r['top1']:.3f} ± {r['top1_sd']:.3f} | "
+                   f"{r['ppl']:.3f} | {r['recall']:.3f} ± {r['recall_sd']:.3f} ({r['recall_streams']}) |")
+    out.append("")
+    out.append("| density | regime | policies by KL, closest to dense first (KV held vs dense) | Nexus rank |")
+    out.append("|---|---|---|---|")
+    keys = []
+    for r in rows:
+        k = (r['density'], r['regime'])
+        if k not in keys:
+            keys.append(k)
+    for d, g in keys:
+        ev = [r for r in rows if r['density'] == d and r['regime'] == g and r['policy'] != 'full']
+        ev.sort(key=lambda r: r['kl'])
+        names = [r['policy'] for r in ev]
+        rank = f"{names.index('nexus') + 1} of {len(names)}" if 'nexus' in names else "-"
+        desc = ", ".join(f"{r['policy']} {r['kl']:.4f} ({r.get('kv_frac', float('nan')):.2f})" for r in ev)
+        out.append(f"| {d:.2f} | {g} | {desc} | {rank} |")
+    return out
+
+
+def fmt_ruler(doc, name):
+    res = doc['results']
+    tasks = []
+    cfgs = []
+    for r in res:
+        if r['task'] not in tasks:
+            tasks.append(r['task'])
+        c = (r['policy'], r['density'], r['regime'])
+        if c not in cfgs:
+            cfgs.append(c)
+    out = [f"`{name}`: target {doc['length']} tokens, {doc['samples']} samples per task, "
+           f"{doc['metric']} x 100", "",
+           "| policy | density | regime | " + " | ".join(tasks) + " | mean |",
+           "|---|---|---|" + "---|" * (len(tasks) + 1)]
+    for c in cfgs:
+        sc = {r['task']: r['score'] for r in res if (r['policy'], r['density'], r['regime']) == c}
+        vals = [sc[t] for t in tasks]
+        dens = "1.00" if c[0] == 'full' else f"{c[1]:.2f}"
+        out.append(f"| {c[0]} | {dens} | {c[2]} | " + " | ".join(f"{v:.1f}" for v in vals) +
+                   f" | {sum(vals) / len(vals):.1f} |")
+    if doc.get('skipped'):
+        out.append("")
+        out.append("Did not fit the target length with this tokenizer: " + ", ".join(doc['skipped']) + ".")
+    out.append("")
+    out.append("Left out (corpora we do not have): " + "; ".join(doc['left_out']) + ".")
+    return out
+
+
+def fmt_effi(rows, name):
+    r0 = rows[0]
+    out = [f"`{name}`: {r0['model']}, {r0['threads']} threads, kernels {r0['kernels']}, prompt {r0['prompt']} "
+           f"tokens, {r0['regime']} regime", "",
+           "| policy | density | generated | context | tok/s | vs full | median ms | p99 ms | KV MiB | vs full | evicting, % |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    full = {r['gen_len']: r for r in rows if r['policy'] == 'full'}
+    for r in rows:
+        f = full.get(r['gen_len'])
+        vs_t = f"{r['tps'] / f['tps']:.2f}x" if f else "-"
+        vs_k = f"{r['kv_bytes'] / f['kv_bytes']:.3f}x" if f else "-"
+        out.append(f"| {r['policy']} | {r['density']:.2f} | {r['gen_len']} | {r['ctx_len']} | {r['tps']:.1f} | {vs_t} | "
+                   f"{r['lat_median_ms']:.2f} | {r['lat_p99_ms']:.2f} | {r['kv_bytes'] / 1048576:.1f} | {vs_k} | "
+                   f"{100 * r['evict_share']:.1f} |")
+    return out
+
+
+def fmt_longbench(rows, name):
+    ds = []
+    cfgs = []
+    for r in rows:
+        if r['dataset'] not in ds:
+            ds.append(r['dataset'])
+        c = (r['policy'], r['density'], r['regime'])
+        if c not in cfgs:
+            cfgs.append(c)
+    out = [f"`{name}`", "", "| policy | density | regime | " + " | ".join(ds) + " |",
+           "|---|---|---|" + "---|" * len(ds)]
+    for c in cfgs:
+        sc = {r['dataset']: r['score'] for r in rows if (r['policy'], r['density'], r['regime']) == c}
+        out.append(f"| {c[0]} | {c[1]:.2f} | {c[2]} | " +
+                   " | ".join("-" if sc[d] is None else f"{sc[d]:.2f}" for d in ds) + " |")
+    return out
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 1
+    for path in sys.argv[1:]:
+        with open(path) as f:
+            doc = json.load(f)
+        if isinstance(doc, dict) and 'results' in doc:
+            lines = fmt_ruler(doc, path)
+        elif doc and 'kl' in doc[0]:
+            lines = fmt_eval(doc, path)
+        elif doc and 'gen_len' in doc[0]:
+            lines = fmt_effi(doc, path)
+        elif doc and 'dataset' in doc[0]:
+            lines = fmt_longbench(doc, path)
+        else:
+            print(f"{path}: not a nexus eval file", file=sys.stderr)
+            return 1
+        print("\n".join(lines))
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
