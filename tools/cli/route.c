@@ -127,7 +127,7 @@ static int write_json(const char *cmd, const char *path, json_t *root) {
         fprintf(stderr, "nexus %s: %s\n", cmd, err);
         return -1;
     }
-    if (json_dumpf(root, o.f, JSON_INDENT(1) | JSON_PRESERVE_ORDER) != 0) {
+    if (json_dumpf(root, o.f, JSON_COMPACT | JSON_PRESERVE_ORDER) != 0) {
         nx_outfile_abort(&o);
         fprintf(stderr, "nexus %s: cannot write '%s'\n", cmd, path);
         return -1;
@@ -1196,11 +1196,15 @@ static int eval_bfcl_embedder(struct eval_ctx *c, const struct eval_opts *o, enu
                 cl.c1 += rank == 1;
                 cl.c3 += rank >= 1 && rank <= 3;
                 cl.c5 += rank >= 1 && rank <= 5;
-                if (rank != 1) json_array_append_new(wrong, wrong_json(c, q, &r, rank, 0));
+                if (rank != 1) /* compact: [id, expected, got, expected_rank or null] */
+                    json_array_append_new(wrong, json_pack("[s,s,s,o]", q->id, c->names[q->expect[0]],
+                                                           c->store.tools[r.hit[0].id].name,
+                                                           rank ? json_integer(rank) : json_null()));
             }
             print_cell(ename, k_sets[set], &cl, NULL);
             fflush(stdout);
             json_t *cj = cell_json(&cl, k_sets[set]);
+            json_object_set_new(cj, "wrong_fields", json_pack("[s,s,s,s]", "id", "expected", "got", "expected_rank"));
             json_object_set_new(cj, "wrong", wrong);
             json_array_append_new(sweep, cj);
             double lo, hi;
@@ -1500,9 +1504,11 @@ static int eval_bfcl(const struct eval_opts *o) {
             panels[set * 2] = (struct svg_panel){titles[set * 2], "tools in the registry (N)", "accuracy", true, false, s[set * 2], o->n_emb};
             panels[set * 2 + 1] = (struct svg_panel){titles[set * 2 + 1], "tools in the registry (N)", "accuracy", true, false, s[set * 2 + 1], o->n_emb};
         }
-        char title[300];
-        snprintf(title, sizeof title, "Tool routing on BFCL v4: accuracy vs registry size (real distractors, seed %llu; bars: Wilson 95%%)",
-                 (unsigned long long)o->seed);
+        char title[600];
+        const char *em = o->embed_model ? strrchr(o->embed_model, '/') : NULL;
+        em = em && em[1] ? em + 1 : o->embed_model;
+        snprintf(title, sizeof title, "Tool routing on BFCL v4: accuracy vs registry size (real distractors, seed %llu; bars: Wilson 95%%)%s%.200s",
+                 (unsigned long long)o->seed, em ? "; embedder " : "", em ? em : "");
         if (svg_save(o->svg_path, title, panels, 4, err, sizeof err)) {
             fprintf(stderr, "nexus eval-routing: %s\n", err);
             rc = 1;
