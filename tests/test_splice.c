@@ -316,10 +316,10 @@ TEST(splice_errors_leave_state) {
     nx_token T[20];
     make_tokens(T, 20, 512, 21);
     nx_ctx *c = make_ctx(m, NX_TYPE_F16, 64);
-    nx_kv_block *b = NULL;
-    ASSERT_OK(nx_kv_block_compile(c, NULL, 0, T, 20, 0, &b));
-    ASSERT_EQ(nx_kv_block_compile(c, T, 5, T, 20, 3, &b), NX_STATUS_INVALID_ARG); /* n_prefix > m0 */
-    ASSERT_EQ(nx_kv_block_compile(c, NULL, 0, T, 20, 50, &b), NX_STATUS_KV_FULL);
+    nx_kv_block *b = NULL, *nb = NULL;
+    ASSERT_EQ(nx_kv_block_compile(c, T, 5, T, 20, 3, &nb), NX_STATUS_INVALID_ARG); /* n_prefix > m0 */
+    ASSERT_EQ(nx_kv_block_compile(c, NULL, 0, T, 20, 50, &nb), NX_STATUS_KV_FULL);
+    ASSERT_TRUE(nb == NULL);
     ASSERT_OK(nx_kv_block_compile(c, NULL, 0, T, 20, 0, &b));
     nx_ctx_reset(c);
     ASSERT_OK(nx_decode(c, T, 10, false));
