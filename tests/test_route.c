@@ -747,6 +747,27 @@ static int run_cli(int (*fn)(int, char **), const char *const *args) {
 
 #define FX "tests/fixtures/route/"
 
+/* Runs fn with stdout captured; returns its status, *out (free) the text it printed. */
+static int run_capture(int (*fn)(int, char **), const char *const *args, char **out) {
+    const char *path = tmp_path("stdout.txt");
+    fflush(stdout);
+    int saved = dup(1);
+    FILE *f = fopen(path, "wb");
+    if (saved < 0 || !f) abort();
+    dup2(fileno(f), 1);
+    int rc = run_cli(fn, args);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    fclose(f);
+    char err[256];
+    size_t len;
+    char *t = rt_read_file(path, &len, err, sizeof err);
+    *out = strdup(t ? t : "");
+    nx_free(t);
+    return rc;
+}
+
 TEST(eval_routing_custom) {
     const char *out = tmp_path("custom.json");
     const char *a[] = {"eval-routing", "--tools", FX "tools.json", FX "functions.json", "--queries",
@@ -828,7 +849,12 @@ TEST(eval_routing_bfcl_mini) {
 
 TEST(route_and_signatures_cli) {
     const char *a[] = {"route", "--tools", FX "tools.json", "what is the weather in Oslo", NULL};
-    ASSERT_EQ(run_cli(route_main, a), 0);
+    char *text;
+    ASSERT_EQ(run_capture(route_main, a, &text), 0);
+    ASSERT_TRUE(strstr(text, "chosen: get_weather\n") != NULL);
+    ASSERT_TRUE(strstr(text, "gate: not fired") != NULL);
+    ASSERT_TRUE(strstr(text, "signature: get_weather(city: string, units?: \"metric\"|\"imperial\")\n") != NULL);
+    free(text);
     const char *b[] = {"route", "--tools", FX "tools.json", "--embedder", "hybrid", "q", NULL};
     ASSERT_EQ(run_cli(route_main, b), 2);
     const char *c[] = {"route", "--tools", FX "tools.json", NULL};
@@ -874,6 +900,22 @@ TEST(route_and_signatures_cli) {
                   "createIssue(owner: string, repo: string, title: string, labels?: string[])");
     nx_model_free(m);
     json_decref(j);
+}
+
+TEST(route_mcp_servers) {
+    /* the router over live MCP servers (the npm servers `make test` installs for test_mcp) */
+    if (access("build-npm/node_modules/.bin/mcp-server-filesystem", X_OK) != 0) {
+        printf("  skipped: MCP test servers not installed (make npm-servers)\n");
+        return;
+    }
+    const char *a[] = {"route", "--mcp", "tests/fixtures/mcp/servers.json",
+                       "list the files in a directory", NULL};
+    char *text;
+    ASSERT_EQ(run_capture(route_main, a, &text), 0);
+    ASSERT_TRUE(strstr(text, "chosen: list_directory\n") != NULL);
+    free(text);
+    const char *b[] = {"route", "--mcp", FX "no-such-config.json", "x", NULL};
+    ASSERT_EQ(run_cli(route_main, b), 1);
 }
 
 TEST_MAIN
