@@ -444,34 +444,21 @@ int mcp_proc_pump(mcp_client *c, double deadline, bool stop_on_changed) {
         if (i_err >= 0 && pf[i_err].revents) drain_stderr(c);
 
         if (i_in >= 0 && pf[i_in].revents) {
-            if (pf[i_in].revents & (POLLERR | POLLHUP | POLLNVAL)) {
+            /* The server stopped reading (it exited, or closed its stdin). Drop what is queued
+             * and keep reading: a reply already written still arrives, and an exit shows up as
+             * EOF on stdout with its status. A later request fails at once (mcp_proc_queue). */
+            bool gone = (pf[i_in].revents & (POLLERR | POLLHUP | POLLNVAL)) != 0;
+            if (!gone) {
+                ssize_t w = write_nosigpipe(c->fd_in, c->obuf + c->opos, c->olen - c->opos);
+                if (w > 0)
+                    c->opos += (size_t)w;
+                else if (w < 0 && errno != EAGAIN && errno != EINTR)
+                    gone = true; /* EPIPE: never a SIGPIPE */
+            }
+            if (gone) {
                 close(c->fd_in);
                 c->fd_in = -1;
                 c->opos = c->olen = 0;
-                /* the reply may still come (or stdout EOF explains why); if we were still
-                 * sending, nothing can come: say so */
-                if (c->wait_id >= 0 && !c->wait_resp) {
-                    char how[96];
-                    if (c->fd_err >= 0) drain_stderr(c);
-                    describe_exit(c, how, sizeof how);
-                    return mcp_fail(c, MCP_ECLOSED, "server closed its stdin before reading "
-                                    "the whole request (%s)", how);
-                }
-            } else {
-                ssize_t w = write_nosigpipe(c->fd_in, c->obuf + c->opos, c->olen - c->opos);
-                if (w > 0) {
-                    c->opos += (size_t)w;
-                } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
-                    int e = errno;
-                    char how[96];
-                    close(c->fd_in);
-                    c->fd_in = -1;
-                    c->opos = c->olen = 0;
-                    if (c->fd_err >= 0) drain_stderr(c);
-                    describe_exit(c, how, sizeof how);
-                    return mcp_fail(c, MCP_ECLOSED, "cannot write to the server: %s (%s)",
-                                    strerror(e), how);
-                }
             }
         }
 
