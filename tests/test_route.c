@@ -28,18 +28,30 @@
 
 /* ---- helpers ---- */
 
-static char g_tmpdir[256];
+static char g_tmpdir[64];
 
+static char g_made[128][64];
+static char g_paths[128][320];
+static int g_n_made;
+
+static void tmp_cleanup(void) {
+    for (int i = 0; i < g_n_made; i++) unlink(g_paths[i]);
+    rmdir(g_tmpdir);
+}
+
+/* A path in this run's temporary directory (stable for the run; removed at exit). */
 static const char *tmp_path(const char *name) {
-    static char buf[4][512];
-    static int k;
     if (!g_tmpdir[0]) {
         snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/nx_test_route_XXXXXX");
         if (!mkdtemp(g_tmpdir)) abort();
+        atexit(tmp_cleanup);
     }
-    char *b = buf[k++ & 3];
-    snprintf(b, 512, "%s/%s", g_tmpdir, name);
-    return b;
+    for (int i = 0; i < g_n_made; i++)
+        if (strcmp(g_made[i], name) == 0) return g_paths[i];
+    if (g_n_made == 128 || strlen(name) >= 64) abort();
+    snprintf(g_made[g_n_made], 64, "%s", name);
+    snprintf(g_paths[g_n_made], sizeof g_paths[0], "%.200s/%.63s", g_tmpdir, name);
+    return g_paths[g_n_made++];
 }
 
 static const char *write_tmp(const char *name, const char *text) {
@@ -760,19 +772,22 @@ static int run_capture(int (*fn)(int, char **), const char *const *args, char **
     dup2(saved, 1);
     close(saved);
     fclose(f);
-    char err[256];
-    size_t len;
-    char *t = rt_read_file(path, &len, err, sizeof err);
-    *out = strdup(t ? t : "");
-    nx_free(t);
+    if (out) {
+        char err[256];
+        size_t len;
+        char *t = rt_read_file(path, &len, err, sizeof err);
+        *out = strdup(t ? t : "");
+        nx_free(t);
+    }
     return rc;
 }
+#define RUN(fn, args) run_capture(fn, args, NULL)
 
 TEST(eval_routing_custom) {
     const char *out = tmp_path("custom.json");
     const char *a[] = {"eval-routing", "--tools", FX "tools.json", FX "functions.json", "--queries",
                        FX "queries.jsonl", "--json", out, NULL};
-    ASSERT_EQ(run_cli(eval_routing_main, a), 0);
+    ASSERT_EQ(RUN(eval_routing_main, a), 0);
     json_error_t je;
     json_t *j = json_load_file(out, 0, &je);
     ASSERT_TRUE(j != NULL);
@@ -787,16 +802,16 @@ TEST(eval_routing_custom) {
     ASSERT_EQ(json_integer_value(json_object_get(json_array_get(w, 1), "line")), 10);
     json_decref(j);
     const char *b[] = {"eval-routing", "--tools", FX "tools.json", "--queries", FX "bad_queries.jsonl", NULL};
-    ASSERT_EQ(run_cli(eval_routing_main, b), 1);
+    ASSERT_EQ(RUN(eval_routing_main, b), 1);
     const char *c[] = {"eval-routing", "--tools", FX "tools.json", "--queries", FX "unknown_tool.jsonl", NULL};
-    ASSERT_EQ(run_cli(eval_routing_main, c), 1);
+    ASSERT_EQ(RUN(eval_routing_main, c), 1);
     const char *d[] = {"eval-routing", "--tools", FX "tools.json", NULL};
-    ASSERT_EQ(run_cli(eval_routing_main, d), 2);
+    ASSERT_EQ(RUN(eval_routing_main, d), 2);
     const char *e[] = {"eval-routing", "--tools", FX "tools.json", "--queries", FX "queries.jsonl",
                        "--embedder", "dense", NULL};
-    ASSERT_EQ(run_cli(eval_routing_main, e), 1); /* needs --embed-model */
+    ASSERT_EQ(RUN(eval_routing_main, e), 1); /* needs --embed-model */
     const char *f[] = {"eval-routing", "--tools", FX "no-such.json", "--queries", FX "queries.jsonl", NULL};
-    ASSERT_EQ(run_cli(eval_routing_main, f), 1);
+    ASSERT_EQ(RUN(eval_routing_main, f), 1);
 }
 
 TEST(eval_routing_bfcl_mini) {
@@ -804,7 +819,7 @@ TEST(eval_routing_bfcl_mini) {
     const char *out = tmp_path("bfcl.json"), *out2 = tmp_path("bfcl2.json"), *svg = tmp_path("bfcl.svg");
     const char *a[] = {"eval-routing", "--bfcl", FX "bfcl", "--sizes", "2,4,10", "--json", out,
                        "--svg", svg, NULL};
-    ASSERT_EQ(run_cli(eval_routing_main, a), 0);
+    ASSERT_EQ(RUN(eval_routing_main, a), 0);
     json_error_t je;
     json_t *j = json_load_file(out, 0, &je);
     ASSERT_TRUE(j != NULL);
@@ -836,7 +851,7 @@ TEST(eval_routing_bfcl_mini) {
     ASSERT_TRUE(strstr(head, "<svg") != NULL);
     /* same seed, same numbers */
     const char *b[] = {"eval-routing", "--bfcl", FX "bfcl", "--sizes", "2,4,10", "--json", out2, NULL};
-    ASSERT_EQ(run_cli(eval_routing_main, b), 0);
+    ASSERT_EQ(RUN(eval_routing_main, b), 0);
     size_t l1, l2;
     char err[256];
     char *t1 = rt_read_file(out, &l1, err, sizeof err), *t2 = rt_read_file(out2, &l2, err, sizeof err);
@@ -844,7 +859,7 @@ TEST(eval_routing_bfcl_mini) {
     nx_free(t1);
     nx_free(t2);
     const char *c[] = {"eval-routing", "--bfcl", FX "no-such-dir", NULL};
-    ASSERT_EQ(run_cli(eval_routing_main, c), 1);
+    ASSERT_EQ(RUN(eval_routing_main, c), 1);
 }
 
 TEST(route_and_signatures_cli) {
@@ -856,28 +871,28 @@ TEST(route_and_signatures_cli) {
     ASSERT_TRUE(strstr(text, "signature: get_weather(city: string, units?: \"metric\"|\"imperial\")\n") != NULL);
     free(text);
     const char *b[] = {"route", "--tools", FX "tools.json", "--embedder", "hybrid", "q", NULL};
-    ASSERT_EQ(run_cli(route_main, b), 2);
+    ASSERT_EQ(RUN(route_main, b), 2);
     const char *c[] = {"route", "--tools", FX "tools.json", NULL};
-    ASSERT_EQ(run_cli(route_main, c), 2);
+    ASSERT_EQ(RUN(route_main, c), 2);
     const char *d[] = {"route", "--tools", FX "bad_queries.jsonl", "q", NULL};
-    ASSERT_EQ(run_cli(route_main, d), 1);
+    ASSERT_EQ(RUN(route_main, d), 1);
     /* the gate's fallbacks with a (tiny, story-trained) chat model: chat reranker, then
      * constrained name decoding; only that they run and pick a listed tool is checked here */
     char chat[512];
     snprintf(chat, sizeof chat, "%s/models/stories260K/stories260K.gguf", test_shared());
     const char *g[] = {"route", "--tools", FX "tools.json", "--chat-model", chat, "--tau", "1e9",
                        "--chat-tau", "1e9", "-k", "3", "weather in Oslo", NULL};
-    ASSERT_EQ(run_cli(route_main, g), 0);
+    ASSERT_EQ(RUN(route_main, g), 0);
     const char *h[] = {"route", "--tools", FX "tools.json", "--name-decode", "q", NULL};
-    ASSERT_EQ(run_cli(route_main, h), 2); /* needs --chat-model */
+    ASSERT_EQ(RUN(route_main, h), 2); /* needs --chat-model */
     char vocab[512];
     snprintf(vocab, sizeof vocab, "%s/models/vocab/ggml-vocab-llama-bpe.gguf", test_shared());
     const char *k[] = {"route", "--tools", FX "tools.json", "--chat-model", vocab, "--tau", "1e9", "q", NULL};
-    ASSERT_EQ(run_cli(route_main, k), 1); /* a vocabulary-only model cannot rerank: clear error */
+    ASSERT_EQ(RUN(route_main, k), 1); /* a vocabulary-only model cannot rerank: clear error */
     const char *out = tmp_path("sig.json");
     const char *e[] = {"signatures", "--tools", FX "tools.json", FX "functions.json", "-m", vocab,
                        "--json", out, NULL};
-    ASSERT_EQ(run_cli(signatures_main, e), 0);
+    ASSERT_EQ(RUN(signatures_main, e), 0);
     json_error_t je;
     json_t *j = json_load_file(out, 0, &je);
     ASSERT_TRUE(j != NULL);
@@ -915,7 +930,7 @@ TEST(route_mcp_servers) {
     ASSERT_TRUE(strstr(text, "chosen: list_directory\n") != NULL);
     free(text);
     const char *b[] = {"route", "--mcp", FX "no-such-config.json", "x", NULL};
-    ASSERT_EQ(run_cli(route_main, b), 1);
+    ASSERT_EQ(RUN(route_main, b), 1);
 }
 
 TEST_MAIN
