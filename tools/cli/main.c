@@ -21,6 +21,7 @@
 #include "nexus.h"
 #include "bench.h"
 #include "embed_cmd.h"
+#include "kv_cmd.h"
 #include "eval.h"
 #include "eval_efficiency.h"
 #include "eval_ruler.h"
@@ -221,6 +222,9 @@ static int cmd_run(int argc, char **argv) {
     const char *prompt = "";
     const char *prompt_file = NULL;
     long n_predict = 128;
+    const char *splices[16]; /* --splice FILE[@POS], in order */
+    int n_splices = 0;
+    bool splice_pin = false, splice_repair = true;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (common_flag(&o, argc, argv, &i)) continue;
@@ -244,6 +248,13 @@ static int cmd_run(int argc, char **argv) {
             sp.repeat_last_n = (int32_t)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 20);
         else if (!strcmp(a, "--seed"))
             sp.seed = (uint64_t)parse_long(a, need_arg(argc, argv, &i), 0, LONG_MAX);
+        else if (!strcmp(a, "--splice")) {
+            if (n_splices == 16) die("--splice: at most 16 blocks");
+            splices[n_splices++] = need_arg(argc, argv, &i);
+        } else if (!strcmp(a, "--splice-pin"))
+            splice_pin = true;
+        else if (!strcmp(a, "--splice-no-repair"))
+            splice_repair = false;
         else
             die("run: unknown option '%s' (see nexus --help)", a);
     }
@@ -255,11 +266,37 @@ static int cmd_run(int argc, char **argv) {
         owned = read_file(prompt_file, &plen);
         prompt = owned;
     }
+    /* compiled KV blocks first, in order (FILE@POS; no @POS: at the end of the sequence); a
+       block at position 0 carries the BOS, so the prompt then gets none */
+    bool spliced_at_0 = false;
+    for (int k = 0; k < n_splices; k++) {
+        const char *at = strrchr(splices[k], '@');
+        char path[1024];
+        long pos = -1;
+        snprintf(path, sizeof path, "%.*s", at ? (int)(at - splices[k]) : (int)strlen(splices[k]),
+                 splices[k]);
+        if (at) pos = parse_long("--splice", at + 1, 0, INT32_MAX);
+        nx_kv_block *b;
+        char err[700];
+        if (nx_kv_block_load(m, path, &b, err, sizeof err)) die("--splice: %s", err);
+        struct nx_splice_params spp = nx_splice_default_params();
+        spp.pos = (int32_t)pos;
+        spp.pin = splice_pin;
+        spp.repair = splice_repair;
+        int32_t at_pos = pos < 0 ? nx_ctx_n_past(c) : (int32_t)pos, nrep = 0;
+        double ts = nx_time_s();
+        if (nx_ctx_splice(c, b, &spp, &nrep)) die("--splice %s: %s", splices[k], nx_ctx_last_error(c));
+        fprintf(stderr, "spliced %s: %d tokens at %d (compiled at %d; %d re-decoded) in %.3f s\n",
+                path, nx_kv_block_n_tokens(b), at_pos, nx_kv_block_m0(b), nrep, nx_time_s() - ts);
+        spliced_at_0 |= at_pos == 0;
+        nx_kv_block_free(b);
+    }
     int32_t n_prompt;
-    nx_token *toks = tokenize_text(m, prompt, plen, true, &n_prompt);
-    if (n_prompt == 0) die("empty prompt and the model has no BOS token");
-    if (n_prompt + n_predict > nx_ctx_n_ctx(c)) {
-        n_predict = nx_ctx_n_ctx(c) - n_prompt;
+    nx_token *toks = tokenize_text(m, prompt, plen, !spliced_at_0, &n_prompt);
+    if (n_prompt == 0) die(n_splices ? "give a prompt (-p) after the spliced blocks"
+                                     : "empty prompt and the model has no BOS token");
+    if (nx_ctx_n_past(c) + n_prompt + n_predict > nx_ctx_n_ctx(c)) {
+        n_predict = nx_ctx_n_ctx(c) - nx_ctx_n_past(c) - n_prompt;
         if (n_predict < 0) die("prompt (%d tokens) is longer than the context (%d)", n_prompt, nx_ctx_n_ctx(c));
         fprintf(stderr, "note: generation limited to %ld tokens by the context size\n", n_predict);
     }
@@ -625,6 +662,12 @@ static void usage(void) {
             "usage:\n"
             "  nexus run -m MODEL [-p PROMPT | -f FILE] [-n N] [-t N] [-c CTX] [--temp T]\n"
             "            [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
+            "            [--splice BLOCK[@POS]]... [--splice-pin] [--splice-no-repair]\n"
+            "  nexus kv compile -m MODEL (--text T | --file F) [--m0 N] [--prefix TEXT] [--f32]\n"
+            "            [--no-bos] -o BLOCK\n"
+            "  nexus kv info BLOCK [-m MODEL]\n"
+            "  nexus splice-eval -m MODEL [--depths 0,64,256,...] [--block 64] [--query 32]\n"
+            "            [--streams 4] [--reps 3] [--json OUT] [--svg FILE]\n"
             "  nexus logits -m MODEL (--prompt TEXT | --tokens 1,2,3) [--top 10] [--no-bos]\n"
             "  nexus tokenize -m MODEL (--text TEXT | --file F) [--bos]\n"
             "  nexus bench -m MODEL [-p 512] [-n 128] [--depth D] [-t N] [-r REPS] [--json]\n"
@@ -678,6 +721,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval-routing")) return eval_routing_main(argc, argv);
     if (!strcmp(cmd, "bench-slb")) return bench_slb_main(argc, argv);
     if (!strcmp(cmd, "embed")) return embed_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "kv")) return kv_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "splice-eval")) return splice_eval_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "rerank")) return rerank_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "--version")) {
         printf("nexus %s\n", nx_version());

@@ -1,0 +1,224 @@
+/*
+ * kv_cmd.c - `nexus kv`: compiled KV blocks through include/nexus.h.
+ *
+ *   nexus kv compile -m MODEL (--text T | --file F) [--m0 N] [--prefix TEXT] [--f32]
+ *                    [--no-bos] [-t N] -o FILE
+ *     Tokenizes the text (with BOS when the block starts the sequence: m0 = 0 and no prefix,
+ *     unless --no-bos; a prefix gets the BOS instead), runs it at positions m0.. after the
+ *     prefix (which sits just before m0) and writes the block file atomically.
+ *   nexus kv info FILE [-m MODEL]
+ *     Verifies the file (and, with -m, that it belongs to MODEL) and prints its description.
+ *
+ * Errors go to stderr with exit code 1.
+ */
+#include "kv_cmd.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/nx_base.h"
+#include "nexus.h"
+
+static int kv_fail(const char *fmt, const char *a, const char *b) {
+    fprintf(stderr, "nexus kv: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n");
+    return 1;
+}
+
+static bool kv_long(const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) return false;
+    *out = x;
+    return true;
+}
+
+static char *kv_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0, r;
+    char *buf = malloc(cap);
+    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) {
+            char *nb = cap < ((size_t)1 << 30) ? realloc(buf, cap *= 2) : NULL;
+            if (!nb) free(buf);
+            buf = nb;
+        }
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+static nx_token *kv_tokenize(const nx_model *m, const char *text, size_t len, bool bos,
+                             int32_t *n_out) {
+    int32_t n = nx_tokenize(m, text, len, NULL, 0, bos, true);
+    if (n == INT32_MIN) return NULL;
+    int32_t need = n < 0 ? -n : n;
+    nx_token *t = malloc(sizeof *t * (size_t)(need > 0 ? need : 1));
+    if (!t) return NULL;
+    n = nx_tokenize(m, text, len, t, need, bos, true);
+    if (n < 0) {
+        free(t);
+        return NULL;
+    }
+    *n_out = n;
+    return t;
+}
+
+static nx_model *kv_load_model(const char *path) {
+    char err[512];
+    nx_model *m = NULL;
+    if (nx_model_load(path, NULL, &m, err, sizeof err)) {
+        fprintf(stderr, "nexus kv: cannot load '%s': %s\n", path, err);
+        return NULL;
+    }
+    return m;
+}
+
+static int kv_compile(int argc, char **argv) {
+    const char *model = NULL, *text = NULL, *file = NULL, *prefix = NULL, *out = NULL;
+    long m0 = -1, threads = 2;
+    bool f32 = false, no_bos = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has)
+            model = argv[++i];
+        else if (!strcmp(a, "--text") && has)
+            text = argv[++i];
+        else if (!strcmp(a, "--file") && has)
+            file = argv[++i];
+        else if (!strcmp(a, "--prefix") && has)
+            prefix = argv[++i];
+        else if (!strcmp(a, "-o") && has)
+            out = argv[++i];
+        else if (!strcmp(a, "--m0") && has) {
+            if (!kv_long(argv[++i], 0, 1 << 24, &m0)) return kv_fail("--m0: bad value '%s'%s", argv[i], "");
+        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) {
+            if (!kv_long(argv[++i], 1, 512, &threads))
+                return kv_fail("-t: bad value '%s'%s", argv[i], "");
+        } else if (!strcmp(a, "--f32"))
+            f32 = true;
+        else if (!strcmp(a, "--no-bos"))
+            no_bos = true;
+        else
+            return kv_fail("compile: unknown or incomplete option '%s'%s", a, "");
+    }
+    if (!model || !out || !text == !file)
+        return kv_fail("compile: usage: nexus kv compile -m MODEL (--text T | --file F) [--m0 N] "
+                       "[--prefix TEXT] [--f32] [--no-bos] -o FILE%s%s",
+                       "", "");
+    size_t len = 0;
+    char *owned = NULL;
+    if (file) {
+        owned = kv_read_file(file, &len);
+        if (!owned) return kv_fail("cannot read '%s': %s", file, strerror(errno));
+        text = owned;
+    } else {
+        len = strlen(text);
+    }
+    nx_model *m = kv_load_model(model);
+    if (!m) {
+        free(owned);
+        return 1;
+    }
+    int rc = 1;
+    int32_t n_pre = 0, n = 0;
+    nx_token *pre = NULL, *toks = NULL;
+    if (prefix) pre = kv_tokenize(m, prefix, strlen(prefix), !no_bos, &n_pre);
+    bool bos = !no_bos && !prefix && m0 <= 0;
+    toks = kv_tokenize(m, text, len, bos, &n);
+    nx_ctx *c = NULL;
+    nx_kv_block *b = NULL;
+    if ((prefix && !pre) || !toks || n == 0) {
+        fprintf(stderr, "nexus kv: tokenizing failed or the text is empty\n");
+        goto done;
+    }
+    if (m0 < 0) m0 = n_pre;
+    if (m0 < n_pre) {
+        fprintf(stderr, "nexus kv: --m0 %ld is smaller than the prefix (%d tokens)\n", m0, n_pre);
+        goto done;
+    }
+    struct nx_ctx_params cp = nx_ctx_default_params();
+    cp.n_ctx = (int32_t)m0 + n;
+    cp.kv_type = f32 ? NX_TYPE_F32 : NX_TYPE_F16;
+    cp.n_threads = cp.n_threads_batch = (int32_t)threads;
+    char err[512];
+    if (nx_ctx_init(m, &cp, &c, err, sizeof err)) {
+        fprintf(stderr, "nexus kv: cannot create a context: %s\n", err);
+        goto done;
+    }
+    double t0 = nx_time_s();
+    if (nx_kv_block_compile(c, pre, n_pre, toks, n, (int32_t)m0, &b)) {
+        fprintf(stderr, "nexus kv: compile failed: %s\n", nx_ctx_last_error(c));
+        goto done;
+    }
+    double t1 = nx_time_s();
+    if (nx_kv_block_save(b, out, err, sizeof err)) {
+        fprintf(stderr, "nexus kv: %s\n", err);
+        goto done;
+    }
+    char desc[512];
+    nx_kv_block_desc(b, desc, sizeof desc);
+    printf("%s\n", desc);
+    fprintf(stderr, "compiled %d tokens (after %d prefix tokens) in %.3f s, wrote '%s' in %.3f s\n",
+            n, n_pre, t1 - t0, out, nx_time_s() - t1);
+    rc = 0;
+done:
+    nx_kv_block_free(b);
+    nx_ctx_free(c);
+    free(pre);
+    free(toks);
+    free(owned);
+    nx_model_free(m);
+    return rc;
+}
+
+static int kv_info(int argc, char **argv) {
+    const char *model = NULL, *file = NULL;
+    for (int i = 1; i < argc; i++) {
+        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc)
+            model = argv[++i];
+        else if (argv[i][0] != '-' && !file)
+            file = argv[i];
+        else
+            return kv_fail("info: unknown option '%s'%s", argv[i], "");
+    }
+    if (!file) return kv_fail("info: usage: nexus kv info FILE [-m MODEL]%s%s", "", "");
+    nx_model *m = model ? kv_load_model(model) : NULL;
+    if (model && !m) return 1;
+    nx_kv_block *b = NULL;
+    char err[600];
+    nx_status st = nx_kv_block_load(m, file, &b, err, sizeof err);
+    if (st) {
+        fprintf(stderr, "nexus kv: %s (%s)\n", err, nx_status_name(st));
+        nx_model_free(m);
+        return 1;
+    }
+    char desc[512];
+    nx_kv_block_desc(b, desc, sizeof desc);
+    printf("%s\n%s\n", desc, m ? "matches the model" : "checksum ok (no model given: not checked "
+                                                        "against one)");
+    const nx_token *t = nx_kv_block_tokens(b);
+    printf("tokens:");
+    for (int32_t i = 0; i < nx_kv_block_n_tokens(b) && i < 32; i++) printf(" %d", t[i]);
+    printf("%s\n", nx_kv_block_n_tokens(b) > 32 ? " ..." : "");
+    nx_kv_block_free(b);
+    nx_model_free(m);
+    return 0;
+}
+
+int kv_main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "compile")) return kv_compile(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "info")) return kv_info(argc - 1, argv + 1);
+    fprintf(stderr, "usage: nexus kv compile -m MODEL (--text T | --file F) [--m0 N] "
+                    "[--prefix TEXT] [--f32] [--no-bos] -o FILE\n"
+                    "       nexus kv info FILE [-m MODEL]\n");
+    return 1;
+}

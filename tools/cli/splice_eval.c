@@ -1,0 +1,332 @@
+/*
+ * splice_eval.c - `nexus splice-eval`: how close splicing a compiled block stays to prefilling
+ * it, and how much sooner the first token comes, at each depth.
+ *
+ *   nexus splice-eval -m MODEL [--depths 0,64,256,512,1024,2048] [--block 64] [--query 32]
+ *                     [--streams 4] [--reps 3] [--seed S] [-t N] [--f32]
+ *                     [--repair-p 256] [--repair-base 5] [--repair-k 4]
+ *                     [--json OUT] [--svg FILE]
+ *
+ * Streams: the model samples `--streams` token streams from BOS (temperature 1, seeded). For a
+ * depth d a stream gives the history S[0, d), the block S[d, d + block) and the query
+ * S[d + block, d + block + query). The block is compiled alone at m0 = 0 (as a reusable
+ * block would be: it never saw the history), then, after the history is in the cache:
+ *   full    the block and the query are prefilled (the reference);
+ *   splice  the block is spliced at n_past = d (delta = d) and the query prefilled;
+ *   repair  as splice, with depth-adaptive repair (the block's last R% re-decoded).
+ * For every query position: KL(full || variant) of the next-token distributions and top-1
+ * agreement, averaged over positions and streams. Time to first token (TTFT): from the
+ * history being cached to the query's logits (block + query prefill, or splice (+ repair) +
+ * query prefill); the minimum over --reps repeats per stream, averaged over streams. Depths
+ * with d + block + query beyond the model's trained context are skipped.
+ */
+#include "kv_cmd.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/nx_base.h"
+#include "eval/metrics.h"
+#include "eval/outfile.h"
+#include "eval/svg.h"
+#include "nexus.h"
+
+struct se_row {
+    int32_t depth;
+    double r_pct;
+    double kl[2], top1[2];        /* [0] splice, [1] repair */
+    double t_full, t_sp[2];
+    int32_t n_repaired;
+    int n_streams;
+};
+
+static int se_fail(const char *msg, const char *arg) {
+    fprintf(stderr, "nexus splice-eval: %s%s\n", msg, arg ? arg : "");
+    return 1;
+}
+
+static bool se_long(const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) return false;
+    *out = x;
+    return true;
+}
+static bool se_double(const char *v, double *out) {
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !isfinite(x)) return false;
+    *out = x;
+    return true;
+}
+
+/* Sample n tokens from BOS at temperature 1. */
+static int sample_stream(nx_ctx *c, const nx_model *m, nx_token *out, int32_t n, uint64_t seed) {
+    struct nx_sampler_params sp = nx_sampler_default_params();
+    sp.temp = 1.0f;
+    sp.seed = seed;
+    nx_sampler *s = NULL;
+    if (nx_sampler_init(&sp, nx_model_n_vocab(m), &s)) return -1;
+    nx_ctx_reset(c);
+    nx_token t = nx_token_bos(m) >= 0 ? nx_token_bos(m) : 1;
+    out[0] = t;
+    for (int32_t i = 1; i < n; i++) {
+        if (nx_decode(c, &t, 1, false)) {
+            nx_sampler_free(s);
+            return -1;
+        }
+        t = nx_sampler_sample(s, nx_get_logits(c, -1));
+        out[i] = t;
+    }
+    nx_sampler_free(s);
+    return 0;
+}
+
+static int write_json(const char *path, const char *model, const struct se_row *rows, int n,
+                      long block, long query, long streams, long reps, long threads,
+                      const struct nx_splice_params *sp, bool f32, uint64_t seed) {
+    struct nx_outfile o;
+    char err[1200];
+    if (nx_outfile_open(&o, path, err, sizeof err)) return se_fail(err, NULL);
+    fprintf(o.f,
+            "{\"model\":\"%s\",\"block\":%ld,\"query\":%ld,\"streams\":%ld,\"reps\":%ld,"
+            "\"threads\":%ld,\"kv_type\":\"%s\",\"seed\":%llu,\"repair_p\":%d,"
+            "\"repair_base\":%g,\"repair_k\":%g,\"note\":\"TTFT on a shared 2-core VM: "
+            "preliminary\",\n \"rows\":[\n",
+            model, block, query, streams, reps, threads, f32 ? "f32" : "f16",
+            (unsigned long long)seed, sp->repair_p, (double)sp->repair_base,
+            (double)sp->repair_k);
+    for (int i = 0; i < n; i++) {
+        const struct se_row *r = &rows[i];
+        fprintf(o.f,
+                "  {\"depth\":%d,\"repair_pct\":%.4g,\"repaired_tokens\":%d,"
+                "\"top1_splice\":%.6g,\"kl_splice\":%.6g,\"top1_repair\":%.6g,"
+                "\"kl_repair\":%.6g,\"ttft_full_s\":%.6g,\"ttft_splice_s\":%.6g,"
+                "\"ttft_repair_s\":%.6g,\"speedup_splice\":%.4g,\"speedup_repair\":%.4g}%s\n",
+                r->depth, r->r_pct, r->n_repaired, r->top1[0], r->kl[0], r->top1[1], r->kl[1],
+                r->t_full, r->t_sp[0], r->t_sp[1], r->t_full / r->t_sp[0],
+                r->t_full / r->t_sp[1], i + 1 < n ? "," : "");
+    }
+    fprintf(o.f, "]}\n");
+    if (nx_outfile_commit(&o, err, sizeof err)) return se_fail(err, NULL);
+    fprintf(stderr, "splice-eval: wrote %s\n", path);
+    return 0;
+}
+
+static int write_svg(const char *path, const char *model, const struct se_row *rows, int n) {
+    double x[16], kl0[16], kl1[16], t1a[16], t1b[16], s0[16], s1[16];
+    for (int i = 0; i < n; i++) {
+        x[i] = rows[i].depth;
+        kl0[i] = rows[i].kl[0];
+        kl1[i] = rows[i].kl[1];
+        t1a[i] = rows[i].top1[0];
+        t1b[i] = rows[i].top1[1];
+        s0[i] = rows[i].t_full / rows[i].t_sp[0];
+        s1[i] = rows[i].t_full / rows[i].t_sp[1];
+    }
+    struct svg_series kl[2] = {{"splice", x, kl0, NULL, n}, {"splice + repair", x, kl1, NULL, n}};
+    struct svg_series t1[2] = {{"splice", x, t1a, NULL, n}, {"splice + repair", x, t1b, NULL, n}};
+    struct svg_series sp[2] = {{"splice", x, s0, NULL, n}, {"splice + repair", x, s1, NULL, n}};
+    struct svg_panel panels[3] = {
+        {"KL(full prefill || splice)", "depth (tokens before the block)", "nats", false, true,
+         kl, 2},
+        {"top-1 agreement", "depth", "fraction", false, false, t1, 2},
+        {"TTFT speed-up vs prefill (preliminary)", "depth", "x", false, true, sp, 2}};
+    char title[300], err[1200];
+    snprintf(title, sizeof title, "KV splicing: %s", model);
+    if (svg_save(path, title, panels, 3, err, sizeof err)) return se_fail(err, NULL);
+    fprintf(stderr, "splice-eval: wrote %s\n", path);
+    return 0;
+}
+
+int splice_eval_main(int argc, char **argv) {
+    const char *model_path = NULL, *depths_s = "0,64,256,512,1024,2048", *json = NULL,
+               *svg = NULL;
+    long block = 64, query = 32, streams = 4, reps = 3, threads = 2, seed = 1;
+    bool f32 = false;
+    struct nx_splice_params sp = nx_splice_default_params();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long lv;
+        double dv;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v)
+            model_path = v;
+        else if (!strcmp(a, "--depths") && v)
+            depths_s = v;
+        else if (!strcmp(a, "--json") && v)
+            json = v;
+        else if (!strcmp(a, "--svg") && v)
+            svg = v;
+        else if (!strcmp(a, "--block") && v && se_long(v, 1, 1 << 16, &block)) {
+        } else if (!strcmp(a, "--query") && v && se_long(v, 1, 1 << 16, &query)) {
+        } else if (!strcmp(a, "--streams") && v && se_long(v, 1, 1000, &streams)) {
+        } else if (!strcmp(a, "--reps") && v && se_long(v, 1, 100, &reps)) {
+        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v &&
+                   se_long(v, 1, 512, &threads)) {
+        } else if (!strcmp(a, "--seed") && v && se_long(v, 0, 1L << 62, &seed)) {
+        } else if (!strcmp(a, "--repair-p") && v && se_long(v, 1, 1 << 24, &lv)) {
+            sp.repair_p = (int32_t)lv;
+        } else if (!strcmp(a, "--repair-base") && v && se_double(v, &dv) && dv >= 0 && dv <= 100) {
+            sp.repair_base = (float)dv;
+        } else if (!strcmp(a, "--repair-k") && v && se_double(v, &dv) && dv >= 1) {
+            sp.repair_k = (float)dv;
+        } else if (!strcmp(a, "--f32")) {
+            f32 = true;
+            continue;
+        } else {
+            return se_fail("unknown option or bad value: ", a);
+        }
+        i++;
+    }
+    if (!model_path) return se_fail("no model (-m MODEL)", NULL);
+    int32_t depths[16];
+    int nd = 0;
+    for (const char *p = depths_s; *p;) {
+        char *end;
+        errno = 0;
+        long d = strtol(p, &end, 10);
+        if (end == p || errno || d < 0 || d > (1 << 22) || nd == 16)
+            return se_fail("--depths: expected up to 16 comma-separated integers >= 0: ", depths_s);
+        depths[nd++] = (int32_t)d;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return se_fail("--depths: bad list ", depths_s);
+    }
+    char err[512];
+    nx_model *m = NULL;
+    if (nx_model_load(model_path, NULL, &m, err, sizeof err)) return se_fail(err, NULL);
+    const int32_t nv = nx_model_n_vocab(m), ctx_train = nx_model_n_ctx_train(m);
+    int32_t dmax = -1;
+    int nd_ok = 0;
+    for (int i = 0; i < nd; i++)
+        if ((int64_t)depths[i] + block + query <= ctx_train) {
+            depths[nd_ok++] = depths[i];
+            dmax = NX_MAX(dmax, depths[i]);
+        } else {
+            fprintf(stderr, "splice-eval: depth %d skipped (%d + %ld + %ld > trained context %d)\n",
+                    depths[i], depths[i], block, query, ctx_train);
+        }
+    if (nd_ok == 0) {
+        nx_model_free(m);
+        return se_fail("no depth fits the model's context", NULL);
+    }
+    const int32_t len = dmax + (int32_t)(block + query);
+    struct nx_ctx_params cp = nx_ctx_default_params();
+    cp.n_ctx = len;
+    cp.kv_type = f32 ? NX_TYPE_F32 : NX_TYPE_F16;
+    cp.n_threads = cp.n_threads_batch = (int32_t)threads;
+    nx_ctx *c = NULL;
+    if (nx_ctx_init(m, &cp, &c, err, sizeof err)) {
+        nx_model_free(m);
+        return se_fail(err, NULL);
+    }
+    fprintf(stderr, "splice-eval: %s, trained context %d, block %ld, query %ld, %ld streams\n",
+            nx_model_desc(m), ctx_train, block, query, streams);
+    nx_token *S = malloc(sizeof(nx_token) * (size_t)len);
+    float *ref = malloc(sizeof(float) * (size_t)nv * (size_t)query);
+    struct se_row rows[16];
+    memset(rows, 0, sizeof rows);
+    int rc = 1;
+    for (long s = 0; s < streams; s++) {
+        if (sample_stream(c, m, S, len, (uint64_t)seed * 1000003u + (uint64_t)s)) {
+            fprintf(stderr, "splice-eval: sampling failed: %s\n", nx_ctx_last_error(c));
+            goto out;
+        }
+        for (int di = 0; di < nd_ok; di++) {
+            const int32_t d = depths[di];
+            struct se_row *r = &rows[di];
+            const nx_token *hist = S, *blk = S + d, *qry = S + d + block;
+            nx_kv_block *b = NULL;
+            if (nx_kv_block_compile(c, NULL, 0, blk, (int32_t)block, 0, &b)) {
+                fprintf(stderr, "splice-eval: compile failed: %s\n", nx_ctx_last_error(c));
+                goto out;
+            }
+            nx_ctx_reset(c);
+            if (d > 0 && nx_decode(c, hist, d, false)) goto decode_fail;
+            double best_full = INFINITY, best[2] = {INFINITY, INFINITY};
+            double kl[2] = {0, 0}, top1[2] = {0, 0};
+            for (long rep = 0; rep < reps; rep++) {
+                nx_ctx_truncate(c, d);
+                double t0 = nx_time_s();
+                if (nx_decode(c, blk, (int32_t)block, false) ||
+                    nx_decode(c, qry, (int32_t)query, true))
+                    goto decode_fail;
+                best_full = fmin(best_full, nx_time_s() - t0);
+                if (rep == 0)
+                    for (long q = 0; q < query; q++)
+                        memcpy(ref + q * nv, nx_get_logits(c, (int32_t)q), sizeof(float) * nv);
+                for (int v = 0; v < 2; v++) {
+                    struct nx_splice_params p = sp;
+                    p.pos = d;
+                    p.repair = v == 1;
+                    int32_t nrep = 0;
+                    nx_ctx_truncate(c, d);
+                    t0 = nx_time_s();
+                    if (nx_ctx_splice(c, b, &p, &nrep) || nx_decode(c, qry, (int32_t)query, true))
+                        goto decode_fail;
+                    best[v] = fmin(best[v], nx_time_s() - t0);
+                    if (rep > 0) continue;
+                    if (v == 1) r->n_repaired = nrep;
+                    for (long q = 0; q < query; q++) {
+                        const float *l = nx_get_logits(c, (int32_t)q);
+                        kl[v] += metric_kl(ref + q * nv, l, nv);
+                        top1[v] += metric_top1_agree(ref + q * nv, l, nv);
+                    }
+                }
+            }
+            nx_kv_block_free(b);
+            r->depth = d;
+            r->r_pct = nx_splice_repair_pct(&sp, d);
+            for (int v = 0; v < 2; v++) {
+                r->kl[v] += kl[v] / (double)query;
+                r->top1[v] += top1[v] / (double)query;
+                r->t_sp[v] += best[v];
+            }
+            r->t_full += best_full;
+            r->n_streams++;
+            continue;
+        decode_fail:
+            nx_kv_block_free(b);
+            fprintf(stderr, "splice-eval: decode failed: %s\n", nx_ctx_last_error(c));
+            goto out;
+        }
+        fprintf(stderr, "splice-eval: stream %ld/%ld done\n", s + 1, streams);
+    }
+    for (int i = 0; i < nd_ok; i++) {
+        struct se_row *r = &rows[i];
+        double k = r->n_streams;
+        for (int v = 0; v < 2; v++) {
+            r->kl[v] /= k;
+            r->top1[v] /= k;
+            r->t_sp[v] /= k;
+        }
+        r->t_full /= k;
+    }
+    printf("| depth | R %% (tokens) | top-1 splice | KL splice | top-1 repair | KL repair | "
+           "TTFT prefill ms | TTFT splice ms (x) | TTFT splice+repair ms (x) |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < nd_ok; i++) {
+        const struct se_row *r = &rows[i];
+        printf("| %d | %.1f (%d) | %.3f | %.4f | %.3f | %.4f | %.2f | %.2f (%.1fx) | %.2f (%.1fx) "
+               "|\n",
+               r->depth, r->r_pct, r->n_repaired, r->top1[0], r->kl[0], r->top1[1], r->kl[1],
+               1e3 * r->t_full, 1e3 * r->t_sp[0], r->t_full / r->t_sp[0], 1e3 * r->t_sp[1],
+               r->t_full / r->t_sp[1]);
+    }
+    rc = 0;
+    if (json && write_json(json, model_path, rows, nd_ok, block, query, streams, reps, threads,
+                           &sp, f32, (uint64_t)seed))
+        rc = 1;
+    if (svg && write_svg(svg, nx_model_desc(m), rows, nd_ok)) rc = 1;
+out:
+    free(S);
+    free(ref);
+    nx_ctx_free(c);
+    nx_model_free(m);
+    return rc;
+}
