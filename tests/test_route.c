@@ -100,8 +100,9 @@ TEST(registry_shapes_and_types) {
         "{\"type\":\"integer\"}}}},\"x\":{\"type\":\"any\"},\"b\":{\"type\":\"boolean\"}}}}]}\n"
         "\n"
         "{\"id\":\"q2\",\"question\":[],\"function\":[{\"name\":\"Ch.drink\",\"description\":\"other\"}]}\n";
-    r.dup = RT_DUP_KEEP_FIRST;
+    /* BFCL question lines: first definition wins even under the default (error) policy */
     ASSERT_EQ(load_str(&r, "bfcl.json", bfcl, err, sizeof err), 1); /* second definition dropped */
+    ASSERT_EQ(r.dup, RT_DUP_ERROR);
     rt_registry_sort(&r);
     ASSERT_EQ(r.n, 4);
     /* bytewise order: uppercase before lowercase */

@@ -457,7 +457,14 @@ static int load_file(rt_registry *r, const char *path, char *err, size_t errlen)
                     nx_free(text);
                     return -1;
                 }
+                /* BFCL question lines repeat tool names with reworded descriptions: within
+                 * such a file the first definition wins (registry.h) */
+                enum rt_dup saved = r->dup;
+                if (saved == RT_DUP_ERROR && json_is_array(json_object_get(v, "function")) &&
+                    json_object_get(v, "question"))
+                    r->dup = RT_DUP_KEEP_FIRST;
                 int rc = rt_registry_add_json(r, v, where, source, err, errlen);
+                r->dup = saved;
                 json_decref(v);
                 if (rc < 0) {
                     nx_free(text);

@@ -23,7 +23,8 @@
  *       places; a different definition from another source disambiguates both by prefixing the
  *       source tag: "<source>.<name>" (call_name keeps the name the server knows).
  *     RT_DUP_KEEP_FIRST (BFCL pools, where the same name recurs with reworded descriptions):
- *       the first definition wins, later ones are dropped.
+ *       the first definition wins, later ones are dropped. Lines of a BFCL question file
+ *       ({"question", "function": [...]}) are always added this way, whatever the policy.
  *     RT_DUP_KEEP_ALL (evaluation stores): every definition is kept as given, names may repeat
  *       (rt_registry_find is then meaningless).
  * - Ownership: the registry owns every string and schema in it; rt_registry_free releases them.

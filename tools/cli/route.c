@@ -427,6 +427,9 @@ int signatures_main(int argc, char **argv) {
             json_path = argv[++i];
         } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
             verbose = 1;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fprintf(stderr, "usage: nexus signatures --tools FILE... -m VOCAB.gguf [--json OUT] [-v]\n");
+            return 0;
         } else {
             fprintf(stderr, "usage: nexus signatures --tools FILE... -m VOCAB.gguf [--json OUT] [-v]\n");
             return bad_arg("signatures", "unknown option '%s'", a);
@@ -587,6 +590,10 @@ int bench_slb_main(int argc, char **argv) {
             if (!v) return bad_arg("bench-slb", "%s needs a value", a);
             json_path = v;
             i++;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fprintf(stderr, "usage: nexus bench-slb [--dim 384] [--sizes 10,50,100,250,1000] "
+                    "[--iters 20000] [--seed S] [--json OUT]\n");
+            return 0;
         } else {
             fprintf(stderr, "usage: nexus bench-slb [--dim 384] [--sizes 10,50,100,250,1000] "
                     "[--iters 20000] [--seed S] [--json OUT]\n");
@@ -1702,6 +1709,9 @@ int eval_routing_main(int argc, char **argv) {
             if (!v) return bad_arg("eval-routing", "%s needs a value", a);
             o.svg_path = v;
             i++;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            eval_usage();
+            return 0;
         } else {
             eval_usage();
             return bad_arg("eval-routing", "unknown option '%s'", a);
