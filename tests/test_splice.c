@@ -16,6 +16,7 @@
 #include "core/nx_base.h"
 #include "kv/kv_cache.h"
 #include "kv/kvblock.h"
+#include "../tools/cli/kv_cmd.h"
 #include "../tools/cli/mkmodel.h"
 #include "model/context.h"
 #include "nexus.h"
@@ -627,6 +628,59 @@ TEST(pinned_splice_survives_eviction) {
     }
     nx_kv_block_free(b);
     nx_ctx_free(plain);
+}
+
+/* ---- CLI ---- */
+
+static int run_cli(int (*fn)(int, char **), const char *const *args) {
+    char *argv[40];
+    int argc = 0;
+    while (args[argc] && argc < 39) {
+        argv[argc] = (char *)args[argc];
+        argc++;
+    }
+    argv[argc] = NULL;
+    fflush(stdout);
+    return fn(argc, argv);
+}
+
+TEST(cli_kv_compile_info_and_splice_eval) {
+    char model[512], blk[256], bad[256], js[256], svg[256];
+    snprintf(model, sizeof model, "%s/models/stories260K/stories260K.gguf", test_shared());
+    tmp_path("cli.nxkv", blk, sizeof blk);
+    tmp_path("cli_bad.nxkv", bad, sizeof bad);
+    tmp_path("se.json", js, sizeof js);
+    tmp_path("se.svg", svg, sizeof svg);
+    const char *c1[] = {"kv", "compile", "-m", model, "--text", "Once upon a time", "--m0", "5",
+                        "--prefix", "Lily", "-o", blk, NULL};
+    ASSERT_EQ(run_cli(kv_main, c1), 0);
+    const char *c2[] = {"kv", "info", blk, "-m", model, NULL};
+    ASSERT_EQ(run_cli(kv_main, c2), 0);
+    size_t n = 0;
+    unsigned char *buf = read_all(blk, &n);
+    ASSERT_TRUE(buf && n > 300);
+    buf[300] ^= 4;
+    write_all_file(bad, buf, n);
+    free(buf);
+    const char *c3[] = {"kv", "info", bad, NULL};
+    ASSERT_EQ(run_cli(kv_main, c3), 1);
+    const char *c4[] = {"kv", "compile", "-m", model, "--text", "x", "--m0", "0", "--prefix",
+                        "Lily went", "-o", blk, NULL}; /* prefix longer than m0 */
+    ASSERT_EQ(run_cli(kv_main, c4), 1);
+    const char *c5[] = {"splice-eval", "-m", model, "--depths", "0,32", "--block", "16",
+                        "--query", "8", "--streams", "1", "--reps", "1", "-t", "1", "--json",
+                        js, "--svg", svg, NULL};
+    ASSERT_EQ(run_cli(splice_eval_main, c5), 0);
+    buf = read_all(js, &n);
+    ASSERT_TRUE(buf != NULL);
+    buf = realloc(buf, n + 1);
+    buf[n] = 0;
+    /* depth 0 is the anchored splice: KL exactly 0, top-1 1 */
+    ASSERT_TRUE(strstr((char *)buf, "{\"depth\":0,") != NULL);
+    ASSERT_TRUE(strstr((char *)buf, "\"top1_splice\":1,\"kl_splice\":0,") != NULL);
+    free(buf);
+    const char *c6[] = {"splice-eval", "-m", model, "--depths", "5000", NULL};
+    ASSERT_EQ(run_cli(splice_eval_main, c6), 1);
 }
 
 static void free_models(void) { nx_model_free(g_stories); }
