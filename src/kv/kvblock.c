@@ -373,6 +373,7 @@ nx_status nx_kv_block_save(const nx_kv_block *b, const char *path, char *errbuf,
                         strerror(errno));
         goto out;
     }
+    fchmod(fd, 0644); /* mkstemp makes 0600; a block is ordinary data */
     size_t written = 0;
     size_t tok_bytes = sizeof(nx_token) * (size_t)b->n_tokens;
     bool ok = write_all(fd, &h, sizeof h, &written) &&
