@@ -450,6 +450,12 @@ NX_API nx_status nx_ctx_splice(nx_ctx *ctx, const nx_kv_block *b,
  */
 NX_API nx_status nx_seq_rm(nx_ctx *ctx, nx_pos p0, nx_pos p1);
 NX_API nx_status nx_seq_shift(nx_ctx *ctx, nx_pos p0, nx_pos p1, nx_pos delta);
+/* nx_seq_cp: append src's cached tokens at positions [p0, p1) (rows copied as they are,
+ * converted when the KV types differ) to dst, at the same positions; dst's n_past must be
+ * <= p0 and becomes the last copied position + 1. Same model (fingerprint) required. src is
+ * only read. Errors (dst unchanged): INVALID_ARG (same context, other model, bad range,
+ * n_past > p0), KV_FULL, NOMEM; message in nx_ctx_last_error(dst). */
+NX_API nx_status nx_seq_cp(nx_ctx *dst, const nx_ctx *src, nx_pos p0, nx_pos p1);
 
 /* ---------------------------------------------------------------------------------------------
  * Sequence cache: up to 32 warm sequences of one context (their KV blocks, shared with

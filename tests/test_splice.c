@@ -4,7 +4,7 @@
  * NEOX pair layouts, Llama-3 frequency scaling; F32 KV) and skipping the re-rotation does not;
  * repair at 100% is a re-prefill bit for bit; the repair formula; block files (round trip,
  * every kind of truncation, random bit flips, other models, a writer killed mid-write);
- * nx_seq_rm / nx_seq_shift; pinned spliced tokens survive eviction.
+ * nx_seq_rm / nx_seq_shift / nx_seq_cp; pinned spliced tokens survive eviction.
  */
 #include <dirent.h>
 #include <signal.h>
@@ -587,6 +587,34 @@ TEST(seq_rm_and_shift) {
     ASSERT_OK(nx_seq_shift(c, 0, -1, 17));
     ASSERT_EQ(nx_ctx_n_past(c), 17);
     nx_ctx_free(c);
+}
+
+/* seq_cp: a copied prefix continues exactly like the source (same KV type: bit for bit). */
+TEST(seq_cp_between_contexts) {
+    nx_model *m = stories();
+    ASSERT_TRUE(m != NULL);
+    nx_token T[50];
+    make_tokens(T, 50, 512, 81);
+    nx_ctx *a = make_ctx(m, NX_TYPE_F16, 128), *b = make_ctx(m, NX_TYPE_F16, 128);
+    ASSERT_OK(nx_decode(a, T, 30, false));
+    ASSERT_OK(nx_decode(a, T + 30, 20, true));
+    float *ref = copy_logits(a, m, 20);
+    ASSERT_OK(nx_seq_cp(b, a, 0, 30));
+    ASSERT_EQ(nx_ctx_n_past(b), 30);
+    ASSERT_OK(nx_decode(b, T + 30, 20, true));
+    float *got = copy_logits(b, m, 20);
+    ASSERT_EQ(memcmp(ref, got, sizeof(float) * 512 * 20), 0);
+    ASSERT_EQ(nx_seq_cp(b, a, 0, 10), NX_STATUS_INVALID_ARG); /* b already reaches 50 */
+    ASSERT_EQ(nx_seq_cp(a, a, 0, 10), NX_STATUS_INVALID_ARG);
+    nx_model *q = random_model("qwen2");
+    nx_ctx *cq = make_ctx(q, NX_TYPE_F16, 128);
+    ASSERT_EQ(nx_seq_cp(cq, a, 0, -1), NX_STATUS_INVALID_ARG);
+    nx_ctx_free(cq);
+    nx_model_free(q);
+    free(ref);
+    free(got);
+    nx_ctx_free(a);
+    nx_ctx_free(b);
 }
 
 /* Pinned spliced tokens survive a streaming policy that would evict them; unpinned ones go. */

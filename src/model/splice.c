@@ -360,3 +360,70 @@ nx_status nx_seq_shift(nx_ctx *ctx, nx_pos p0, nx_pos p1, nx_pos delta) {
     ctx_set_n_past(ctx, (int32_t)new_n_past);
     return NX_STATUS_OK;
 }
+
+nx_status nx_seq_cp(nx_ctx *dst, const nx_ctx *src, nx_pos p0, nx_pos p1) {
+    const struct nx_model *m = ctx_model(dst);
+    if (src == dst) return ctx_set_error(dst, NX_STATUS_INVALID_ARG, "seq_cp: src is dst");
+    struct kv_fingerprint a, b;
+    kv_fingerprint_of(m, &a);
+    kv_fingerprint_of(ctx_model(src), &b);
+    if (memcmp(&a, &b, sizeof a) != 0)
+        return ctx_set_error(dst, NX_STATUS_INVALID_ARG, "seq_cp: the contexts use different models");
+    norm_range(&p0, &p1);
+    if (p0 > p1) return ctx_set_error(dst, NX_STATUS_INVALID_ARG, "seq_cp: p0 %d > p1 %d", p0, p1);
+    if (nx_ctx_n_past(dst) > p0)
+        return ctx_set_error(dst, NX_STATUS_INVALID_ARG,
+                             "seq_cp: the destination already reaches position %d > p0 %d",
+                             nx_ctx_n_past(dst), p0);
+    /* the source is only read; its accessors take a non-const context */
+    struct kv_cache *skv = ctx_kv_cache((nx_ctx *)src), *dkv = ctx_kv_cache(dst);
+    const int nt = m->hp.n_layer * m->hp.n_head_kv, hd = m->hp.head_dim;
+    int64_t most = 0;
+    int32_t last = -1;
+    for (int ti = 0; ti < nt; ti++) {
+        const struct kv_table *t = &skv->tables[ti];
+        int64_t i0 = lower_index(skv, t, p0), i1 = lower_index(skv, t, p1);
+        most = NX_MAX(most, i1 - i0);
+        if (i1 > i0) last = NX_MAX(last, pos_at(skv, t, i1 - 1));
+    }
+    if (last >= nx_ctx_n_ctx(dst))
+        return ctx_set_error(dst, NX_STATUS_KV_FULL, "seq_cp: position %d >= n_ctx %d", last,
+                             nx_ctx_n_ctx(dst));
+    if (most > 0 && kv_cache_reserve(dkv, most))
+        return ctx_set_error(dst, NX_STATUS_KV_FULL, "seq_cp: the KV pool cannot hold %lld tokens",
+                             (long long)most);
+    float *tmp = nx_malloc(sizeof(float) * (size_t)hd);
+    unsigned char *kb = nx_malloc(dkv->row_bytes), *vb = nx_malloc(dkv->row_bytes);
+    if (!tmp || !kb || !vb) {
+        nx_free(tmp);
+        nx_free(kb);
+        nx_free(vb);
+        return ctx_set_error(dst, NX_STATUS_NOMEM, "seq_cp: out of memory");
+    }
+    const bool same = skv->p.type == dkv->p.type;
+    for (int ti = 0; ti < nt; ti++) {
+        const struct kv_table *t = &skv->tables[ti];
+        int64_t i0 = lower_index(skv, t, p0), i1 = lower_index(skv, t, p1);
+        for (int64_t i = i0; i < i1; i++) {
+            int32_t blk = kv_slot_block(skv, t, i);
+            size_t slot = (size_t)(i % skv->p.block);
+            const unsigned char *k = kv_block_k(skv, blk) + slot * skv->row_bytes;
+            const unsigned char *v = kv_block_v(skv, blk) + slot * skv->row_bytes;
+            if (!same) {
+                kern_load_kv(skv->p.type, hd, k, tmp);
+                kern_store_kv(dkv->p.type, hd, tmp, kb);
+                kern_load_kv(skv->p.type, hd, v, tmp);
+                kern_store_kv(dkv->p.type, hd, tmp, vb);
+                k = kb;
+                v = vb;
+            }
+            kv_append_raw(dkv, &dkv->tables[ti], kv_block_pos(skv, blk)[slot], k, v,
+                          kv_block_pin(skv, blk)[slot]);
+        }
+    }
+    nx_free(tmp);
+    nx_free(kb);
+    nx_free(vb);
+    if (last >= 0) ctx_set_n_past(dst, last + 1);
+    return NX_STATUS_OK;
+}
