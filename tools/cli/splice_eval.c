@@ -6,6 +6,8 @@
  *                     [--streams 4] [--reps 3] [--seed S] [-t N] [--f32]
  *                     [--repair-p 256] [--repair-base 5] [--repair-k 4]
  *                     [--json OUT] [--svg FILE]
+ *   nexus splice-eval -m MODEL --seqcache [--requests 64] [--sys-len 256] [--tail 32]
+ *                     [-t N] [--json OUT]
  *
  * Streams: the model samples `--streams` token streams from BOS (temperature 1, seeded). For a
  * depth d a stream gives the history S[0, d), the block S[d, d + block) and the query
@@ -144,11 +146,101 @@ static int write_svg(const char *path, const char *model, const struct se_row *r
     return 0;
 }
 
+/*
+ * --seqcache: the sequence cache on an agent-like request mix. `requests` requests, each one of
+ * 4 fixed "system prompts" (sys_len random tokens) followed by a fresh random tail (tail
+ * tokens); each goes through nx_seqcache_prefill and is then stored. Every request is also
+ * prefilled cold (reset + nx_decode) for the time-to-first-token comparison.
+ */
+static int seqcache_bench(nx_model *m, long requests, long sys_len, long tail, long threads,
+                          uint64_t seed, const char *json) {
+    const int32_t nv = nx_model_n_vocab(m);
+    const int32_t n_ctx = (int32_t)(sys_len + tail);
+    struct nx_ctx_params cp = nx_ctx_default_params();
+    cp.n_ctx = n_ctx;
+    cp.kv_extra_tokens = 8 * n_ctx;
+    cp.n_threads = cp.n_threads_batch = (int32_t)threads;
+    nx_ctx *c = NULL;
+    nx_seqcache *sc = NULL;
+    char err[512];
+    if (nx_ctx_init(m, &cp, &c, err, sizeof err)) return se_fail(err, NULL);
+    if (nx_seqcache_init(c, 32, &sc)) {
+        nx_ctx_free(c);
+        return se_fail(nx_ctx_last_error(c), NULL);
+    }
+    uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
+#define NEXT() (r ^= r << 13, r ^= r >> 7, r ^= r << 17, r)
+    nx_token *sys = malloc(sizeof(nx_token) * 4 * (size_t)sys_len);
+    nx_token *req = malloc(sizeof(nx_token) * (size_t)n_ctx);
+    for (long i = 0; i < 4 * sys_len; i++) sys[i] = 1 + (nx_token)(NEXT() % (uint64_t)(nv - 1));
+    double t_hit = 0, t_cold = 0;
+    long n_hit = 0;
+    int rc = 1;
+    for (long q = 0; q < requests; q++) {
+        int k = (int)(NEXT() % 4);
+        memcpy(req, sys + k * sys_len, sizeof(nx_token) * (size_t)sys_len);
+        for (long i = 0; i < tail; i++) req[sys_len + i] = 1 + (nx_token)(NEXT() % (uint64_t)(nv - 1));
+        nx_ctx_reset(c);
+        double t0 = nx_time_s();
+        if (nx_decode(c, req, n_ctx, false)) goto out;
+        t_cold += nx_time_s() - t0;
+        int32_t reused = 0;
+        t0 = nx_time_s();
+        if (nx_seqcache_prefill(sc, req, n_ctx, false, &reused)) goto out;
+        double dt = nx_time_s() - t0;
+        if (reused > 0) {
+            t_hit += dt;
+            n_hit++;
+        }
+        if (nx_seqcache_store(sc, req, n_ctx)) goto out;
+    }
+    struct nx_seqcache_stats st;
+    nx_seqcache_stats(sc, &st);
+    double hit_rate = (double)st.hits / (double)st.lookups;
+    double reuse = (double)st.tokens_reused / (double)(st.tokens_reused + st.tokens_prefilled);
+    double lk_us = 1e6 * st.lookup_seconds / (double)st.lookups;
+    double ttft_hit = n_hit ? t_hit / (double)n_hit : 0, ttft_cold = t_cold / (double)requests;
+    printf("| requests | hit rate | tokens reused | lookup mean us | lookup max us | TTFT cold ms "
+           "| TTFT hit ms (x) |\n|---|---|---|---|---|---|---|\n"
+           "| %ld (4 prompts x %ld + %ld random) | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f "
+           "(%.1fx) |\n",
+           requests, sys_len, tail, hit_rate, reuse, lk_us, 1e6 * st.lookup_max_seconds,
+           1e3 * ttft_cold, 1e3 * ttft_hit, ttft_hit > 0 ? ttft_cold / ttft_hit : 0.0);
+    rc = 0;
+    if (json) {
+        struct nx_outfile o;
+        char e2[1200];
+        if (nx_outfile_open(&o, json, e2, sizeof e2)) {
+            rc = se_fail(e2, NULL);
+            goto out;
+        }
+        fprintf(o.f,
+                "{\"model\":\"%s\",\"requests\":%ld,\"sys_len\":%ld,\"tail\":%ld,\"slots\":32,"
+                "\"threads\":%ld,\"hit_rate\":%.6g,\"reuse_fraction\":%.6g,"
+                "\"lookup_mean_us\":%.6g,\"lookup_max_us\":%.6g,\"ttft_cold_s\":%.6g,"
+                "\"ttft_hit_s\":%.6g,\"slots_dropped\":%lld,\"note\":\"shared 2-core VM: "
+                "preliminary\"}\n",
+                nx_model_desc(m), requests, sys_len, tail, threads, hit_rate, reuse, lk_us,
+                1e6 * st.lookup_max_seconds, ttft_cold, ttft_hit, (long long)st.slots_dropped);
+        if (nx_outfile_commit(&o, e2, sizeof e2)) rc = se_fail(e2, NULL);
+        else fprintf(stderr, "splice-eval: wrote %s\n", json);
+    }
+out:
+    if (rc) fprintf(stderr, "splice-eval: %s\n", nx_ctx_last_error(c));
+#undef NEXT
+    free(sys);
+    free(req);
+    nx_seqcache_free(sc);
+    nx_ctx_free(c);
+    return rc;
+}
+
 int splice_eval_main(int argc, char **argv) {
     const char *model_path = NULL, *depths_s = "0,64,256,512,1024,2048", *json = NULL,
                *svg = NULL;
     long block = 64, query = 32, streams = 4, reps = 3, threads = 2, seed = 1;
-    bool f32 = false;
+    bool f32 = false, seqcache = false;
+    long requests = 64, sys_len = 256, tail = 32;
     struct nx_splice_params sp = nx_splice_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -176,6 +268,12 @@ int splice_eval_main(int argc, char **argv) {
             sp.repair_base = (float)dv;
         } else if (!strcmp(a, "--repair-k") && v && se_double(v, &dv) && dv >= 1) {
             sp.repair_k = (float)dv;
+        } else if (!strcmp(a, "--requests") && v && se_long(v, 1, 1 << 20, &requests)) {
+        } else if (!strcmp(a, "--sys-len") && v && se_long(v, 1, 1 << 20, &sys_len)) {
+        } else if (!strcmp(a, "--tail") && v && se_long(v, 1, 1 << 20, &tail)) {
+        } else if (!strcmp(a, "--seqcache")) {
+            seqcache = true;
+            continue;
         } else if (!strcmp(a, "--f32")) {
             f32 = true;
             continue;
@@ -200,6 +298,11 @@ int splice_eval_main(int argc, char **argv) {
     char err[512];
     nx_model *m = NULL;
     if (nx_model_load(model_path, NULL, &m, err, sizeof err)) return se_fail(err, NULL);
+    if (seqcache) {
+        int rc = seqcache_bench(m, requests, sys_len, tail, threads, (uint64_t)seed, json);
+        nx_model_free(m);
+        return rc;
+    }
     const int32_t nv = nx_model_n_vocab(m), ctx_train = nx_model_n_ctx_train(m);
     int32_t dmax = -1;
     int nd_ok = 0;
