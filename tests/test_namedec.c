@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "nexus.h"
 #include "route/chat_rerank.h"
@@ -390,6 +391,64 @@ TEST(nd_context_too_small) {
     nx_model_free(m);
 }
 
+TEST(nd_prompt_helper_and_latency) {
+    const char *names[] = {"get_weather", "search"};
+    const char *descs[] = {"Get the weather\nfor a city", NULL};
+    char *p = rt_namedec_prompt("weather in Paris?", names, descs, 2, 0);
+    ASSERT_STR_EQ(p, "Tools:\n- get_weather: Get the weather for a city\n- search\nQuery: weather in "
+                     "Paris?\nTool: ");
+    free(p);
+    /* descriptions cut at a UTF-8 boundary: "caf" + é (2 bytes) cut at 4 bytes -> "caf" */
+    const char *d2[] = {"caf\xc3\xa9 au lait", ""};
+    p = rt_namedec_prompt("q", names, d2, 2, 4);
+    ASSERT_STR_EQ(p, "Tools:\n- get_weather: caf\n- search\nQuery: q\nTool: ");
+    free(p);
+
+    /* the trailing space of "Tool: " is handled by the shared-prefix rule: paths are still the
+     * tails of tokenize(prompt + name + "\n") */
+    nx_model *m = load_model(STORIES);
+    ASSERT_TRUE(m != NULL);
+    char err[512] = "";
+    const char *dd[N_NAMES] = {"Get the current weather", "Get a forecast for days ahead",
+                               "Get the time", "Set the time", "Search files", "Search the web",
+                               "Send an email", "List files"};
+    p = rt_namedec_prompt("what will the weather be tomorrow?", NAMES, dd, N_NAMES, 64);
+    rt_namedec *nd = rt_namedec_build(m, p, NAMES, N_NAMES, NULL, err, sizeof err);
+    if (!nd) FAILF("%s", err);
+    const nx_token *pre;
+    int32_t np = rt_namedec_prefix(nd, &pre);
+    for (int i = 0; i < N_NAMES; i++) {
+        char text[2048];
+        snprintf(text, sizeof text, "%s%s\n", p, NAMES[i]);
+        nx_token full[1024];
+        int32_t n = nx_tokenize(m, text, strlen(text), full, 1024, true, false);
+        const nx_token *path;
+        int32_t nl = rt_namedec_path(nd, i, &path);
+        ASSERT_EQ(n, np + nl);
+        for (int32_t k = 0; k < n; k++) ASSERT_EQ(full[k], k < np ? pre[k] : path[k - np]);
+    }
+    struct nx_ctx_params cp = nx_ctx_default_params();
+    cp.n_ctx = 512;
+    cp.n_threads = cp.n_threads_batch = 1;
+    nx_ctx *ctx = NULL;
+    ASSERT_TRUE(nx_ctx_init(m, &cp, &ctx, err, sizeof err) == NX_STATUS_OK);
+    int chosen = -1, feeds = 0;
+    const int reps = 20;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int r = 0; r < reps; r++) ASSERT_OK(rt_namedec_decode(nd, ctx, &chosen, &feeds, err, sizeof err));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = ((double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6) / reps;
+    ASSERT_TRUE(chosen >= 0 && chosen < N_NAMES);
+    printf("  namedec on stories260K: %d candidates, prompt %d tokens, %d feeds, %.2f ms per decode, "
+           "chose %s (preliminary)\n",
+           N_NAMES, np, feeds, ms, NAMES[chosen]);
+    nx_ctx_free(ctx);
+    rt_namedec_free(nd);
+    free(p);
+    nx_model_free(m);
+}
+
 /* ---- chat reranker -------------------------------------------------------------------- */
 
 /* Independent score: full teacher-forced decodes of prompt+" yes" and prompt+" no". */
@@ -447,6 +506,15 @@ TEST(rr_chat_score_matches_reference) {
         ASSERT_TRUE(isfinite(s1) && s1 <= 0);
         double ref = reference_score(m, q, docs[i]);
         ASSERT_NEAR(s1, ref, 1e-4);
+    }
+    {
+        struct timespec t0, t1;
+        float sc;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int i = 0; i < 10; i++) ASSERT_OK(r->score(r, q, docs[0], &sc, err, sizeof err));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        printf("  chat reranker on stories260K: %.2f ms per score (preliminary)\n",
+               ((double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6) / 10);
     }
     /* a second instance gives the same scores */
     rt_reranker *r2 = rt_reranker_chat_open(m, err, sizeof err);

@@ -292,3 +292,52 @@ int rt_namedec_decode(const rt_namedec *nd, nx_ctx *ctx, int *chosen, int *n_fee
     nx_ctx_reset(ctx);
     return rt_namedec_run(nd, feed_ctx, ctx, chosen, n_feeds, err, errlen);
 }
+
+/* Append s[0..n) to the growing string *b (length *len, capacity *cap); false on OOM. */
+static bool app(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap : 256;
+        while (c < *len + n + 1) c *= 2;
+        char *q = realloc(*b, c);
+        if (!q) return false;
+        *b = q;
+        *cap = c;
+    }
+    memcpy(*b + *len, s, n);
+    *len += n;
+    (*b)[*len] = 0;
+    return true;
+}
+
+char *rt_namedec_prompt(const char *query, const char *const *names, const char *const *descs,
+                        int n, size_t desc_max) {
+    char *b = NULL;
+    size_t len = 0, cap = 0;
+    bool ok = app(&b, &len, &cap, "Tools:\n", 7);
+    for (int i = 0; ok && i < n; i++) {
+        const char *nm = names && names[i] ? names[i] : "";
+        ok = app(&b, &len, &cap, "- ", 2) && app(&b, &len, &cap, nm, strlen(nm));
+        const char *d = descs ? descs[i] : NULL;
+        if (ok && d && *d) {
+            size_t dl = strlen(d);
+            if (desc_max && dl > desc_max) {
+                dl = desc_max;
+                while (dl > 0 && ((unsigned char)d[dl] & 0xC0) == 0x80) dl--;
+            }
+            ok = app(&b, &len, &cap, ": ", 2);
+            size_t start = len;
+            ok = ok && app(&b, &len, &cap, d, dl);
+            for (size_t k = start; ok && k < len; k++)
+                if (b[k] == '\n' || b[k] == '\r') b[k] = ' ';
+        }
+        ok = ok && app(&b, &len, &cap, "\n", 1);
+    }
+    const char *q = query ? query : "";
+    ok = ok && app(&b, &len, &cap, "Query: ", 7) && app(&b, &len, &cap, q, strlen(q));
+    ok = ok && app(&b, &len, &cap, "\nTool: ", 7);
+    if (!ok) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}

@@ -51,6 +51,15 @@ rt_namedec *rt_namedec_build(const nx_model *model, const char *prompt, const ch
                              int n_names, const char *term, char *err, size_t errlen);
 void rt_namedec_free(rt_namedec *nd);
 
+/* A routing prompt for rt_namedec_build:
+ *     "Tools:\n- NAME: DESCRIPTION\n- ...\nQuery: QUERY\nTool: "
+ * (descs NULL, or an entry NULL/empty: the line is "- NAME"; descriptions cut to desc_max bytes
+ * at a UTF-8 boundary, 0 = no limit; newlines in them become spaces). Allocated (free()); NULL
+ * on out of memory. Keeping it within the context is the caller's job (fewer candidates or a
+ * smaller desc_max); rt_namedec_decode says when it does not fit. */
+char *rt_namedec_prompt(const char *query, const char *const *names, const char *const *descs,
+                        int n, size_t desc_max);
+
 /* The decode prefix (tokens fed first). Borrowed; returns the count. */
 int32_t rt_namedec_prefix(const rt_namedec *nd, const nx_token **tokens);
 /* Candidate i's token path after the prefix (terminator included). Borrowed; the count. */
