@@ -479,6 +479,63 @@ TEST(tok_pretokenizer_variants) {
     }
 }
 
+#define WP_JSON                                                                                     \
+    "{\"added_tokens\": [{\"id\": 0, \"content\": \"[UNK]\"}],"                                    \
+    " \"normalizer\": {\"type\": \"BertNormalizer\", \"lowercase\": true},"                        \
+    " \"pre_tokenizer\": {\"type\": \"BertPreTokenizer\"},"                                        \
+    " \"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\","                              \
+    " \"continuing_subword_prefix\": \"##\", \"max_input_chars_per_word\": 100,"                   \
+    " \"vocab\": {\"[UNK]\": 0, \"[PAD]\": 1, \"un\": 2, \"##aff\": 3, \"##able\": 4, \"hello\": 5," \
+    " \",\": 6, \"world\": 7, \"!\": 8, \"##s\": 9, \"a\": 10, \"##a\": 11}}}"
+
+TEST(tok_wordpiece) {
+    char path[PATH_MAX + 32], err[512] = "";
+    snprintf(path, sizeof path, "%s/tokenizer.json", tmpdir());
+    ASSERT_OK(write_file(path, WP_JSON, strlen(WP_JSON)));
+    hf_tok *t = hf_tok_load(path, err, sizeof err);
+    if (!t) FAILF("%s", err);
+    ASSERT_EQ(hf_tok_n_vocab(t), 12);
+    ASSERT_EQ(hf_tok_unk_id(t), 0);
+    /* whitespace dropped, punctuation isolated, greedy longest match with ## continuations */
+    char *pre = hf_tok_debug_pretokenize(t, "Unaff\xc3\xa1" "ble, Worlds!", err, sizeof err);
+    ASSERT_STR_EQ(pre, "unaffable|,|worlds|!");
+    free(pre);
+    ASSERT_TRUE(ids_equal(t, "Unaff\xc3\xa1" "ble, Worlds!", (int32_t[]){2, 3, 4, 6, 7, 9, 8}, 7));
+    /* a word that cannot be covered is one [UNK], the rest is unaffected */
+    ASSERT_TRUE(ids_equal(t, "xyz hello", (int32_t[]){0, 5}, 2));
+    ASSERT_TRUE(ids_equal(t, "helloz", (int32_t[]){0}, 1));
+    /* 100 characters: a + 99 x ##a; 101: [UNK] */
+    char w[102];
+    memset(w, 'a', 101);
+    w[100] = 0;
+    int32_t *ids;
+    ASSERT_EQ(hf_tok_encode(t, w, 100, &ids, err, sizeof err), 100);
+    ASSERT_EQ(ids[0], 10);
+    ASSERT_EQ(ids[99], 11);
+    free(ids);
+    w[100] = 'a';
+    w[101] = 0;
+    ASSERT_TRUE(ids_equal(t, w, (int32_t[]){0}, 1));
+    hf_tok_free(t);
+    /* bad WordPiece files */
+    const char *bad[][2] = {
+        {"{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": 0, \"b\": 0}}}", "used twice"},
+        {"{\"model\": {\"type\": \"WordPiece\", \"unk_token\": \"[UNK]\", \"vocab\": {\"a\": 0}}}",
+         "unk_token '[UNK]' is not in the vocab"},
+        {"{\"model\": {\"type\": \"WordPiece\", \"vocab\": {\"a\": -3}}}", "not an id"},
+        {"{\"model\": {\"type\": \"WordPiece\", \"vocab\": [[\"a\", 0]]}}", "{token: id}"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ASSERT_OK(write_file(path, bad[i][0], strlen(bad[i][0])));
+        hf_tok *b = hf_tok_load(path, err, sizeof err);
+        if (b) {
+            hf_tok_free(b);
+            FAILF("accepted %s", bad[i][0]);
+        }
+        if (!strstr(err, bad[i][1])) FAILF("\"%s\" lacks \"%s\"", err, bad[i][1]);
+    }
+}
+
 TEST(tok_random_bytes_never_fail) {
     hf_tok *t = load_fixture_tok();
     ASSERT_TRUE(t != NULL);
@@ -707,6 +764,33 @@ TEST(m2v_pooling_weights_mapping) {
     e = rt_embedder_open(tmpdir(), err, sizeof err);
     ASSERT_TRUE(e == NULL);
     ASSERT_TRUE(strstr(err, "2 embedding rows for 29524 tokens") != NULL);
+}
+
+TEST(m2v_wordpiece_model) {
+    /* a WordPiece model2vec directory, no mapping or weights: rows = tokens.
+     * "Hello, world! qqq": ids hello 5, "," 6, world 7, "!" 8, [UNK] dropped ->
+     * mean of rows 5..8 = ((1+0+1+0)/4, (0+1+2+3)/4) = (0.5, 1.5) with row r = (r % 2 == 1, r - 5) */
+    char path[PATH_MAX + 32], err[512] = "";
+    snprintf(path, sizeof path, "%s/tokenizer.json", tmpdir());
+    unlink(path);
+    ASSERT_OK(write_file(path, WP_JSON, strlen(WP_JSON)));
+    snprintf(path, sizeof path, "%s/config.json", tmpdir());
+    ASSERT_OK(write_file(path, "{\"normalize\": false}", 20));
+    float emb[24];
+    for (int r = 0; r < 12; r++) {
+        emb[2 * r] = (float)(r % 2 == 1);
+        emb[2 * r + 1] = (float)(r - 5);
+    }
+    struct tspec ts[] = {{"embeddings", "F32", "[12,2]", emb, sizeof emb}};
+    ASSERT_OK(write_model(tmpdir(), ts, 1));
+    rt_embedder *e = rt_embedder_open(tmpdir(), err, sizeof err);
+    if (!e) FAILF("%s", err);
+    double mean[2];
+    int norm = 1;
+    ASSERT_OK(rt_model2vec_mean(e, "Hello, world! qqq", mean, &norm, err, sizeof err));
+    ASSERT_EQ(norm, 0);
+    ASSERT_TRUE(mean[0] == 0.5 && mean[1] == 1.5);
+    rt_embedder_free(e);
 }
 
 TEST(m2v_bad_models) {

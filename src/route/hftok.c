@@ -116,6 +116,14 @@ static bool is_cjk(int32_t c) {
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
 }
 
+/* BERT punctuation: ASCII punctuation or a Unicode P* character. */
+static bool is_punct(int32_t c) {
+    if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126))
+        return true;
+    utf8proc_category_t k = utf8proc_category(c);
+    return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
+}
+
 /* ---- normalizers ------------------------------------------------------------------------ */
 
 enum norm_kind { N_SEQ, N_BERT, N_REPLACE, N_STRIP, N_LOWER, N_UNF, N_STRIP_ACCENTS, N_PREPEND };
@@ -415,7 +423,7 @@ oom2:
 
 /* ---- pre-tokenizers --------------------------------------------------------------------- */
 
-enum pre_kind { P_SEQ, P_METASPACE, P_WSSPLIT };
+enum pre_kind { P_SEQ, P_METASPACE, P_WSSPLIT, P_BERT };
 enum { SCHEME_ALWAYS, SCHEME_FIRST, SCHEME_NEVER };
 
 struct pre {
@@ -485,6 +493,8 @@ static int pre_parse(struct pre *p, json_t *j, char *err, size_t errlen) {
         }
     } else if (strcmp(type, "WhitespaceSplit") == 0) {
         p->k = P_WSSPLIT;
+    } else if (strcmp(type, "BertPreTokenizer") == 0) {
+        p->k = P_BERT;
     } else {
         hf_errf(err, errlen, "tokenizer.json: pre_tokenizer type '%s' is not supported", type);
         return -1;
@@ -533,7 +543,8 @@ static int pre_apply(const struct pre *p, struct plist *l, char *err, size_t err
     struct plist out = {0};
     for (int i = 0; i < l->n; i++) {
         const struct piece *pc = &l->v[i];
-        if (p->k == P_WSSPLIT) {
+        if (p->k == P_WSSPLIT || p->k == P_BERT) {
+            /* split on whitespace (dropped); Bert: each punctuation character on its own */
             size_t s = 0;
             bool first = pc->first;
             for (size_t j = 0; j <= pc->n;) {
@@ -542,6 +553,11 @@ static int pre_apply(const struct pre *p, struct plist *l, char *err, size_t err
                 if (j < pc->n) k = u8_next(pc->p + j, pc->n - j, &c);
                 if (j == pc->n || is_ws(c)) {
                     if (!pl_push(&out, pc->p + s, j - s, first && s == 0)) goto oom;
+                    s = j + (size_t)k;
+                } else if (p->k == P_BERT && is_punct(c)) {
+                    if (!pl_push(&out, pc->p + s, j - s, first && s == 0) ||
+                        !pl_push(&out, pc->p + j, (size_t)k, first && j == 0))
+                        goto oom;
                     s = j + (size_t)k;
                 }
                 j += (size_t)k;
@@ -693,6 +709,9 @@ struct hf_tok {
     double *score;  /* [n_vocab] */
     int32_t unk_id;
     bool byte_fallback;
+    bool wordpiece;     /* WordPiece model (else Unigram) */
+    char *wp_prefix;    /* continuing-subword prefix ("##") */
+    int wp_max_chars;   /* longer words are [UNK] */
     double unk_score;
     struct trie trie;
     struct norm *norm; /* NULL: none */
@@ -707,6 +726,7 @@ void hf_tok_free(hf_tok *t) {
     for (int32_t i = 0; i < t->n_vocab; i++) free(t->piece[i]);
     free(t->piece);
     free(t->score);
+    free(t->wp_prefix);
     trie_free(&t->trie);
     if (t->norm) norm_free(t->norm);
     free(t->norm);
@@ -756,17 +776,35 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
         snprintf(e2, sizeof e2, "no \"model\" object with a \"type\"");
         goto fail;
     }
-    if (strcmp(mtype, "Unigram") != 0) {
-        snprintf(e2, sizeof e2, "model type '%s' is not supported (only Unigram)", mtype);
+    t->wordpiece = strcmp(mtype, "WordPiece") == 0;
+    if (strcmp(mtype, "Unigram") != 0 && !t->wordpiece) {
+        snprintf(e2, sizeof e2, "model type '%s' is not supported (only Unigram and WordPiece)", mtype);
         goto fail;
     }
     json_t *vocab = json_object_get(model, "vocab");
-    if (!json_is_array(vocab) || json_array_size(vocab) == 0 || json_array_size(vocab) > (1u << 24)) {
-        snprintf(e2, sizeof e2, "model.vocab must be a non-empty array of [piece, score]");
-        goto fail;
+    int32_t n_vocab = 0;
+    if (t->wordpiece) {
+        if (!json_is_object(vocab) || json_object_size(vocab) == 0 || json_object_size(vocab) > (1u << 24)) {
+            snprintf(e2, sizeof e2, "model.vocab must be a non-empty object {token: id}");
+            goto fail;
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(vocab, k, v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 24)) {
+                snprintf(e2, sizeof e2, "model.vocab['%.100s'] is not an id in [0, 2^24)", k);
+                goto fail;
+            }
+            if (json_integer_value(v) >= n_vocab) n_vocab = (int32_t)json_integer_value(v) + 1;
+        }
+    } else {
+        if (!json_is_array(vocab) || json_array_size(vocab) == 0 || json_array_size(vocab) > (1u << 24)) {
+            snprintf(e2, sizeof e2, "model.vocab must be a non-empty array of [piece, score]");
+            goto fail;
+        }
+        n_vocab = (int32_t)json_array_size(vocab);
     }
     json_t *added = json_object_get(root, "added_tokens");
-    int32_t n_vocab = (int32_t)json_array_size(vocab);
     if (json_is_array(added)) {
         for (size_t i = 0; i < json_array_size(added); i++) {
             json_t *a = json_array_get(added, i);
@@ -786,8 +824,43 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
         snprintf(e2, sizeof e2, "out of memory");
         goto fail;
     }
+    if (t->wordpiece) {
+        const char *k;
+        json_t *v;
+        json_object_foreach(vocab, k, v) {
+            int32_t id = (int32_t)json_integer_value(v);
+            if (t->piece[id]) {
+                snprintf(e2, sizeof e2, "model.vocab: id %d used twice ('%.80s', '%.80s')", id,
+                         t->piece[id], k);
+                goto fail;
+            }
+            if (!(t->piece[id] = strdup(k)) || (*k && !trie_insert(&t->trie, k, strlen(k), id))) {
+                snprintf(e2, sizeof e2, "out of memory");
+                goto fail;
+            }
+        }
+        const char *pfx = json_string_value(json_object_get(model, "continuing_subword_prefix"));
+        t->wp_prefix = strdup(pfx ? pfx : "##");
+        json_t *mx = json_object_get(model, "max_input_chars_per_word");
+        t->wp_max_chars = json_is_integer(mx) && json_integer_value(mx) > 0 &&
+                                  json_integer_value(mx) < (1 << 24)
+                              ? (int)json_integer_value(mx)
+                              : 100;
+        const char *unk_tok = json_string_value(json_object_get(model, "unk_token"));
+        if (!t->wp_prefix) {
+            snprintf(e2, sizeof e2, "out of memory");
+            goto fail;
+        }
+        if (unk_tok) {
+            t->unk_id = trie_lookup(&t->trie, unk_tok, strlen(unk_tok));
+            if (t->unk_id < 0) {
+                snprintf(e2, sizeof e2, "model.unk_token '%.80s' is not in the vocab", unk_tok);
+                goto fail;
+            }
+        }
+    }
     double min_score = 0;
-    for (size_t i = 0; i < json_array_size(vocab); i++) {
+    for (size_t i = 0; !t->wordpiece && i < json_array_size(vocab); i++) {
         json_t *e = json_array_get(vocab, i);
         const char *s = json_string_value(json_array_get(e, 0));
         json_t *sc = json_array_get(e, 1);
@@ -808,7 +881,7 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
         }
     }
     t->unk_score = min_score - UNK_PENALTY;
-    json_t *unk = json_object_get(model, "unk_id");
+    json_t *unk = t->wordpiece ? NULL : json_object_get(model, "unk_id");
     if (json_is_integer(unk)) {
         if (json_integer_value(unk) < 0 || json_integer_value(unk) >= (json_int_t)json_array_size(vocab)) {
             snprintf(e2, sizeof e2, "model.unk_id %lld outside the vocab",
@@ -989,6 +1062,54 @@ done:
     return rc;
 }
 
+/* WordPiece: greedy longest match from the left, later pieces with the continuing prefix; a
+ * word that cannot be covered (or is longer than max_input_chars_per_word) is one [UNK]. */
+static int wordpiece_piece(const hf_tok *t, const char *s, size_t n, struct ivec *out, char *err,
+                           size_t errlen) {
+    size_t pl = strlen(t->wp_prefix);
+    int first_out = out->n;
+    bool bad = u8_count(s, n) > (size_t)t->wp_max_chars;
+    char *buf = NULL;
+    if (!bad) {
+        buf = malloc(pl + n + 1);
+        if (!buf) goto oom;
+        memcpy(buf, t->wp_prefix, pl);
+    }
+    for (size_t start = 0; !bad && start < n;) {
+        size_t end = n;
+        int32_t id = -1;
+        while (end > start) {
+            memcpy(buf + pl, s + start, end - start);
+            id = start ? trie_lookup(&t->trie, buf, pl + end - start)
+                       : trie_lookup(&t->trie, s, end - start);
+            if (id >= 0) break;
+            end--;
+            while (end > start && ((uint8_t)s[end] & 0xC0) == 0x80) end--;
+        }
+        if (id < 0) {
+            bad = true;
+            break;
+        }
+        if (!iv_push(out, id)) goto oom;
+        start = end;
+    }
+    free(buf);
+    if (bad) {
+        out->n = first_out;
+        if (t->unk_id < 0) {
+            hf_errf(err, errlen, "tokenizer: word not covered by the vocabulary and no unk_token");
+            return -1;
+        }
+        if (!iv_push(out, t->unk_id)) goto oom2;
+    }
+    return 0;
+oom:
+    free(buf);
+oom2:
+    hf_errf(err, errlen, "out of memory (tokenizer)");
+    return -1;
+}
+
 /* Normalize + pre-tokenize one segment (no added tokens in it) into l. */
 static int segment_pieces(const hf_tok *t, const char *s, size_t n, bool first, struct plist *l,
                           char *err, size_t errlen) {
@@ -1038,7 +1159,8 @@ int hf_tok_encode(const hf_tok *t, const char *text, size_t len, int32_t **ids, 
                     goto fail;
                 }
                 for (int p = 0; p < l.n; p++)
-                    if (unigram_piece(t, l.v[p].p, l.v[p].n, &out, err, errlen) != 0) {
+                    if ((t->wordpiece ? wordpiece_piece(t, l.v[p].p, l.v[p].n, &out, err, errlen)
+                                      : unigram_piece(t, l.v[p].p, l.v[p].n, &out, err, errlen)) != 0) {
                         pl_clear(&l);
                         goto fail;
                     }

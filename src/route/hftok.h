@@ -1,14 +1,17 @@
 /*
  * hftok.h - a Hugging Face tokenizer.json reader for Unigram models (SentencePiece-style, as
- * model2vec's distilled tokenizers use), with the normalizers and pre-tokenizers they need.
+ * model2vec's distilled tokenizers use) and WordPiece models (BERT-style, as older model2vec
+ * models keep), with the normalizers and pre-tokenizers they need.
  *
  * Supported (anything else is refused at load with a message naming it):
- *   model:          Unigram (vocab [[piece, score], ...], unk_id, byte_fallback)
+ *   model:          Unigram (vocab [[piece, score], ...], unk_id, byte_fallback);
+ *                   WordPiece (vocab {token: id}, unk_token, continuing_subword_prefix,
+ *                   max_input_chars_per_word)
  *   normalizer:     null, Sequence, BertNormalizer (clean_text, handle_chinese_chars,
  *                   strip_accents, lowercase), Replace (String or Regex pattern), Strip,
  *                   Lowercase, NFC, NFD, NFKC, NFKD, StripAccents, Prepend
  *   pre_tokenizer:  null, Sequence, Metaspace (replacement, prepend_scheme always/first/never
- *                   or the older add_prefix_space, split), WhitespaceSplit
+ *                   or the older add_prefix_space, split), WhitespaceSplit, BertPreTokenizer
  *   added_tokens:   matched verbatim in the raw text (before normalization) and emitted as their
  *                   id; the text between them is normalized and tokenized separately
  *                   (lstrip / rstrip / single_word flags are not applied).
@@ -17,7 +20,9 @@
  * Segmentation is Viterbi over the pieces (scores are log-probabilities, summed in double);
  * characters no piece covers become the unknown token with score min_score - 10, consecutive
  * unknowns fused into one, or byte pieces "<0xXX>" when byte_fallback is set and they exist.
- * Ties go to the path found first in left-to-right order (the Hugging Face rule).
+ * Ties go to the path found first in left-to-right order (the Hugging Face rule). WordPiece is
+ * greedy longest-match-first per word; a word it cannot cover, or longer than
+ * max_input_chars_per_word characters, is one unknown token.
  *
  * Thread-safety: an hf_tok is immutable after load; hf_tok_encode may run concurrently.
  */

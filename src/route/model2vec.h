@@ -5,7 +5,7 @@
  *   model.safetensors  "embeddings" [rows, dim] (F32/F16/BF16/F64/I8...), optional "weights"
  *                      [n_vocab] (per-token weight, any numeric dtype) and "mapping" [n_vocab]
  *                      (token id -> embedding row, integer dtype; without it rows == n_vocab)
- *   tokenizer.json     Hugging Face Unigram tokenizer (route/hftok.h)
+ *   tokenizer.json     Hugging Face Unigram or WordPiece tokenizer (route/hftok.h)
  *   config.json        optional; "normalize" (default false, as in model2vec)
  *
  * Encoding follows model2vec's StaticModel.encode with its default max_length = 512:
