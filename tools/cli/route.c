@@ -252,6 +252,10 @@ int route_main(int argc, char **argv) {
             if (get_double("route", a, v, &dv)) return 2;
             p.tau = (float)dv;
             i++;
+        } else if (!strcmp(a, "--rrf-depth")) {
+            if (get_long("route", a, v, 0, 1000000, &lv)) return 2;
+            p.rrf_depth = (int)lv;
+            i++;
         } else if (!strcmp(a, "--abstain-below")) {
             if (get_double("route", a, v, &dv)) return 2;
             p.abstain_below = (float)dv;
@@ -1104,6 +1108,7 @@ struct eval_opts {
     int sizes[16], n_sizes;
     uint64_t seed;
     double gate_pct;
+    int rrf_depth;
     const char *json_path, *svg_path;
     const char *tools[MAX_FILES];
     int n_tools;
@@ -1122,6 +1127,7 @@ static int eval_bfcl_embedder(struct eval_ctx *c, const struct eval_opts *o, enu
     p.mode = mode;
     p.k = RT_SLB_KMAX;
     p.embedder = c->emb;
+    p.rrf_depth = o->rrf_depth;
     int maxn = 0;
     for (int i = 0; i < o->n_sizes; i++) maxn = o->sizes[i] > maxn ? o->sizes[i] : maxn;
     int *pool_all = NULL;
@@ -1446,6 +1452,8 @@ static int eval_bfcl(const struct eval_opts *o) {
     for (int i = 0; i < o->n_sizes; i++) json_array_append_new(sz, json_integer(o->sizes[i]));
     json_object_set_new(root, "sizes", sz);
     json_object_set_new(root, "skipped_relevant_queries", json_integer(skipped));
+    json_object_set_new(root, "rrf_k", json_integer(60));
+    json_object_set_new(root, "rrf_depth", json_integer(o->rrf_depth));
     json_object_set_new(root, "protocol", json_string(
         "sweep: the query's own definition of the expected tool + its own other candidates + "
         "seeded distractors from the pool (first definition of each name over live_multiple and "
@@ -1549,6 +1557,7 @@ static int eval_custom(const struct eval_opts *o) {
     struct rt_router_params p = rt_router_default_params();
     p.mode = mode;
     p.k = RT_SLB_KMAX;
+    p.rrf_depth = o->rrf_depth;
     rt_embedder *emb = NULL;
     rt_router *rt = NULL;
     json_t *root = json_object(), *wrong = json_array();
@@ -1647,7 +1656,7 @@ done:
 static void eval_usage(void) {
     fprintf(stderr,
             "usage: nexus eval-routing [--bfcl DIR] [--embedders bm25,hybrid,dense] [--embed-model PATH]\n"
-            "                          [--sizes 10,50,100,250] [--seed S] [--gate-pct 20]\n"
+            "                          [--sizes 10,50,100,250] [--seed S] [--gate-pct 20] [--rrf-depth 0]\n"
             "                          [--json OUT] [--svg OUT]\n"
             "       nexus eval-routing --tools TOOLS.json... --queries Q.jsonl\n"
             "                          [--embedder bm25|hybrid|dense] [--embed-model PATH] [--json OUT]\n");
@@ -1694,6 +1703,10 @@ int eval_routing_main(int argc, char **argv) {
         } else if (!strcmp(a, "--seed")) {
             if (get_long("eval-routing", a, v, 0, LONG_MAX, &lv)) return 2;
             o.seed = (uint64_t)lv;
+            i++;
+        } else if (!strcmp(a, "--rrf-depth")) {
+            if (get_long("eval-routing", a, v, 0, 1000000, &lv)) return 2;
+            o.rrf_depth = (int)lv;
             i++;
         } else if (!strcmp(a, "--gate-pct")) {
             double d;
