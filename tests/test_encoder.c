@@ -767,6 +767,61 @@ TEST(bad_files_give_clear_errors) {
     }
 }
 
+/* Random byte corruptions of an encoder file (metadata and tensor-info region, where a flip
+ * changes structure): every load either fails with a message or gives a model that embeds and
+ * reranks without crashing. Seeded. */
+TEST(corrupted_files_never_crash) {
+    char good[256], bad[256];
+    struct spec sr = {.arch = "bert", .type = "q8_0", .rerank = true};
+    ASSERT_TRUE(make_model(&sr, good, sizeof good) != NULL);
+    tmp_path("corrupt.gguf", bad, sizeof bad);
+    FILE *f = fopen(good, "rb");
+    ASSERT_TRUE(f != NULL);
+    static unsigned char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    ASSERT_TRUE(n > 4096 && n < sizeof buf);
+    /* the header, keys and tensor infos come before the first tensor's data */
+    struct gguf_file *gf = NULL;
+    struct nx_err e;
+    ASSERT_OK(gguf_open(good, &gf, &e));
+    size_t meta = gguf_data_offset(gf);
+    gguf_close(gf);
+    static unsigned char work[1 << 20];
+    uint64_t x = 12345;
+    int loaded = 0, refused = 0;
+    for (int it = 0; it < 150; it++) {
+        memcpy(work, buf, n);
+        for (int k = 0; k < 1 + it % 4; k++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            size_t pos = (size_t)(x % meta);
+            work[pos] ^= (unsigned char)(1u << ((x >> 32) % 8));
+        }
+        FILE *o = fopen(bad, "wb");
+        ASSERT_TRUE(o != NULL);
+        fwrite(work, 1, n, o);
+        fclose(o);
+        char err[512] = "";
+        nx_model *m = NULL;
+        if (nx_model_load(bad, NULL, &m, err, sizeof err) != NX_STATUS_OK) {
+            ASSERT_TRUE(m == NULL && err[0] != 0);
+            refused++;
+            continue;
+        }
+        loaded++;
+        if (nx_model_is_encoder(m)) {
+            float v[4096];
+            float sc;
+            int dim = nx_model_n_embd(m);
+            if (dim <= 4096) (void)nx_embed(m, "abc de", NULL, v, dim, err, sizeof err);
+            (void)nx_rerank_score(m, "abc", "de", NULL, &sc, err, sizeof err);
+        }
+        nx_model_free(m);
+    }
+    ASSERT_TRUE(refused > 0);
+    fprintf(stderr, "  corrupted files: %d refused, %d loaded\n", refused, loaded);
+}
+
 /* Last: print the largest differences measured (for the TOL table above). */
 TEST(zz_report_measured_errors) {
     for (size_t i = 0; i < NX_ARRAY_LEN(TOL); i++)
