@@ -560,6 +560,7 @@ TEST(bad_inputs_give_errors) {
     nx_ctx *c = NULL;
     ASSERT_TRUE(nx_ctx_init(m, NULL, &c, err, sizeof err) != NX_STATUS_OK);
     ASSERT_TRUE(c == NULL);
+    ASSERT_TRUE(strstr(err, "encoder model") != NULL);
     nx_model_free(m);
     /* decoder models are not encoders */
     char llama[512];

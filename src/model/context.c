@@ -473,7 +473,10 @@ nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *params,
     if (p.n_batch <= 0) p.n_batch = 512;
     if (p.n_batch > p.n_ctx) p.n_batch = p.n_ctx;
     const char *bad = NULL;
-    if (model->vocab_only)
+    if (model->enc)
+        bad = "an encoder model (bert / nomic-bert) has no decoding context: use nx_embed or "
+              "nx_rerank_score";
+    else if (model->vocab_only)
         bad = "the model file has no weights (vocabulary only)";
     else if (p.n_ctx < 1 || p.n_ctx > (1 << 24))
         bad = "n_ctx must be in [1, 16777216]";
