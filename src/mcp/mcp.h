@@ -229,8 +229,8 @@ int mcp_config_open(const mcp_config *cfg, size_t i, int timeout_ms, mcp_client 
                     size_t errlen);
 
 /*
- * THE ROUTER'S ENTRY POINT. Starts every enabled server of the config at config_path, lists all
- * their tools, stops them, and returns in *tools_out a new JSON array in MCP tools/list shape
+ * THE ROUTER'S ENTRY POINT. Starts every enabled server of the config at config_path (all at
+ * once, so their start-up times overlap), lists all their tools, stops them, and returns in *tools_out a new JSON array in MCP tools/list shape
  * (tool objects as the servers sent them) where each tool has one added member,
  * "server": "<config name of its server>". Order is deterministic: by server name, then tool
  * name (bytewise). timeout_ms (0: each server's timeoutMs or MCP_DEFAULT_TIMEOUT_MS) bounds each
