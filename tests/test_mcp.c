@@ -227,6 +227,9 @@ static void fake_tools_call(json_t *id, json_t *params, json_t *replies) {
         struct timespec ts = {0, (long)json_integer_value(json_object_get(args, "ms")) * 1000000L};
         nanosleep(&ts, NULL);
         f_result(id, f_content1(f_text("slept")));
+    } else if (!strcmp(name, "needinput")) { /* 2026-07-28 multi-round-trip request */
+        f_result(id, json_pack("{s:s, s:{s:{s:s}}}", "resultType", "input_required",
+                               "inputRequests", "confirm", "method", "elicitation/create"));
     } else if (!strcmp(name, "crash")) {
         f_half_reply(id);
         _exit(3);
@@ -600,6 +603,13 @@ TEST(fake_modern_era) {
     ASSERT_OK(mcp_list_tools(c, &tools, err, sizeof err));
     ASSERT_EQ(json_array_size(tools), 9);
     json_decref(tools);
+    ASSERT_OK(mcp_call_tool(c, "structured", NULL, &r, err, sizeof err));
+    json_decref(r);
+    /* input_required (MRTR) is not something this client can satisfy: a clear error */
+    ASSERT_EQ(mcp_call_tool(c, "needinput", NULL, &r, err, sizeof err), MCP_EPROTO);
+    ASSERT_CONTAINS(err, "input_required");
+    ASSERT_TRUE(r == NULL);
+    /* and the client goes on */
     ASSERT_OK(mcp_call_tool(c, "structured", NULL, &r, err, sizeof err));
     json_decref(r);
     mcp_close(c);
