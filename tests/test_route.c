@@ -934,4 +934,62 @@ TEST(route_mcp_servers) {
     ASSERT_EQ(RUN(route_main, b), 1);
 }
 
+/* ---- allocation failures ---- */
+
+/* Registry load, signatures, hybrid router build and one query; 0 when every step succeeded,
+ * 1 when one failed cleanly (with a message). */
+static int oom_run(struct tiny_emb *te) {
+    char err[512];
+    int failed = 0;
+    rt_registry r;
+    rt_registry_init(&r);
+    if (rt_registry_load_file(&r, FX "tools.json", err, sizeof err) < 0 ||
+        rt_registry_load_file(&r, FX "functions.json", err, sizeof err) < 0) {
+        if (!strstr(err, "out of memory")) fprintf(stderr, "  unexpected: %s\n", err), abort();
+        rt_registry_free(&r);
+        return 1;
+    }
+    rt_registry_sort(&r);
+    for (int i = 0; i < r.n; i++) {
+        char *sig = rt_signature(&r.tools[i]);
+        if (!sig) failed = 1;
+        nx_free(sig);
+    }
+    struct rt_router_params p = rt_router_default_params();
+    p.mode = RT_MODE_HYBRID;
+    p.embedder = &te->base;
+    rt_router *rt = rt_router_new(&r, NULL, 0, &p, NULL, err, sizeof err);
+    if (!rt) {
+        failed = 1;
+    } else {
+        struct rt_route out;
+        if (rt_router_route(rt, "read the contents of a file", NULL, &out, err, sizeof err))
+            failed = 1;
+        else if (strcmp(r.tools[out.chosen].name, "read_file") != 0)
+            abort(); /* a success must be the right answer */
+        rt_router_free(rt);
+    }
+    float v[3] = {3, 1, 2};
+    if (isnan(rt_percentile(v, 3, 50))) failed = 1;
+    rt_registry_free(&r);
+    return failed;
+}
+
+TEST(allocation_failures) {
+    struct tiny_emb te = {{"tiny", 16, tiny_embed, tiny_free}, 0};
+    size_t before = nx_alloc_bytes();
+    long n;
+    int ok = 0;
+    for (n = 1; n <= 5000 && !ok; n++) {
+        nx_alloc_fail_after(n);
+        int rc = oom_run(&te);
+        nx_alloc_fail_after(0);
+        ok = rc == 0;
+        ASSERT_EQ(nx_alloc_bytes(), before); /* nothing leaked on any path */
+    }
+    ASSERT_TRUE(ok);
+    printf("  a failure injected at each of the first %ld allocations\n", n - 2);
+    ASSERT_TRUE(n > 20); /* many allocation sites were exercised */
+}
+
 TEST_MAIN
