@@ -19,6 +19,7 @@
 #include "route/signature.h"
 #include "route/slb.h"
 #include "test.h"
+#include "../tools/cli/mkmodel.h"
 #include "../tools/cli/route.h"
 
 /* The AVX-512 VNNI kernel, compiled here on the plain-C emulation of its intrinsics. */
@@ -932,6 +933,49 @@ TEST(route_mcp_servers) {
     free(text);
     const char *b[] = {"route", "--mcp", FX "no-such-config.json", "x", NULL};
     ASSERT_EQ(RUN(route_main, b), 1);
+}
+
+TEST(route_gguf_encoder_and_cross_encoder) {
+    /* random-weight BERT embedder and cross-encoder from the model writer: the dense path, the
+     * fusion and the cross-encoder rerank run end to end through the CLI (random weights say
+     * nothing about quality) */
+    char tok[512];
+    snprintf(tok, sizeof tok, "%s/models/vocab/ggml-vocab-bert-bge.gguf", test_shared());
+    const char *enc = tmp_path("enc.gguf"), *ce = tmp_path("ce.gguf");
+    const char *m1[] = {"mkmodel", "-o", enc, "--arch", "bert", "--layers", "2", "--embd", "64",
+                        "--heads", "4", "--ff", "128", "--ctx", "128", "--type", "f32",
+                        "--tokenizer", tok, "--threads", "1", "-q", NULL};
+    const char *m2[] = {"mkmodel", "-o", ce, "--arch", "bert", "--rerank", "--layers", "2",
+                        "--embd", "64", "--heads", "4", "--ff", "128", "--ctx", "128", "--type",
+                        "f32", "--tokenizer", tok, "--threads", "1", "-q", NULL};
+    int n1 = 0, n2 = 0;
+    while (m1[n1]) n1++;
+    while (m2[n2]) n2++;
+    fflush(stdout);
+    ASSERT_EQ(mkmodel_main(n1, (char **)m1), 0);
+    ASSERT_EQ(mkmodel_main(n2, (char **)m2), 0);
+    const char *a[] = {"route", "--tools", FX "tools.json", "--embedder", "hybrid", "--embed-model",
+                       enc, "--rerank-model", ce, "--tau", "1e9", "-k", "3", "read a file", NULL};
+    char *text;
+    ASSERT_EQ(run_capture(route_main, a, &text), 0);
+    ASSERT_TRUE(strstr(text, "tools: 5 (hybrid)") != NULL);
+    ASSERT_TRUE(strstr(text, "gate: fired") != NULL);
+    ASSERT_TRUE(strstr(text, "reranked (cross-encoder):") != NULL);
+    free(text);
+    const char *out = tmp_path("dense.json");
+    const char *b[] = {"eval-routing", "--tools", FX "tools.json", FX "functions.json", "--queries",
+                       FX "queries.jsonl", "--embedder", "dense", "--embed-model", enc, "--json",
+                       out, NULL};
+    ASSERT_EQ(RUN(eval_routing_main, b), 0);
+    json_error_t je;
+    json_t *j = json_load_file(out, 0, &je);
+    ASSERT_TRUE(j != NULL);
+    ASSERT_EQ(json_integer_value(json_object_get(j, "n_queries")), 9);
+    ASSERT_STR_EQ(json_string_value(json_object_get(j, "embedder")), "dense");
+    json_decref(j);
+    /* a cross-encoder path that is not a model: a clear error */
+    const char *c[] = {"route", "--tools", FX "tools.json", "--rerank-model", FX "tools.json", "q", NULL};
+    ASSERT_EQ(RUN(route_main, c), 1);
 }
 
 /* ---- allocation failures ---- */
