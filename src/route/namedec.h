@@ -21,15 +21,16 @@
  * the candidates and at most (number of branch points on its path) + 1 feeds are made. One
  * candidate: no feed at all.
  *
- * Usage for the router:
+ * Usage for the router (top-k names and descriptions of the gate's candidates):
+ *     char *prompt = rt_namedec_prompt(query, names, descs, k, 200);
  *     rt_namedec *nd = rt_namedec_build(model, prompt, names, k, NULL, err, sizeof err);
  *     int pick;
  *     if (nd && rt_namedec_decode(nd, ctx, &pick, NULL, err, sizeof err) == 0) ... names[pick]
  *     rt_namedec_free(nd);
- * with a prompt that lists the candidates and ends where the name should follow, e.g.
+ *     free(prompt);
+ * Any prompt that lists the candidates and ends where the name should follow works, e.g.
  *     "Tools: get_weather, get_time, search.\nQuery: what time is it?\nTool:"
- * (a name then follows as " get_time": put the space in the prompt or let the tokenizer merge
- * it; both work).
+ * with or without a trailing space (the shared-prefix rule above handles both).
  *
  * Ownership / threads: an rt_namedec borrows nothing after build (it copies what it needs) and
  * is immutable; rt_namedec_decode uses the caller's ctx (reset first) and is as thread-safe as
