@@ -1319,7 +1319,7 @@ static int eval_bfcl_embedder(struct eval_ctx *c, const struct eval_opts *o, enu
     /* ---- abstention: each query within its own functions ---- */
     {
         float *pos[2], *neg[2];
-        int npos[2] = {0, 0}, nneg[2] = {0, 0};
+        int npos[2] = {0, 0}, nneg[2] = {0, 0}, own_n[2] = {0, 0}, own_c1[2] = {0, 0};
         for (int h = 0; h < 2; h++) {
             pos[h] = nx_malloc(sizeof(float) * (size_t)c->nq);
             neg[h] = nx_malloc(sizeof(float) * (size_t)c->nq);
@@ -1336,6 +1336,10 @@ static int eval_bfcl_embedder(struct eval_ctx *c, const struct eval_opts *o, enu
                 break;
             }
             if (r.n == 0) continue;
+            if (!irrelevant) {
+                own_n[q->set]++;
+                own_c1[q->set] += expected_rank(c, q, &r) == 1;
+            }
             int h = (int)(mix3(o->seed ^ 0xa5a5, (uint64_t)qi, 11) & 1); /* 0: calibration */
             if (irrelevant)
                 neg[h][nneg[h]++] = r.hit[0].score;
@@ -1343,6 +1347,19 @@ static int eval_bfcl_embedder(struct eval_ctx *c, const struct eval_opts *o, enu
                 pos[h][npos[h]++] = r.hit[0].score;
         }
         if (!fail) {
+            json_t *own = json_array();
+            for (int set = 0; set < 2; set++) {
+                struct cell cl = {set, 0, own_n[set], own_c1[set], 0, 0};
+                double lo, hi;
+                rt_wilson(cl.c1, cl.n, 1.96, &lo, &hi);
+                json_array_append_new(own, json_pack("{s:s,s:i,s:o,s:[o,o]}", "set", k_sets[set],
+                                                     "n_queries", cl.n,
+                                                     "r1", jreal(cl.n ? (double)cl.c1 / cl.n : NAN),
+                                                     "r1_ci95", jreal(lo), jreal(hi)));
+                printf("%-8s %-14s own candidates: R@1 %.3f [%.3f, %.3f] over %d queries\n", ename,
+                       k_sets[set], cl.n ? (double)cl.c1 / cl.n : 0.0, lo, hi, cl.n);
+            }
+            json_object_set_new(rec, "own_candidates", own);
             double t = rt_calibrate_abstain(pos[0], npos[0], neg[0], nneg[0]);
             int abst = 0, fab = 0;
             for (int i = 0; i < nneg[1]; i++) abst += neg[1][i] < t;
