@@ -472,12 +472,12 @@ nx_status nx_kv_block_load(const nx_model *model, const char *path, nx_kv_block 
     size_t size = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        st = nx_err_set(&e, NX_STATUS_IO, "cannot open '%s': %s", path, strerror(errno));
+        st = nx_err_set(&e, NX_STATUS_IO, "cannot open: %s", strerror(errno));
         goto out;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st = nx_err_set(&e, NX_STATUS_IO, "'%s' is not a regular file", path);
+        st = nx_err_set(&e, NX_STATUS_IO, "not a regular file");
         goto out;
     }
     size = (size_t)sb.st_size;
@@ -487,7 +487,7 @@ nx_status nx_kv_block_load(const nx_model *model, const char *path, nx_kv_block 
     }
     map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-        st = nx_err_set(&e, NX_STATUS_IO, "cannot map '%s': %s", path, strerror(errno));
+        st = nx_err_set(&e, NX_STATUS_IO, "cannot map: %s", strerror(errno));
         goto out;
     }
     if ((st = verify(map, size, &e))) goto out;
