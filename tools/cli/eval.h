@@ -36,6 +36,16 @@ const char *eval_regime_name(int regime);
 int eval_check_policies(char **pols, int n, const char *cmd);
 /* Parses densities in (0, 1]; 0, or -1 with a message on stderr. */
 int eval_parse_densities(char **items, int n, float *out, const char *cmd);
+/* One configuration of a policy x density x regime sweep. */
+struct eval_sweep_cfg {
+    const char *policy;
+    float density; /* 1 for full */
+    int regime;
+};
+/* The sweep over the comma lists (split in place: policy names point into `policies`); "full"
+ * runs once, dense. Returns the count (at most max), or -1 with a message on stderr. */
+int eval_sweep_parse(char *policies, char *densities, char *regimes, const char *cmd,
+                     struct eval_sweep_cfg *out, int max);
 /* Creates a directory if it does not exist; 0, or -1 with a message on stderr. */
 int eval_mkdir(const char *dir, const char *cmd);
 /* Tokenizes text (add BOS when add_bos and the model has one); malloc'ed, *n set; NULL on

@@ -60,6 +60,37 @@ int eval_parse_densities(char **items, int n, float *out, const char *cmd) {
     return 0;
 }
 
+int eval_sweep_parse(char *policies, char *densities, char *regimes, const char *cmd,
+                     struct eval_sweep_cfg *out, int max) {
+    enum { MAX_ITEMS = 16 };
+    char *pols[MAX_ITEMS], *dens[MAX_ITEMS], *regs[3];
+    int np = eval_split_list(policies, pols, MAX_ITEMS), nd = eval_split_list(densities, dens, MAX_ITEMS);
+    int nr = eval_split_list(regimes, regs, 3);
+    float dv[MAX_ITEMS];
+    int rv[2];
+    if (eval_check_policies(pols, np, cmd) || eval_parse_densities(dens, nd, dv, cmd)) return -1;
+    if (nr < 1 || nr > 2) {
+        fprintf(stderr, "%s: --regimes takes prefill, stream or both\n", cmd);
+        return -1;
+    }
+    for (int r = 0; r < nr; r++)
+        if ((rv[r] = eval_regime_from_name(regs[r])) < 0) {
+            fprintf(stderr, "%s: unknown regime '%s' (prefill, stream)\n", cmd, regs[r]);
+            return -1;
+        }
+    int nc = 0;
+    for (int p = 0; p < np; p++) {
+        if (!strcmp(pols[p], "full")) {
+            if (nc < max) out[nc++] = (struct eval_sweep_cfg){pols[p], 1.0f, NX_KV_REGIME_PREFILL};
+            continue;
+        }
+        for (int d = 0; d < nd; d++)
+            for (int r = 0; r < nr && nc < max; r++)
+                out[nc++] = (struct eval_sweep_cfg){pols[p], dv[d], rv[r]};
+    }
+    return nc;
+}
+
 int eval_mkdir(const char *dir, const char *cmd) {
     if (mkdir(dir, 0777) == 0 || errno == EEXIST) {
         struct stat st;

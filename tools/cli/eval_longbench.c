@@ -22,7 +22,7 @@
 #include "eval/outfile.h"
 #include "eval/progress.h"
 
-enum { MAX_POL = 16, MAX_DEN = 16, MAX_CFG = 512, MAX_FILES = 64, MAX_DS = 64 };
+enum { MAX_CFG = 512, MAX_FILES = 64, MAX_DS = 64 };
 
 struct longbench_params longbench_default_params(void) {
     struct longbench_params p = {.policies = "full,streaming,h2o,snapkv,pyramidkv,adakv,morphkv,tova,nexus",
@@ -59,11 +59,6 @@ char *longbench_prompt(const char *tmpl, const char *context, const char *input)
     return out;
 }
 
-struct cfg {
-    const char *policy;
-    float density;
-    int regime;
-};
 
 struct ds_acc {
     char name[64];
@@ -78,37 +73,15 @@ int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
     snprintf(pbuf, sizeof pbuf, "%s", lp->policies ? lp->policies : "");
     snprintf(dbuf, sizeof dbuf, "%s", lp->densities ? lp->densities : "");
     snprintf(rbuf, sizeof rbuf, "%s", lp->regimes ? lp->regimes : "");
-    char *files[MAX_FILES], *pols[MAX_POL], *dens[MAX_DEN], *regs[3];
-    int nf = eval_split_list(fbuf, files, MAX_FILES), np = eval_split_list(pbuf, pols, MAX_POL),
-        nd = eval_split_list(dbuf, dens, MAX_DEN), nr = eval_split_list(rbuf, regs, 3);
-    float dv[MAX_DEN];
-    int rv[2];
+    char *files[MAX_FILES];
+    int nf = eval_split_list(fbuf, files, MAX_FILES);
     if (nf == 0) {
         fprintf(stderr, "eval-longbench: no --data file\n");
         return 1;
     }
-    if (eval_check_policies(pols, np, "eval-longbench") ||
-        eval_parse_densities(dens, nd, dv, "eval-longbench"))
-        return 1;
-    if (nr < 1 || nr > 2) {
-        fprintf(stderr, "eval-longbench: --regimes takes prefill, stream or both\n");
-        return 1;
-    }
-    for (int r = 0; r < nr; r++)
-        if ((rv[r] = eval_regime_from_name(regs[r])) < 0) {
-            fprintf(stderr, "eval-longbench: unknown regime '%s' (prefill, stream)\n", regs[r]);
-            return 1;
-        }
-    struct cfg cfgs[MAX_CFG];
-    int nc = 0;
-    for (int p = 0; p < np; p++) {
-        if (!strcmp(pols[p], "full")) {
-            cfgs[nc++] = (struct cfg){pols[p], 1.0f, NX_KV_REGIME_PREFILL};
-            continue;
-        }
-        for (int d = 0; d < nd; d++)
-            for (int r = 0; r < nr && nc < MAX_CFG; r++) cfgs[nc++] = (struct cfg){pols[p], dv[d], rv[r]};
-    }
+    struct eval_sweep_cfg cfgs[MAX_CFG];
+    int nc = eval_sweep_parse(pbuf, dbuf, rbuf, "eval-longbench", cfgs, MAX_CFG);
+    if (nc < 0) return 1;
     /* load everything first: a bad line fails before any generation */
     struct lb_set sets[MAX_FILES];
     memset(sets, 0, sizeof sets);

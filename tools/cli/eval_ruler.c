@@ -19,7 +19,7 @@
 #include "eval/progress.h"
 #include "eval/ruler.h"
 
-enum { MAX_POL = 16, MAX_DEN = 16, MAX_CFG = 512 };
+enum { MAX_CFG = 512 };
 
 struct ruler_params ruler_default_params(void) {
     struct ruler_params p = {.tasks = "all",
@@ -29,11 +29,6 @@ struct ruler_params ruler_default_params(void) {
     return p;
 }
 
-struct cfg {
-    const char *policy;
-    float density;
-    int regime;
-};
 
 static int32_t count_tokens(void *user, const char *text, size_t len) {
     const nx_model *m = user;
@@ -49,7 +44,7 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
     snprintf(pbuf, sizeof pbuf, "%s", rp->policies ? rp->policies : "");
     snprintf(dbuf, sizeof dbuf, "%s", rp->densities ? rp->densities : "");
     snprintf(rbuf, sizeof rbuf, "%s", rp->regimes ? rp->regimes : "");
-    char *titems[RULER_N_TASKS + 1], *pols[MAX_POL], *dens[MAX_DEN], *regs[3];
+    char *titems[RULER_N_TASKS + 1];
     int tasks[RULER_N_TASKS], nt = 0;
     if (!strcmp(tbuf, "all")) {
         for (int t = 0; t < RULER_N_TASKS; t++) tasks[nt++] = t;
@@ -71,35 +66,13 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
             return 1;
         }
     }
-    int np = eval_split_list(pbuf, pols, MAX_POL), nd = eval_split_list(dbuf, dens, MAX_DEN);
-    int nr = eval_split_list(rbuf, regs, 3);
-    float dv[MAX_DEN];
-    int rv[2];
-    if (eval_check_policies(pols, np, "eval-ruler") || eval_parse_densities(dens, nd, dv, "eval-ruler"))
-        return 1;
-    if (nr < 1 || nr > 2) {
-        fprintf(stderr, "eval-ruler: --regimes takes prefill, stream or both\n");
-        return 1;
-    }
-    for (int r = 0; r < nr; r++)
-        if ((rv[r] = eval_regime_from_name(regs[r])) < 0) {
-            fprintf(stderr, "eval-ruler: unknown regime '%s' (prefill, stream)\n", regs[r]);
-            return 1;
-        }
     if (rp->samples < 1 || rp->length < 16 || rp->max_new < 0) {
         fprintf(stderr, "eval-ruler: need --samples >= 1, --length >= 16, --max-new >= 0\n");
         return 1;
     }
-    struct cfg cfgs[MAX_CFG];
-    int nc = 0;
-    for (int p = 0; p < np; p++) {
-        if (!strcmp(pols[p], "full")) {
-            cfgs[nc++] = (struct cfg){pols[p], 1.0f, NX_KV_REGIME_PREFILL};
-            continue;
-        }
-        for (int d = 0; d < nd; d++)
-            for (int r = 0; r < nr && nc < MAX_CFG; r++) cfgs[nc++] = (struct cfg){pols[p], dv[d], rv[r]};
-    }
+    struct eval_sweep_cfg cfgs[MAX_CFG];
+    int nc = eval_sweep_parse(pbuf, dbuf, rbuf, "eval-ruler", cfgs, MAX_CFG);
+    if (nc < 0) return 1;
     double *score = calloc((size_t)(nc * nt), sizeof *score);
     double *ptoks = calloc((size_t)nt, sizeof *ptoks);
     if (!score || !ptoks) {
