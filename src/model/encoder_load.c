@@ -151,14 +151,7 @@ static const struct gguf_tensor *eb_find(struct ebind *b, const char *name, bool
 static const float *eb_vec(struct ebind *b, const char *name, int64_t n, bool required,
                            const float **slot) {
     const struct gguf_tensor *t = eb_find(b, name, required);
-    if (!t) return NULL;
-    if (t->type != NX_TYPE_F32 || t->ne[0] != n || t->ne[1] * t->ne[2] * t->ne[3] != 1) {
-        const char *tn = nx_type_name(t->type);
-        b->st = nx_err_set(b->err, NX_STATUS_FORMAT,
-                           "tensor '%s': expected F32 [%lld], got %s [%lld, %lld]", name,
-                           (long long)n, tn ? tn : "?", (long long)t->ne[0], (long long)t->ne[1]);
-        return NULL;
-    }
+    if (!t || (b->st = model_check_vec(t, name, n, b->err)) != NX_STATUS_OK) return NULL;
     *slot = t->data;
     eb_record(b, t, NULL, slot);
     return t->data;
@@ -167,31 +160,7 @@ static const float *eb_vec(struct ebind *b, const char *name, int64_t n, bool re
 static void eb_mat(struct ebind *b, struct nx_weight *w, const char *name, int64_t ne0,
                    int64_t ne1, bool required) {
     const struct gguf_tensor *t = eb_find(b, name, required);
-    if (!t) return;
-    if (t->ne[0] != ne0 || (ne1 > 0 && t->ne[1] != ne1) || t->ne[2] * t->ne[3] != 1 ||
-        t->ne[1] < 1) {
-        b->st = nx_err_set(b->err, NX_STATUS_FORMAT,
-                           "tensor '%s': expected shape [%lld, %lld], got [%lld, %lld, %lld]",
-                           name, (long long)ne0, (long long)ne1, (long long)t->ne[0],
-                           (long long)t->ne[1], (long long)t->ne[2]);
-        return;
-    }
-    if (!nx_type_supported(t->type)) {
-        const char *tn = nx_type_name(t->type);
-        b->st = nx_err_set(b->err, NX_STATUS_UNSUPPORTED,
-                           "tensor '%s': weight type %s is not supported (F32 F16 BF16 Q8_0 Q4_0 "
-                           "Q4_K Q5_K Q6_K)", name, tn ? tn : "?");
-        return;
-    }
-    w->type = t->type;
-    w->ne0 = ne0;
-    w->ne1 = t->ne[1];
-    if (!nx_row_bytes(t->type, ne0, &w->row_bytes)) {
-        b->st = nx_err_set(b->err, NX_STATUS_FORMAT,
-                           "tensor '%s': row length %lld is not a multiple of the %s block size",
-                           name, (long long)ne0, nx_type_name(t->type));
-        return;
-    }
+    if (!t || (b->st = model_check_mat(t, name, ne0, ne1, w, b->err)) != NX_STATUS_OK) return;
     w->data = t->data;
     eb_record(b, t, &w->data, NULL);
 }

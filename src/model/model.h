@@ -95,4 +95,16 @@ struct nx_model {
     char desc[160];
 };
 
+struct gguf_tensor;
+/*
+ * Loader checks shared by the decoder and encoder binders (model_load.c). A vector must be F32
+ * of n elements; a matrix ne0 x ne1 (ne1 = 0: any row count >= 1) of a supported weight type
+ * whose rows are whole blocks, and then *w gets its type, shape and row size (not its data).
+ * NX_STATUS_OK, or an error naming the tensor in err.
+ */
+nx_status model_check_vec(const struct gguf_tensor *t, const char *name, int64_t n,
+                          struct nx_err *err);
+nx_status model_check_mat(const struct gguf_tensor *t, const char *name, int64_t ne0,
+                          int64_t ne1, struct nx_weight *w, struct nx_err *err);
+
 #endif

@@ -163,42 +163,49 @@ static const struct gguf_tensor *find(struct binder *b, const char *name, bool r
     return t;
 }
 
+nx_status model_check_vec(const struct gguf_tensor *t, const char *name, int64_t n,
+                          struct nx_err *err) {
+    if (t->type != NX_TYPE_F32 || t->ne[0] != n || t->ne[1] * t->ne[2] * t->ne[3] != 1) {
+        const char *tn = nx_type_name(t->type);
+        return nx_err_set(err, NX_STATUS_FORMAT, "tensor '%s': expected F32 [%lld], got %s [%lld, %lld]",
+                          name, (long long)n, tn ? tn : "?", (long long)t->ne[0], (long long)t->ne[1]);
+    }
+    return NX_STATUS_OK;
+}
+
+nx_status model_check_mat(const struct gguf_tensor *t, const char *name, int64_t ne0,
+                          int64_t ne1, struct nx_weight *w, struct nx_err *err) {
+    if (t->ne[0] != ne0 || (ne1 > 0 && t->ne[1] != ne1) || t->ne[1] < 1 ||
+        t->ne[2] * t->ne[3] != 1)
+        return nx_err_set(err, NX_STATUS_FORMAT,
+                          "tensor '%s': expected shape [%lld, %lld], got [%lld, %lld, %lld]", name,
+                          (long long)ne0, (long long)ne1, (long long)t->ne[0],
+                          (long long)t->ne[1], (long long)t->ne[2]);
+    const char *tn = nx_type_name(t->type);
+    if (!nx_type_supported(t->type))
+        return nx_err_set(err, NX_STATUS_UNSUPPORTED,
+                          "tensor '%s': weight type %s is not supported (F32 F16 BF16 Q8_0 Q4_0 "
+                          "Q4_K Q5_K Q6_K)", name, tn ? tn : "?");
+    if (!nx_row_bytes(t->type, ne0, &w->row_bytes))
+        return nx_err_set(err, NX_STATUS_FORMAT,
+                          "tensor '%s': row length %lld is not a multiple of the %s block size",
+                          name, (long long)ne0, tn);
+    w->type = t->type;
+    w->ne0 = ne0;
+    w->ne1 = t->ne[1];
+    return NX_STATUS_OK;
+}
+
 static const float *bind_vec(struct binder *b, const char *name, int64_t n, bool required) {
     const struct gguf_tensor *t = find(b, name, required);
-    if (!t) return NULL;
-    if (t->type != NX_TYPE_F32 || t->ne[0] != n || t->ne[1] * t->ne[2] * t->ne[3] != 1) {
-        b->st = nx_err_set(b->err, NX_STATUS_FORMAT,
-                           "tensor '%s': expected F32 [%lld], got %s [%lld, %lld]", name,
-                           (long long)n, nx_type_name(t->type) ? nx_type_name(t->type) : "?",
-                           (long long)t->ne[0], (long long)t->ne[1]);
-        return NULL;
-    }
+    if (!t || (b->st = model_check_vec(t, name, n, b->err)) != NX_STATUS_OK) return NULL;
     return bind_data(b, t);
 }
 
 static void bind_mat(struct binder *b, struct nx_weight *w, const char *name, int64_t ne0,
                      int64_t ne1, bool required) {
     const struct gguf_tensor *t = find(b, name, required);
-    if (!t) return;
-    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] * t->ne[3] != 1) {
-        b->st = nx_err_set(b->err, NX_STATUS_FORMAT,
-                           "tensor '%s': expected shape [%lld, %lld], got [%lld, %lld, %lld]",
-                           name, (long long)ne0, (long long)ne1, (long long)t->ne[0],
-                           (long long)t->ne[1], (long long)t->ne[2]);
-        return;
-    }
-    if (!nx_type_supported(t->type)) {
-        const char *tn = nx_type_name(t->type);
-        b->st = nx_err_set(b->err, NX_STATUS_UNSUPPORTED,
-                           "tensor '%s': weight type %s is not supported (F32 F16 BF16 Q8_0 Q4_0 "
-                           "Q4_K Q5_K Q6_K)",
-                           name, tn ? tn : "?");
-        return;
-    }
-    w->type = t->type;
-    w->ne0 = ne0;
-    w->ne1 = ne1;
-    nx_row_bytes(t->type, ne0, &w->row_bytes);
+    if (!t || (b->st = model_check_mat(t, name, ne0, ne1, w, b->err)) != NX_STATUS_OK) return;
     w->data = bind_data(b, t);
 }
 
