@@ -23,6 +23,7 @@
  */
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -755,6 +756,45 @@ TEST(matmul_large_vs_ref) {
             mm_free(&p);
             if (bad) FAILF("%s large %s differs", sets[s]->name, nx_type_name(g_wtypes[t]));
         }
+    }
+}
+
+/* When a thread's K-quant scratch cannot grow, the AVX2 matmul runs the reference kernel for
+ * that call (bit-identical to it) instead of aborting; the next call allocates and is SIMD
+ * again. Run on a fresh thread, whose scratch is empty. */
+struct scratch_case {
+    enum nx_type wt;
+    int fallback_exact, later_ok;
+};
+static void *scratch_fail_thread(void *arg) {
+    struct scratch_case *sc = arg;
+    struct mm_problem p;
+    mm_setup(&p, sc->wt, 512, 40, 9, W_RANDOM, X_RANDOM);
+    int64_t n = p.nc * p.rows;
+    float *yr = malloc(n * sizeof(float)), *ys = malloc(n * sizeof(float));
+    kern_table_ref.matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, yr, p.rows);
+    kern_avx2_test_fail_scratch();
+    kern_table_avx2.matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, ys, p.rows);
+    sc->fallback_exact = memcmp(yr, ys, n * sizeof(float)) == 0;
+    sc->later_ok = mm_compare(&kern_table_avx2, &p, "after failed scratch") == 0;
+    free(yr), free(ys);
+    mm_free(&p);
+    return NULL;
+}
+
+TEST(matmul_avx2_scratch_failure_falls_back) {
+    if (!kern_cpu_supports("avx2")) {
+        printf("  skipped: no AVX2\n");
+        return;
+    }
+    const enum nx_type types[2] = {NX_TYPE_Q4_K, NX_TYPE_Q6_K};
+    for (int t = 0; t < 2; t++) {
+        struct scratch_case sc = {.wt = types[t]};
+        pthread_t th;
+        ASSERT_TRUE(pthread_create(&th, NULL, scratch_fail_thread, &sc) == 0);
+        pthread_join(th, NULL);
+        ASSERT_TRUE(sc.fallback_exact);
+        ASSERT_TRUE(sc.later_ok);
     }
 }
 

@@ -33,9 +33,11 @@
  */
 #include <immintrin.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "core/nx_base.h"
 #include "kern/kern_impl.h"
 #include "kern/kern_simd.h"
@@ -484,23 +486,37 @@ Q4K_TILE_FN(1, 1)
 /*
  * Per-thread scratch buffer of the K-quant drivers (grown as needed, kept for the thread's
  * life, freed at thread exit): a fresh allocation per call would page-fault its way through
- * megabytes on every prefill matmul.
+ * megabytes on every prefill matmul. When growing it fails, the call falls back to the
+ * reference kernel (same activation format, results within the reference's tolerance) and
+ * says so once, instead of failing: matmuls cannot return an error.
  */
 static pthread_key_t g_scratch_key;
 static pthread_once_t g_scratch_once = PTHREAD_ONCE_INIT;
+static int g_scratch_key_ok;
 static _Thread_local uint8_t *t_scratch;
 static _Thread_local size_t t_scratch_n;
-static void scratch_key_init(void) { NX_ASSERT(pthread_key_create(&g_scratch_key, free) == 0); }
+static atomic_int g_scratch_fail_next; /* test hook */
+static atomic_flag g_scratch_warned = ATOMIC_FLAG_INIT;
+static void scratch_key_init(void) { g_scratch_key_ok = pthread_key_create(&g_scratch_key, free) == 0; }
+
+void kern_avx2_test_fail_scratch(void) { atomic_store(&g_scratch_fail_next, 1); }
 
 static uint8_t *kq_scratch(size_t n) {
     if (n > t_scratch_n) {
         pthread_once(&g_scratch_once, scratch_key_init);
         free(t_scratch);
+        t_scratch = NULL;
+        t_scratch_n = 0;
         n = (n + n / 4 + 65535) & ~(size_t)65535;
-        t_scratch = aligned_alloc(64, n);
-        NX_ASSERT(t_scratch);
+        if (!atomic_exchange(&g_scratch_fail_next, 0)) t_scratch = aligned_alloc(64, n);
+        if (g_scratch_key_ok) pthread_setspecific(g_scratch_key, t_scratch);
+        if (!t_scratch) {
+            if (!atomic_flag_test_and_set(&g_scratch_warned))
+                nx_log(NX_LOG_WARN, "kernels: no memory for a %zu-byte matmul buffer; using the "
+                                    "reference kernel for such calls", n);
+            return NULL;
+        }
         t_scratch_n = n;
-        pthread_setspecific(g_scratch_key, t_scratch);
     }
     return t_scratch;
 }
@@ -657,13 +673,14 @@ Q6K_TILE_FN(1, 1)
 struct kq_kern {
     size_t xb, wb; /* bytes per block: permuted activations, unpacked weights */
     void (*perm_x)(const uint8_t *x, uint8_t *xp, int64_t nb);
+    enum nx_type type;
     void (*unpack_w)(const uint8_t *w, uint8_t *wp, int64_t nb);
     void (*dec)(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y);
     q4k_tile_fn t2x3, t1x3, t2x1, t1x1;
 };
-static const struct kq_kern q4k_kern = {Q4K_XB, Q4K_WB, q4k_perm_x, q4k_unpack_w, q4k_dec,
+static const struct kq_kern q4k_kern = {Q4K_XB, Q4K_WB, q4k_perm_x, NX_TYPE_Q4_K, q4k_unpack_w, q4k_dec,
                                         q4k_2x3, q4k_1x3, q4k_2x1, q4k_1x1};
-static const struct kq_kern q6k_kern = {Q6K_XB, Q6K_WB, q6k_perm_x, q6k_unpack_w, q6k_dec,
+static const struct kq_kern q6k_kern = {Q6K_XB, Q6K_WB, q6k_perm_x, NX_TYPE_Q6_K, q6k_unpack_w, q6k_dec,
                                         q6k_2x3, q6k_1x3, q6k_2x1, q6k_1x1};
 
 static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size_t ws, int64_t r0, int64_t r1,
@@ -676,7 +693,12 @@ static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size
     int64_t rb = dec ? 0 : (int64_t)((96 * 1024) / wps);
     rb = rb < 2 ? 2 : rb & ~(int64_t)1;
     size_t xbytes = (xps * (size_t)nc + 63) & ~(size_t)63;
-    uint8_t *xp = kq_scratch(xbytes + (dec ? 0 : wps * (size_t)rb)), *wp = xp + xbytes;
+    uint8_t *xp = kq_scratch(xbytes + (dec ? 0 : wps * (size_t)rb));
+    if (!xp) {
+        kern_ref_matmul(kk->type, k, w, ws, r0, r1, x, xs, nc, y, ys);
+        return;
+    }
+    uint8_t *wp = xp + xbytes;
     for (int64_t c = 0; c < nc; c++) kk->perm_x(x + (size_t)c * xs, xp + (size_t)c * xps, nb);
     if (dec) {
         for (int64_t c = 0; c < nc; c++) {

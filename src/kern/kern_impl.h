@@ -82,6 +82,9 @@ void kern_avx2_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k
 void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                       int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                       int64_t y_stride);
+/* Test hook: the next growth of a thread's K-quant scratch buffer fails (the matmul then runs
+ * the reference kernel). */
+void kern_avx2_test_fail_scratch(void);
 float kern_avx2_dot_kv(enum nx_type kvt, int64_t n, const void *k, const float *q);
 void kern_avx2_axpy_kv(enum nx_type kvt, int64_t n, float a, const void *v, float *y);
 void kern_avx2_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst);
