@@ -80,7 +80,8 @@ def fmt_effi(rows, name):
         f = full.get(r['gen_len'])
         vs_t = f"{r['tps'] / f['tps']:.2f}x" if f else "-"
         vs_k = f"{r['kv_bytes'] / f['kv_bytes']:.3f}x" if f else "-"
-        out.append(f"| {r['policy']} | {r['density']:.2f} | {r['gen_len']} | {r['ctx_len']} | {r['tps']:.1f} | {vs_t} | "
+        dens = "-" if r['policy'] == "full" else f"{r['density']:.2f}"
+        out.append(f"| {r['policy']} | {dens} | {r['gen_len']} | {r['ctx_len']} | {r['tps']:.1f} | {vs_t} | "
                    f"{r['lat_median_ms']:.2f} | {r['lat_p99_ms']:.2f} | {r['kv_bytes'] / 1048576:.1f} | {vs_k} | "
                    f"{100 * r['evict_share']:.1f} |")
     return out
