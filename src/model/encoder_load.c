@@ -23,20 +23,10 @@ bool encoder_is_encoder_arch(const char *arch, size_t len) {
 
 /* ---- metadata ---- */
 
+/* Encoder keys may be 0 (checked where they are used). */
 static nx_status key_i32(const struct gguf_file *f, const char *arch, const char *suffix,
                          int32_t *out, bool required, struct nx_err *err) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    if (gguf_find_key(f, key) < 0) {
-        if (!required) return NX_STATUS_OK;
-        return nx_err_set(err, NX_STATUS_FORMAT, "missing metadata key '%s'", key);
-    }
-    int32_t v;
-    if (!gguf_get_i32(f, key, &v) || v < 0)
-        return nx_err_set(err, NX_STATUS_FORMAT, "metadata key '%s' must be a non-negative integer",
-                          key);
-    *out = v;
-    return NX_STATUS_OK;
+    return model_key_i32(f, arch, suffix, out, required, 0, err);
 }
 
 static nx_status load_hparams(const struct gguf_file *f, const char *arch, struct nx_model *m,

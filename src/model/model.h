@@ -102,6 +102,11 @@ struct gguf_tensor;
  * whose rows are whole blocks, and then *w gets its type, shape and row size (not its data).
  * NX_STATUS_OK, or an error naming the tensor in err.
  */
+/* Metadata key "<arch>.<suffix>" as an integer >= min into *out (left as is when absent and not
+ * required). */
+struct gguf_file;
+nx_status model_key_i32(const struct gguf_file *f, const char *arch, const char *suffix,
+                        int32_t *out, bool required, int32_t min, struct nx_err *err);
 nx_status model_check_vec(const struct gguf_tensor *t, const char *name, int64_t n,
                           struct nx_err *err);
 nx_status model_check_mat(const struct gguf_tensor *t, const char *name, int64_t ne0,

@@ -32,8 +32,8 @@ static const char *arch_name(enum nx_arch a) {
     return "?";
 }
 
-static nx_status get_i32_key(const struct gguf_file *f, const char *arch, const char *suffix,
-                             int32_t *out, bool required, struct nx_err *err) {
+nx_status model_key_i32(const struct gguf_file *f, const char *arch, const char *suffix,
+                        int32_t *out, bool required, int32_t min, struct nx_err *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (gguf_find_key(f, key) < 0) {
@@ -41,11 +41,17 @@ static nx_status get_i32_key(const struct gguf_file *f, const char *arch, const 
         return nx_err_set(err, NX_STATUS_FORMAT, "missing metadata key '%s'", key);
     }
     int32_t v;
-    if (!gguf_get_i32(f, key, &v) || v <= 0)
-        return nx_err_set(err, NX_STATUS_FORMAT, "metadata key '%s' must be a positive integer",
-                          key);
+    if (!gguf_get_i32(f, key, &v) || v < min)
+        return nx_err_set(err, NX_STATUS_FORMAT, "metadata key '%s' must be a %s integer", key,
+                          min > 0 ? "positive" : "non-negative");
     *out = v;
     return NX_STATUS_OK;
+}
+
+/* Decoder keys are positive. */
+static nx_status get_i32_key(const struct gguf_file *f, const char *arch, const char *suffix,
+                             int32_t *out, bool required, struct nx_err *err) {
+    return model_key_i32(f, arch, suffix, out, required, 1, err);
 }
 
 static nx_status load_hparams(const struct gguf_file *f, struct nx_hparams *hp,
