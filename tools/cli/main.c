@@ -499,6 +499,18 @@ static int cmd_bench(int argc, char **argv) {
     return rc;
 }
 
+/* The policy x density x regime sweep flags shared by eval, eval-ruler and eval-longbench. */
+static bool sweep_flag(int argc, char **argv, int *i, const char **policies,
+                       const char **densities, const char **regimes) {
+    const char *a = argv[*i];
+    const char **dst = !strcmp(a, "--policies")    ? policies
+                       : !strcmp(a, "--densities") ? densities
+                       : !strcmp(a, "--regimes")   ? regimes
+                                                   : NULL;
+    if (dst) *dst = need_arg(argc, argv, i);
+    return dst != NULL;
+}
+
 /* ---- nexus eval ---- */
 
 static int cmd_eval(int argc, char **argv) {
@@ -508,14 +520,10 @@ static int cmd_eval(int argc, char **argv) {
                              .streams = 16, .stream_len = 512, .recall_blocks = 2, .seed = 1};
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
-        if (common_flag(&o, argc, argv, &i)) continue;
-        if (!strcmp(a, "--policies"))
-            ep.policies = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--densities"))
-            ep.densities = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--regimes"))
-            ep.regimes = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--streams"))
+        if (common_flag(&o, argc, argv, &i) ||
+            sweep_flag(argc, argv, &i, &ep.policies, &ep.densities, &ep.regimes))
+            continue;
+        if (!strcmp(a, "--streams"))
             ep.streams = (int)parse_long(a, need_arg(argc, argv, &i), 1, 10000);
         else if (!strcmp(a, "--stream-len"))
             ep.stream_len = (int)parse_long(a, need_arg(argc, argv, &i), 8, 1 << 20);
@@ -587,14 +595,9 @@ static int cmd_eval_ruler(int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (common_flag(&o, argc, argv, &i)) continue;
+        if (sweep_flag(argc, argv, &i, &rp.policies, &rp.densities, &rp.regimes)) continue;
         if (!strcmp(a, "--tasks"))
             rp.tasks = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--policies"))
-            rp.policies = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--densities"))
-            rp.densities = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--regimes"))
-            rp.regimes = need_arg(argc, argv, &i);
         else if (!strcmp(a, "--length"))
             rp.length = (int)parse_long(a, need_arg(argc, argv, &i), 16, 1 << 22);
         else if (!strcmp(a, "--samples"))
@@ -625,14 +628,9 @@ static int cmd_eval_longbench(int argc, char **argv) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (common_flag(&o, argc, argv, &i)) continue;
+        if (sweep_flag(argc, argv, &i, &lp.policies, &lp.densities, &lp.regimes)) continue;
         if (!strcmp(a, "--data"))
             lp.data = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--policies"))
-            lp.policies = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--densities"))
-            lp.densities = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--regimes"))
-            lp.regimes = need_arg(argc, argv, &i);
         else if (!strcmp(a, "--max-len"))
             lp.max_len = (int)parse_long(a, need_arg(argc, argv, &i), 8, 1 << 22);
         else if (!strcmp(a, "--max-new"))
