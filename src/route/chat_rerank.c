@@ -11,6 +11,7 @@
  *   n_ctx * (longest token in bytes), since no longer prefix can fit.
  */
 #include "route/chat_rerank.h"
+#include "route/namedec.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -38,32 +39,6 @@ static void crr_free(rt_reranker *r) {
     free(c->yes);
     free(c->no);
     free(c);
-}
-
-/* Tokenize text (BOS as the model asks, no special-token parsing) into a new array. */
-static int32_t tokenize(const struct chat_rr *c, const char *text, nx_token **out) {
-    size_t len = strlen(text);
-    if (len > (size_t)INT32_MAX - 64) return -1;
-    int32_t cap = (int32_t)len + 16;
-    nx_token *t = malloc((size_t)cap * sizeof(*t));
-    if (!t) return -1;
-    int32_t n = nx_tokenize(c->model, text, len, t, cap, true, false);
-    if (n < 0 && n != INT32_MIN) { /* cannot happen (<= 1 token per byte + specials), but be safe */
-        cap = -n;
-        nx_token *q = realloc(t, (size_t)cap * sizeof(*t));
-        if (!q) {
-            free(t);
-            return -1;
-        }
-        t = q;
-        n = nx_tokenize(c->model, text, len, t, cap, true, false);
-    }
-    if (n < 0) {
-        free(t);
-        return -1;
-    }
-    *out = t;
-    return n;
 }
 
 static int32_t lcp(const nx_token *a, int32_t na, const nx_token *b, int32_t nb) {
@@ -106,9 +81,9 @@ static int tokenize_all(const struct chat_rr *c, const char *q, size_t ql, const
     strcpy(py + pl, c->yes);
     memcpy(pn, p, pl);
     strcpy(pn + pl, c->no);
-    t->np = tokenize(c, p, &t->p);
-    t->ny = tokenize(c, py, &t->y);
-    t->nn = tokenize(c, pn, &t->n);
+    t->np = rt_tokenize_alloc(c->model, p, &t->p);
+    t->ny = rt_tokenize_alloc(c->model, py, &t->y);
+    t->nn = rt_tokenize_alloc(c->model, pn, &t->n);
     if (t->np < 0 || t->ny < 0 || t->nn < 0) {
         tokd_free(t);
         goto out;

@@ -64,7 +64,7 @@ int32_t rt_namedec_path(const rt_namedec *nd, int i, const nx_token **tokens) {
 }
 int rt_namedec_n_nodes(const rt_namedec *nd) { return nd->n_nodes; }
 
-static int32_t tokenize(const nx_model *m, const char *text, nx_token **out) {
+int32_t rt_tokenize_alloc(const nx_model *m, const char *text, nx_token **out) {
     size_t len = strlen(text);
     if (len > (size_t)INT32_MAX - 64) return -1;
     int32_t cap = (int32_t)len + 16;
@@ -158,7 +158,7 @@ rt_namedec *rt_namedec_build(const nx_model *model, const char *prompt, const ch
     nd->path = calloc((size_t)n_names, sizeof(*nd->path));
     nd->n_path = calloc((size_t)n_names, sizeof(*nd->n_path));
     if (!nd->path || !nd->n_path) goto oom;
-    int32_t np = tokenize(model, prompt, &p);
+    int32_t np = rt_tokenize_alloc(model, prompt, &p);
     if (np < 0) goto oom;
     size_t pl = strlen(prompt), tl = strlen(term);
     int32_t common = np;
@@ -170,7 +170,7 @@ rt_namedec *rt_namedec_build(const nx_model *model, const char *prompt, const ch
         memcpy(buf, prompt, pl);
         memcpy(buf + pl, names[i], nl);
         memcpy(buf + pl + nl, term, tl + 1);
-        int32_t n = tokenize(model, buf, &nd->path[i]);
+        int32_t n = rt_tokenize_alloc(model, buf, &nd->path[i]);
         if (n < 0) goto oom;
         nd->n_path[i] = n;
         int32_t l = 0;

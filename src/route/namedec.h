@@ -86,4 +86,8 @@ int rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, in
 int rt_namedec_decode(const rt_namedec *nd, nx_ctx *ctx, int *chosen, int *n_feeds, char *err,
                       size_t errlen);
 
+/* Tokenize text (BOS as the model asks, no special-token parsing) into a new malloc'd array
+ * *out (caller frees); the token count, or -1 on failure. Also used by chat_rerank.c. */
+int32_t rt_tokenize_alloc(const nx_model *m, const char *text, nx_token **out);
+
 #endif
