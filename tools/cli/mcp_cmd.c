@@ -117,6 +117,23 @@ static void print_result(const json_t *r) {
     }
 }
 
+/* tools/call, then the result (JSON or readable) on stdout whatever the outcome; the call's
+ * status, with its message in err. */
+static int call_and_print(mcp_client *c, const char *tool, const json_t *args, bool as_json,
+                          char *err, size_t errlen) {
+    json_t *r = NULL;
+    int st = mcp_call_tool(c, tool, args, &r, err, errlen);
+    if (r && as_json) {
+        char *s = json_dumps(r, JSON_INDENT(1));
+        if (s) printf("%s\n", s);
+        free(s);
+    } else if (r) {
+        print_result(r);
+    }
+    json_decref(r);
+    return st;
+}
+
 static int print_tools(json_t *tools, bool as_json) {
     if (as_json) {
         char *s = json_dumps(tools, JSON_INDENT(1));
@@ -234,18 +251,7 @@ int mcp_cmd_main(int argc, char **argv) {
             fprintf(stderr, "server: protocol %s%s\n", mcp_protocol_version(c),
                     mcp_is_modern(c) ? " (modern)" : "");
             if (is_call) {
-                json_t *r = NULL;
-                st = mcp_call_tool(c, tool, args, &r, err, sizeof err);
-                if (r) {
-                    if (as_json) {
-                        char *s = json_dumps(r, JSON_INDENT(1));
-                        if (s) printf("%s\n", s);
-                        free(s);
-                    } else {
-                        print_result(r);
-                    }
-                }
-                json_decref(r);
+                st = call_and_print(c, tool, args, as_json, err, sizeof err);
                 if (st) fprintf(stderr, "nexus mcp: %s\n", err);
                 rc = st ? 1 : 0;
             } else {
@@ -308,18 +314,7 @@ int mcp_cmd_main(int argc, char **argv) {
         }
         json_decref(tools);
         if (found) {
-            json_t *r = NULL;
-            int st = mcp_call_tool(c, tool, args, &r, err, sizeof err);
-            if (r) {
-                if (as_json) {
-                    char *s = json_dumps(r, JSON_INDENT(1));
-                    if (s) printf("%s\n", s);
-                    free(s);
-                } else {
-                    print_result(r);
-                }
-            }
-            json_decref(r);
+            int st = call_and_print(c, tool, args, as_json, err, sizeof err);
             if (st) fprintf(stderr, "nexus mcp: server '%s': %s\n", mcp_config_name(cfg, i), err);
             rc = st ? 1 : 0;
         }
