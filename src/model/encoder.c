@@ -112,6 +112,15 @@ static void layer_norm(float *x, int64_t n, const float *w, const float *b, floa
     for (int64_t i = 0; i < n; i++) x[i] = (x[i] - mf) * inv * w[i] + b[i];
 }
 
+/* Post-norm residual: x = LayerNorm(x + o) for each of the T rows of E floats. */
+static void add_norm(float *x, const float *o, int64_t T, int64_t E, const float *w,
+                     const float *b, float eps) {
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t i = 0; i < E; i++) x[t * E + i] += o[t * E + i];
+        layer_norm(x + t * E, E, w, b, eps);
+    }
+}
+
 static float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 
 struct attn_job {
@@ -205,12 +214,7 @@ static void forward(struct enc_run *r, const nx_token *tok, const int32_t *types
         run_par(r, attn_task, &aj);
         /* x = LN(x + Wo a + bo): the product goes to qkv (free now), then the residual */
         matmul(r, &L->wo, L->bo, r->a, E, T, r->qkv, E);
-        for (int64_t t = 0; t < T; t++) {
-            float *x = r->x + t * E;
-            const float *o = r->qkv + t * E;
-            for (int64_t i = 0; i < E; i++) x[i] += o[i];
-            layer_norm(x, E, L->attn_norm_w, L->attn_norm_b, enc->eps);
-        }
+        add_norm(r->x, r->qkv, T, E, L->attn_norm_w, L->attn_norm_b, enc->eps);
         matmul(r, &L->up, L->bup, r->x, E, T, r->up, F);
         if (enc->nomic) {
             matmul(r, &L->gate, NULL, r->x, E, T, r->gate, F);
@@ -220,12 +224,7 @@ static void forward(struct enc_run *r, const nx_token *tok, const int32_t *types
             for (int64_t i = 0; i < T * F; i++) r->up[i] = gelu_erf(r->up[i]);
             matmul(r, &L->down, L->bdown, r->up, F, T, r->a, E);
         }
-        for (int64_t t = 0; t < T; t++) {
-            float *x = r->x + t * E;
-            const float *o = r->a + t * E;
-            for (int64_t i = 0; i < E; i++) x[i] += o[i];
-            layer_norm(x, E, L->out_norm_w, L->out_norm_b, enc->eps);
-        }
+        add_norm(r->x, r->a, T, E, L->out_norm_w, L->out_norm_b, enc->eps);
     }
 }
 
