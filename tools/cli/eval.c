@@ -282,22 +282,9 @@ int eval_run(const nx_model *m, const struct eval_params *ep) {
     snprintf(pol_buf, sizeof pol_buf, "%s", ep->policies ? ep->policies : "");
     snprintf(den_buf, sizeof den_buf, "%s", ep->densities ? ep->densities : "");
     snprintf(reg_buf, sizeof reg_buf, "%s", ep->regimes ? ep->regimes : "");
-    char *pols[MAX_POL], *dens[MAX_DEN], *regs[MAX_REG + 1];
-    int np = eval_split_list(pol_buf, pols, MAX_POL), nd = eval_split_list(den_buf, dens, MAX_DEN),
-        nr = eval_split_list(reg_buf, regs, MAX_REG + 1);
-    float dv[MAX_DEN];
-    int rv[MAX_REG];
-    if (eval_check_policies(pols, np, "eval") || eval_parse_densities(dens, nd, dv, "eval"))
-        return 1;
-    if (nr == 0 || nr > MAX_REG) {
-        fprintf(stderr, "eval: --regimes takes prefill, stream or both\n");
-        return 1;
-    }
-    for (int r = 0; r < nr; r++)
-        if ((rv[r] = eval_regime_from_name(regs[r])) < 0) {
-            fprintf(stderr, "eval: unknown regime '%s' (prefill, stream)\n", regs[r]);
-            return 1;
-        }
+    struct eval_sweep sw;
+    if (eval_sweep_split(pol_buf, den_buf, reg_buf, "eval", &sw)) return 1;
+    const int np = sw.np, nd = sw.nd, nr = sw.nr;
     if (ep->streams < 1 || ep->stream_len < 8) {
         fprintf(stderr, "eval: need at least 1 stream of at least 8 tokens\n");
         return 1;
@@ -333,11 +320,12 @@ int eval_run(const nx_model *m, const struct eval_params *ep) {
         for (int di = 0; di < nd; di++)
             for (int ri = 0; ri < nr; ri++, k++) {
                 struct eval_result *r = &res[k];
-                r->policy = pols[pi];
-                r->density = dv[di];
-                r->regime = rv[ri];
+                r->policy = sw.pols[pi];
+                r->density = sw.dv[di];
+                r->regime = sw.rv[ri];
                 char label[128];
-                snprintf(label, sizeof label, "%s d=%.2f %s", r->policy, r->density, regs[ri]);
+                snprintf(label, sizeof label, "%s d=%.2f %s", r->policy, r->density,
+                         eval_regime_name(r->regime));
                 for (int s = 0; s < streams; s++) {
                     if (run_one(m, ep, r, toks + (size_t)s * L)) {
                         fprintf(stderr, "\neval: %s failed\n", label);
@@ -346,7 +334,7 @@ int eval_run(const nx_model *m, const struct eval_params *ep) {
                     nx_progress_update(&pg, k * streams + s + 1, label);
                 }
                 printf("| %s | %.2f | %s | %.3f | %.4f ± %.4f | %.3f ± %.3f | %.3f | %.3f ± %.3f (%d) |\n",
-                       r->policy, r->density, regs[ri], acc_mean(&r->kvf), acc_mean(&r->kl), acc_sd(&r->kl),
+                       r->policy, r->density, eval_regime_name(r->regime), acc_mean(&r->kvf), acc_mean(&r->kl), acc_sd(&r->kl),
                        acc_mean(&r->top1), acc_sd(&r->top1), exp(acc_mean(&r->nll)),
                        acc_mean(&r->rec), acc_sd(&r->rec), r->rec.n);
                 fflush(stdout);

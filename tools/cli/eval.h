@@ -36,6 +36,18 @@ const char *eval_regime_name(int regime);
 int eval_check_policies(char **pols, int n, const char *cmd);
 /* Parses densities in (0, 1]; 0, or -1 with a message on stderr. */
 int eval_parse_densities(char **items, int n, float *out, const char *cmd);
+/* The validated lists of a policy x density x regime sweep (names point into the split buffer). */
+enum { EVAL_MAX_ITEMS = 16 };
+struct eval_sweep {
+    char *pols[EVAL_MAX_ITEMS];
+    float dv[EVAL_MAX_ITEMS];
+    int rv[2];
+    int np, nd, nr;
+};
+/* Splits the comma lists in place and checks every policy, density (0, 1] and regime;
+ * 0, or -1 with a message (prefixed with cmd) on stderr. */
+int eval_sweep_split(char *policies, char *densities, char *regimes, const char *cmd,
+                     struct eval_sweep *sw);
 /* One configuration of a policy x density x regime sweep. */
 struct eval_sweep_cfg {
     const char *policy;

@@ -60,33 +60,40 @@ int eval_parse_densities(char **items, int n, float *out, const char *cmd) {
     return 0;
 }
 
-int eval_sweep_parse(char *policies, char *densities, char *regimes, const char *cmd,
-                     struct eval_sweep_cfg *out, int max) {
-    enum { MAX_ITEMS = 16 };
-    char *pols[MAX_ITEMS], *dens[MAX_ITEMS], *regs[3];
-    int np = eval_split_list(policies, pols, MAX_ITEMS), nd = eval_split_list(densities, dens, MAX_ITEMS);
-    int nr = eval_split_list(regimes, regs, 3);
-    float dv[MAX_ITEMS];
-    int rv[2];
-    if (eval_check_policies(pols, np, cmd) || eval_parse_densities(dens, nd, dv, cmd)) return -1;
-    if (nr < 1 || nr > 2) {
+int eval_sweep_split(char *policies, char *densities, char *regimes, const char *cmd,
+                     struct eval_sweep *sw) {
+    char *dens[EVAL_MAX_ITEMS], *regs[3];
+    sw->np = eval_split_list(policies, sw->pols, EVAL_MAX_ITEMS);
+    sw->nd = eval_split_list(densities, dens, EVAL_MAX_ITEMS);
+    sw->nr = eval_split_list(regimes, regs, 3);
+    if (eval_check_policies(sw->pols, sw->np, cmd) ||
+        eval_parse_densities(dens, sw->nd, sw->dv, cmd))
+        return -1;
+    if (sw->nr < 1 || sw->nr > 2) {
         fprintf(stderr, "%s: --regimes takes prefill, stream or both\n", cmd);
         return -1;
     }
-    for (int r = 0; r < nr; r++)
-        if ((rv[r] = eval_regime_from_name(regs[r])) < 0) {
+    for (int r = 0; r < sw->nr; r++)
+        if ((sw->rv[r] = eval_regime_from_name(regs[r])) < 0) {
             fprintf(stderr, "%s: unknown regime '%s' (prefill, stream)\n", cmd, regs[r]);
             return -1;
         }
+    return 0;
+}
+
+int eval_sweep_parse(char *policies, char *densities, char *regimes, const char *cmd,
+                     struct eval_sweep_cfg *out, int max) {
+    struct eval_sweep sw;
+    if (eval_sweep_split(policies, densities, regimes, cmd, &sw)) return -1;
     int nc = 0;
-    for (int p = 0; p < np; p++) {
-        if (!strcmp(pols[p], "full")) {
-            if (nc < max) out[nc++] = (struct eval_sweep_cfg){pols[p], 1.0f, NX_KV_REGIME_PREFILL};
+    for (int p = 0; p < sw.np; p++) {
+        if (!strcmp(sw.pols[p], "full")) {
+            if (nc < max) out[nc++] = (struct eval_sweep_cfg){sw.pols[p], 1.0f, NX_KV_REGIME_PREFILL};
             continue;
         }
-        for (int d = 0; d < nd; d++)
-            for (int r = 0; r < nr && nc < max; r++)
-                out[nc++] = (struct eval_sweep_cfg){pols[p], dv[d], rv[r]};
+        for (int d = 0; d < sw.nd; d++)
+            for (int r = 0; r < sw.nr && nc < max; r++)
+                out[nc++] = (struct eval_sweep_cfg){sw.pols[p], sw.dv[d], sw.rv[r]};
     }
     return nc;
 }
