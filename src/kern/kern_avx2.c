@@ -9,7 +9,8 @@
  *   broadcast) is reused for C activation columns, which is what makes prefill compute-bound
  *   instead of unpack-bound. Float types use R x C register tiles of FMA accumulators.
  *   Q4_K/Q6_K have their own driver (kq_drive): weights unpacked once per call into an
- *   L2-sized buffer, activations permuted once per call, 2 x 3 integer register tiles.
+ *   L2-sized buffer, activations permuted once per call, 3 x 3 (Q4_K) / 2 x 3 (Q6_K) integer
+ *   register tiles.
  *   Decode (nc = 1) uses the 1 x 1 (quantized) or 4 x 1 (float) tiles.
  * - Fixed per-element arithmetic: every output element has its own accumulator and sees the
  *   same sequence of operations whatever the tile it is computed in; tiles only choose which
@@ -308,8 +309,8 @@ Q_TILES(q5k)
  * Q4_K and Q6_K weights x Q8_K activations (kq_drive). Per call, the activation quants of all
  * columns are permuted into a per-thread buffer; per block of rows (~96 KiB unpacked, L2), the
  * weight rows are unpacked (unsigned quants in the same permuted order, scale vectors, float
- * scales); then 2 x 3 register tiles (rows x columns) run over the unpacked rows: each
- * activation load feeds two rows, each weight load three columns. Decode (nc < 3) skips the
+ * scales); then 3 x 3 (Q4_K) or 2 x 3 (Q6_K) register tiles (rows x columns) run over the
+ * unpacked rows: each activation load feeds three (two) rows, each weight load three columns. Decode (nc < 3) skips the
  * weight buffer: q4k_dec / q6k_dec unpack in registers with the same operations.
  *
  * The permutation lets several vpmaddubsw products be summed in int16 before one vpmaddwd
@@ -340,6 +341,7 @@ AI void tr4x4(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256i out[4]) {
 #define Q4K_XB (QK_K + 64)  /* permuted activation block: chunks, dx * bsum[s] (8 f32), dx x8 */
 #define Q4K_WB (QK_K + 96)  /* unpacked weight block: chunks, scales (16 i16), dmin * m[s], d x8 */
 #define Q4K_C 3             /* columns of the prefill tiles (Q4_K and Q6_K) */
+#define Q4K_R 3             /* rows of the Q4_K prefill tile (Q6_K: 2) */
 
 /* The scale vector: sc[0, 2, 4, 6] (low lane) / sc[1, 3, 5, 7] (high lane), each over the two
  * i16 lanes of its dword, from R (kq_scales_vec). */
@@ -432,21 +434,25 @@ static void q4k_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) {
  * R unpacked rows (stride wps) x C permuted columns (stride xps). Per super-block, row and
  * column, with isum the exact integer sum_s sc[s] * dot_s (8 lanes of partial sums):
  *   acc += cvt(isum) * (d * dx);  acc -= (dmin * m[s]) * (dx * bsum[s])  (lane s = sub-block s)
- * Register use at R x C = 2 x 3: 6 int16 sums, 6 float accumulators, 2 weight vectors, 1
- * activation vector.
+ * The int16 sums (R x C), the R weight chunks and the one activation chunk live in registers
+ * (3 x 3: 14 of 16); the float accumulators live in memory (one load and store per block).
+ * Loads, not arithmetic, bound this loop on AVX2 machines with two load ports: each chunk
+ * costs R + C loads for R x C products, and memory-operand activations would cost R x C.
  */
 AI void q4k_tile(const int R, const int C, int64_t nb, const uint8_t *wp, size_t wps,
                  const uint8_t *xp, size_t xps, float *y, int64_t ys) {
-    __m256 acc[2][Q4K_C];
+    __m256 acc[Q4K_R][Q4K_C];
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();
+    __asm__("" : : "r"(acc) : "memory");
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *wb = wp + (size_t)b * Q4K_WB, *xb = xp + (size_t)b * Q4K_XB;
-        __m256i s[2][Q4K_C];
+        __m256i s[Q4K_R][Q4K_C];
         UNROLL for (int ch = 0; ch < 8; ch++) {
-            __m256i wv[2];
+            __m256i wv[Q4K_R];
             UNROLL for (int r = 0; r < R; r++) wv[r] = loadu256(wb + (size_t)r * wps + 32 * ch);
             UNROLL for (int c = 0; c < C; c++) {
                 __m256i xv = loadu256(xb + (size_t)c * xps + 32 * ch);
+                PIN(xv);
                 UNROLL for (int r = 0; r < R; r++) {
                     __m256i p = _mm256_maddubs_epi16(wv[r], xv);
                     s[r][c] = ch == 0 ? p : _mm256_add_epi16(s[r][c], p);
@@ -464,22 +470,24 @@ AI void q4k_tile(const int R, const int C, int64_t nb, const uint8_t *wp, size_t
                 __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s[r][c], sv));
                 __m256 a = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xc + QK_K + 32))), acc[r][c]);
                 acc[r][c] = _mm256_fnmadd_ps(mw, _mm256_loadu_ps((const float *)(xc + QK_K)), a);
-                PIN(acc[r][c]);
             }
         }
+        __asm__("" : : : "memory");
     }
     UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) y[c * ys + r] = hsum8(acc[r][c]);
 }
 
-typedef void (*q4k_tile_fn)(int64_t nb, const uint8_t *wp, size_t wps, const uint8_t *xp,
-                            size_t xps, float *y, int64_t ys);
+typedef void (*kq_tile_fn)(int64_t nb, const uint8_t *wp, size_t wps, const uint8_t *xp,
+                           size_t xps, float *y, int64_t ys);
 #define Q4K_TILE_FN(R, C) \
     __attribute__((noinline)) static void q4k_##R##x##C(int64_t nb, const uint8_t *wp, size_t wps, const uint8_t *xp, \
                               size_t xps, float *y, int64_t ys) { \
         q4k_tile(R, C, nb, wp, wps, xp, xps, y, ys); \
     }
+Q4K_TILE_FN(3, 3)
 Q4K_TILE_FN(2, 3)
 Q4K_TILE_FN(1, 3)
+Q4K_TILE_FN(3, 1)
 Q4K_TILE_FN(2, 1)
 Q4K_TILE_FN(1, 1)
 
@@ -676,12 +684,24 @@ struct kq_kern {
     enum nx_type type;
     void (*unpack_w)(const uint8_t *w, uint8_t *wp, int64_t nb);
     void (*dec)(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y);
-    q4k_tile_fn t2x3, t1x3, t2x1, t1x1;
+    int tr;              /* rows of the widest tile (2 or 3) */
+    kq_tile_fn t3[4], t1[4]; /* [R]: R rows x 3 columns, R rows x 1 column (R = 1..tr) */
 };
-static const struct kq_kern q4k_kern = {Q4K_XB, Q4K_WB, q4k_perm_x, NX_TYPE_Q4_K, q4k_unpack_w, q4k_dec,
-                                        q4k_2x3, q4k_1x3, q4k_2x1, q4k_1x1};
-static const struct kq_kern q6k_kern = {Q6K_XB, Q6K_WB, q6k_perm_x, NX_TYPE_Q6_K, q6k_unpack_w, q6k_dec,
-                                        q6k_2x3, q6k_1x3, q6k_2x1, q6k_1x1};
+static const struct kq_kern q4k_kern = {Q4K_XB, Q4K_WB, q4k_perm_x, NX_TYPE_Q4_K, q4k_unpack_w, q4k_dec, 3,
+                                        {NULL, q4k_1x3, q4k_2x3, q4k_3x3}, {NULL, q4k_1x1, q4k_2x1, q4k_3x1}};
+static const struct kq_kern q6k_kern = {Q6K_XB, Q6K_WB, q6k_perm_x, NX_TYPE_Q6_K, q6k_unpack_w, q6k_dec, 2,
+                                        {NULL, q6k_1x3, q6k_2x3, NULL}, {NULL, q6k_1x1, q6k_2x1, NULL}};
+
+/* Rows [b0, b1) of the unpacked block wp (row b0 first) x columns [c, c + width) through the
+ * tiles ts[] (R rows each, the widest kk->tr first). */
+static void kq_rows(const struct kq_kern *kk, kq_tile_fn const ts[4], int64_t nb, int64_t b0,
+                    int64_t b1, const uint8_t *wp, size_t wps, const uint8_t *xp, size_t xps,
+                    float *y, int64_t ys) {
+    int64_t r = b0;
+    for (int R = kk->tr; R >= 1; R--) {
+        for (; r + R <= b1; r += R) ts[R](nb, wp + (size_t)(r - b0) * wps, wps, xp, xps, y + r, ys);
+    }
+}
 
 static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size_t ws, int64_t r0, int64_t r1,
                       const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
@@ -689,9 +709,9 @@ static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size
     size_t xps = (size_t)nb * kk->xb, wps = (size_t)nb * kk->wb;
     /* decode (and nc < tile width): raw rows, one column at a time */
     bool dec = nc < Q4K_C;
-    /* rows per block: ~96 KiB of unpacked weights (L2), even */
+    /* rows per block: ~96 KiB of unpacked weights (L2), a multiple of 6 */
     int64_t rb = dec ? 0 : (int64_t)((96 * 1024) / wps);
-    rb = rb < 2 ? 2 : rb & ~(int64_t)1;
+    rb = rb < 6 ? 6 : rb - rb % 6;
     size_t xbytes = (xps * (size_t)nc + 63) & ~(size_t)63;
     uint8_t *xp = kq_scratch(xbytes + (dec ? 0 : wps * (size_t)rb));
     if (!xp) {
@@ -710,16 +730,8 @@ static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size
         int64_t b1 = NX_MIN(r1, b0 + rb);
         for (int64_t r = b0; r < b1; r++) kk->unpack_w(w + (size_t)r * ws, wp + (size_t)(r - b0) * wps, nb);
         int64_t c = 0;
-        for (; c + Q4K_C <= nc; c += Q4K_C) {
-            int64_t r = b0;
-            for (; r + 2 <= b1; r += 2) kk->t2x3(nb, wp + (size_t)(r - b0) * wps, wps, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
-            for (; r < b1; r++) kk->t1x3(nb, wp + (size_t)(r - b0) * wps, wps, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
-        }
-        for (; c < nc; c++) {
-            int64_t r = b0;
-            for (; r + 2 <= b1; r += 2) kk->t2x1(nb, wp + (size_t)(r - b0) * wps, wps, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
-            for (; r < b1; r++) kk->t1x1(nb, wp + (size_t)(r - b0) * wps, wps, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
-        }
+        for (; c + Q4K_C <= nc; c += Q4K_C) kq_rows(kk, kk->t3, nb, b0, b1, wp, wps, xp + (size_t)c * xps, xps, y + c * ys, ys);
+        for (; c < nc; c++) kq_rows(kk, kk->t1, nb, b0, b1, wp, wps, xp + (size_t)c * xps, xps, y + c * ys, ys);
     }
 }
 
