@@ -25,6 +25,9 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "kern/kern.h"
+#include "kv/kvblock.h"
+#include "model/model.h"
 #include "nexus.h"
 #include "support/ref_forward.h"
 #include "test.h"
@@ -656,6 +659,56 @@ TEST(arch_threads_identical) {
         }
         free(l1);
         free(l2);
+    }
+}
+
+/*
+ * Q4_K weights copied into memory take the kernels' layout (Q4_K_IL on AVX2); with mmap they
+ * stay as in the file. Logits (a batch, then single tokens) are bit-identical either way, and
+ * the model fingerprint of KV block files is the same.
+ */
+TEST(arch_q4k_memory_layout_matches_mmap) {
+    struct mkmodel_params p;
+    struct nx_err err;
+    char path[256], msg[256];
+    mkmodel_default_params(&p);
+    p.wtype = "q4_k"; /* token_embd too: the embedding lookup reads the in-memory layout */
+    p.n_layer = 2;
+    ASSERT_OK(mkmodel_write(&p, tmp_path("q4k_layout.gguf", path, sizeof path), &err));
+    nx_model *m[2] = {NULL, NULL};
+    nx_ctx *c[2] = {NULL, NULL};
+    const float *lg[2][2];
+    int32_t tok[7];
+    make_tokens(tok, 7, p.n_vocab, 11);
+    for (int i = 0; i < 2; i++) {
+        struct nx_model_params mp = nx_model_default_params();
+        mp.use_mmap = i == 1;
+        ASSERT_OK(nx_model_load(path, &mp, &m[i], msg, sizeof msg));
+        struct nx_ctx_params cp = nx_ctx_default_params();
+        cp.n_ctx = 64;
+        cp.n_threads = cp.n_threads_batch = 2;
+        ASSERT_OK(nx_ctx_init(m[i], &cp, &c[i], msg, sizeof msg));
+        ASSERT_OK(nx_decode(c[i], tok, 6, false));
+        lg[i][0] = nx_get_logits(c[i], -1);
+    }
+    enum nx_type want = kern_weight_layout(NX_TYPE_Q4_K);
+    ASSERT_EQ(m[0]->layers[0].wq.type, want);
+    ASSERT_EQ(m[0]->tok_embd.type, want);
+    ASSERT_EQ(m[1]->layers[0].wq.type, NX_TYPE_Q4_K);
+    size_t nv = (size_t)p.n_vocab;
+    ASSERT_EQ(memcmp(lg[0][0], lg[1][0], nv * sizeof(float)), 0);
+    for (int i = 0; i < 2; i++) {
+        ASSERT_OK(nx_decode(c[i], tok + 6, 1, false));
+        lg[i][1] = nx_get_logits(c[i], -1);
+    }
+    ASSERT_EQ(memcmp(lg[0][1], lg[1][1], nv * sizeof(float)), 0);
+    struct kv_fingerprint f0, f1;
+    kv_fingerprint_of(m[0], &f0);
+    kv_fingerprint_of(m[1], &f1);
+    ASSERT_TRUE(memcmp(&f0, &f1, sizeof f0) == 0);
+    for (int i = 0; i < 2; i++) {
+        nx_ctx_free(c[i]);
+        nx_model_free(m[i]);
     }
 }
 

@@ -82,7 +82,8 @@ static size_t row_bytes(enum nx_type t, int64_t k) {
 }
 
 static const enum nx_type g_wtypes[] = {NX_TYPE_F32,  NX_TYPE_F16,  NX_TYPE_BF16, NX_TYPE_Q4_0,
-                                        NX_TYPE_Q8_0, NX_TYPE_Q4_K, NX_TYPE_Q5_K, NX_TYPE_Q6_K};
+                                        NX_TYPE_Q8_0, NX_TYPE_Q4_K, NX_TYPE_Q5_K, NX_TYPE_Q6_K,
+                                        NX_TYPE_Q4_K_IL};
 #define N_WTYPES (int)(sizeof g_wtypes / sizeof g_wtypes[0])
 
 static int64_t blck(enum nx_type t) { return nx_type_info_get(t)->blck_size; }
@@ -503,6 +504,13 @@ static nx_half rnd_half_scale(void) {
 /* Fill one row of k elements of type t. */
 static void make_wrow(enum nx_type t, enum wkind kind, int64_t k, uint8_t *row) {
     size_t bytes = row_bytes(t, k);
+    if (t == NX_TYPE_Q4_K_IL) { /* a Q4_K row of this kind, interleaved */
+        uint8_t *raw = malloc(bytes);
+        make_wrow(NX_TYPE_Q4_K, kind, k, raw);
+        quant_q4k_interleave_ref(raw, row, k / QK_K);
+        free(raw);
+        return;
+    }
     if (kind == W_RANDOM || t == NX_TYPE_F32 || t == NX_TYPE_F16 || t == NX_TYPE_BF16) {
         float *tmp = malloc(k * sizeof(float));
         for (int64_t i = 0; i < k; i++) {
@@ -557,15 +565,15 @@ static void wmag(enum nx_type t, const uint8_t *row, int64_t k, float *a, float 
     uint8_t *tmp = malloc(bytes);
     memcpy(tmp, row, bytes);
     int64_t nb = k / blck(t);
-    if (t == NX_TYPE_Q4_K || t == NX_TYPE_Q5_K) {
+    if (t == NX_TYPE_Q4_K || t == NX_TYPE_Q4_K_IL || t == NX_TYPE_Q5_K) {
         for (int64_t i = 0; i < nb; i++) {
-            if (t == NX_TYPE_Q4_K) ((struct block_q4_K *)tmp)[i].dmin = 0;
+            if (t != NX_TYPE_Q5_K) ((struct block_q4_K *)tmp)[i].dmin = 0;
             else ((struct block_q5_K *)tmp)[i].dmin = 0;
         }
         quant_dequantize_row_ref(t, tmp, a, k);
         memcpy(tmp, row, bytes);
         for (int64_t i = 0; i < nb; i++) {
-            if (t == NX_TYPE_Q4_K) ((struct block_q4_K *)tmp)[i].d = 0;
+            if (t != NX_TYPE_Q5_K) ((struct block_q4_K *)tmp)[i].d = 0;
             else ((struct block_q5_K *)tmp)[i].d = 0;
         }
         quant_dequantize_row_ref(t, tmp, b, k);
@@ -796,6 +804,77 @@ TEST(matmul_avx2_scratch_failure_falls_back) {
         ASSERT_TRUE(sc.fallback_exact);
         ASSERT_TRUE(sc.later_ok);
     }
+}
+
+/* ---- Q4_K_IL: the AVX2 set's in-memory Q4_K layout ------------------------------------------ */
+
+TEST(q4k_interleave_roundtrip) {
+    const int64_t nb = 37;
+    uint8_t *raw = malloc(nb * 144), *il = malloc(nb * 144), *il2 = malloc(nb * 144), *back = malloc(nb * 144);
+    for (int rep = 0; rep < 4; rep++) {
+        for (int64_t i = 0; i < nb * 144; i++) raw[i] = (uint8_t)rnd_u64();
+        quant_q4k_interleave_ref(raw, il, nb);
+        quant_q4k_deinterleave_ref(il, back, nb);
+        ASSERT_TRUE(memcmp(raw, back, nb * 144) == 0);
+        for (int64_t b = 0; b < nb; b++) {
+            const struct block_q4_K *r = (const struct block_q4_K *)raw + b, *l = (const struct block_q4_K *)il + b;
+            ASSERT_TRUE(memcmp(r, l, offsetof(struct block_q4_K, qs)) == 0); /* d, dmin, scales stay */
+            for (int s = 0; s < 8; s++)
+                for (int e = 0; e < 32; e++)
+                    ASSERT_EQ(quant_q4k_il_get(l->qs, s, e), (r->qs[32 * (s / 2) + e] >> (4 * (s & 1))) & 0xf);
+        }
+        /* the layout is a permutation: dequantized values are the same */
+        float *a = malloc(nb * 256 * sizeof(float)), *b2 = malloc(nb * 256 * sizeof(float));
+        quant_dequantize_row_ref(NX_TYPE_Q4_K, raw, a, nb * 256);
+        quant_dequantize_row_ref(NX_TYPE_Q4_K_IL, il, b2, nb * 256);
+        ASSERT_TRUE(memcmp(a, b2, nb * 256 * sizeof(float)) == 0);
+        free(a), free(b2);
+        if (kern_cpu_supports("avx2")) {
+            memset(il2, 0xcd, nb * 144);
+            kern_avx2_q4k_interleave(raw, il2, nb);
+            ASSERT_TRUE(memcmp(il, il2, nb * 144) == 0);
+        }
+        memset(il2, 0xcd, nb * 144);
+        kern_repack(NX_TYPE_Q4_K, NX_TYPE_Q4_K_IL, raw, il2, nb);
+        ASSERT_TRUE(memcmp(il, il2, nb * 144) == 0);
+        kern_repack(NX_TYPE_Q4_K_IL, NX_TYPE_Q4_K, il, il2, nb);
+        ASSERT_TRUE(memcmp(raw, il2, nb * 144) == 0);
+    }
+    free(raw), free(il), free(il2), free(back);
+}
+
+/* The reference and AVX2 sets give bit-identical outputs for a Q4_K matrix and its interleaved
+ * copy, for decode (nc = 1) and prefill (nc = 8) shapes. (The AVX-512 set runs Q4_K_IL with the
+ * AVX2 kernels: within tolerance of its own Q4_K, checked by matmul_avx512_vs_ref.) */
+TEST(q4k_interleaved_matches_q4k) {
+    const struct kern_table *sets[2] = {&kern_table_ref, &kern_table_avx2};
+    int ns = kern_cpu_supports("avx2") ? 2 : 1;
+    const int64_t k = 1024, rows = 20;
+    for (int s = 0; s < ns; s++) {
+        for (int ci = 0; ci < 2; ci++) {
+            int64_t nc = ci ? 8 : 1;
+            struct mm_problem p;
+            mm_setup(&p, NX_TYPE_Q4_K, k, rows, nc, W_RANDOM, X_RANDOM);
+            uint8_t *il = malloc(p.ws * rows);
+            quant_q4k_interleave_ref(p.w, il, rows * (k / QK_K));
+            float *y0 = malloc(sizeof(float) * rows * nc), *y1 = malloc(sizeof(float) * rows * nc);
+            sets[s]->matmul(NX_TYPE_Q4_K, k, p.w, p.ws, 0, rows, p.xq, p.xs, nc, y0, rows);
+            sets[s]->matmul(NX_TYPE_Q4_K_IL, k, il, p.ws, 0, rows, p.xq, p.xs, nc, y1, rows);
+            if (memcmp(y0, y1, sizeof(float) * rows * nc) != 0) FAILF("%s nc=%lld: Q4_K_IL differs from Q4_K", sets[s]->name, (long long)nc);
+            free(il), free(y0), free(y1);
+            mm_free(&p);
+        }
+    }
+    /* the layout each set asks for */
+    kern_force_ref(true);
+    ASSERT_EQ(kern_weight_layout(NX_TYPE_Q4_K), NX_TYPE_Q4_K);
+    kern_force_ref(false);
+    enum nx_type want = strcmp(kern_name(), "avx2") == 0 ? NX_TYPE_Q4_K_IL : NX_TYPE_Q4_K;
+    ASSERT_EQ(kern_weight_layout(NX_TYPE_Q4_K), want);
+    ASSERT_EQ(kern_weight_layout(NX_TYPE_Q6_K), NX_TYPE_Q6_K);
+    /* never read from or written to files */
+    ASSERT_TRUE(nx_type_info_get(NX_TYPE_Q4_K_IL)->internal);
+    ASSERT_TRUE(!nx_type_supported(NX_TYPE_Q4_K_IL));
 }
 
 /* ---- attention helpers -------------------------------------------------------------------- */

@@ -486,7 +486,7 @@ static nx_status parse_tensor_info(struct gguf_file *f, struct rd *r, uint64_t i
     }
     const struct nx_type_info *info = type < (uint32_t)NX_TYPE_COUNT ? nx_type_info_get((int)type)
                                                                       : NULL;
-    if (!info)
+    if (!info || info->internal)
         return nx_err_set(err, NX_STATUS_FORMAT, "%s: unknown tensor type %u", what, type);
     t->type = (enum nx_type)type;
     size_t row;

@@ -273,7 +273,8 @@ nx_status gguf_writer_add_tensor(struct gguf_writer *w, const char *name, enum n
     if (len == 0 || len > GGUF_MAX_NAME) return NX_STATUS_INVALID_ARG;
     for (size_t i = 0; i < w->n_t; i++)
         if (strcmp(w->t[i].name, name) == 0) return NX_STATUS_INVALID_ARG;
-    if (!nx_type_info_get(type)) return NX_STATUS_INVALID_ARG;
+    const struct nx_type_info *ti = nx_type_info_get(type);
+    if (!ti || ti->internal) return NX_STATUS_INVALID_ARG;
     struct wtensor t = {NULL, type, n_dims, {1, 1, 1, 1}, NULL, nbytes};
     int64_t prod = 1;
     for (int d = 0; d < n_dims; d++) {

@@ -81,8 +81,26 @@ void nx_kernels_force_ref(bool force) { kern_force_ref(force); }
 
 const char *nx_kernels_name(void) { return kern_name(); }
 
+enum nx_type kern_weight_layout(enum nx_type t) {
+    const struct kern_table *set = kern_table_current();
+    return set->weight_layout ? set->weight_layout(t) : t;
+}
+
+void kern_repack(enum nx_type from, enum nx_type to, const void *src, void *dst, int64_t nb) {
+    if (from == NX_TYPE_Q4_K && to == NX_TYPE_Q4_K_IL) {
+        if (kern_cpu_supports("avx2")) kern_avx2_q4k_interleave(src, dst, nb);
+        else quant_q4k_interleave_ref(src, dst, nb);
+    } else if (from == NX_TYPE_Q4_K_IL && to == NX_TYPE_Q4_K) {
+        quant_q4k_deinterleave_ref(src, dst, nb);
+    } else {
+        NX_ASSERT(from == to && "kern_repack: no such layout change");
+        const struct nx_type_info *ti = nx_type_info_get(from);
+        memmove(dst, src, (size_t)nb * ti->type_size);
+    }
+}
+
 size_t kern_act_row_bytes(enum nx_type wt, int64_t k) {
-    switch (wt) {
+    switch (nx_type_in_file(wt)) { /* an internal layout takes its file type's activations */
     case NX_TYPE_F32:
     case NX_TYPE_F16:
     case NX_TYPE_BF16: return (size_t)k * sizeof(float);

@@ -26,6 +26,20 @@ void kern_init(void);
 void kern_force_ref(bool force);
 const char *kern_name(void); /* "avx512", "avx2", "ref" */
 
+/*
+ * In-memory weight layouts. A kernel set may prefer weights of type t rewritten into an
+ * internal layout (types.h; today Q4_K -> Q4_K_IL for the AVX2 set, whose decode kernel then
+ * does a quarter of the shuffling). The engine asks once per weight at load, when the weights
+ * are copied into memory (not with mmap), and rewrites them with kern_repack. Every set,
+ * the reference included, runs every layout, so a model keeps working after kern_force_ref;
+ * the reference and AVX2 sets give bit-identical results for a matrix in either layout.
+ */
+/* The layout the current set wants for weights of type t: t itself or an internal type. */
+enum nx_type kern_weight_layout(enum nx_type t);
+/* Rewrite nb blocks of type `from` into `to` (= kern_weight_layout(from), or the reverse);
+ * dst must not overlap src. */
+void kern_repack(enum nx_type from, enum nx_type to, const void *src, void *dst, int64_t nb);
+
 /* Bytes of one activation row of k elements prepared for weights of type wt. */
 size_t kern_act_row_bytes(enum nx_type wt, int64_t k);
 /* Convert/quantize one activation row (k a multiple of wt's block size). */

@@ -299,6 +299,10 @@ Q_TILES(q6k)
 static void avx512_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                           int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                           int64_t y_stride) {
+    if (wt == NX_TYPE_Q4_K_IL) { /* internal id (types.h): the AVX2 kernels' layout */
+        kern_avx2_matmul(wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
+        return;
+    }
     const struct tile_set *t;
     switch (wt) {
     case NX_TYPE_F32: t = &f32_set; break;

@@ -23,6 +23,7 @@
 
 #include "kern/kern.h"
 #include "kern/quant.h"
+#include "kern/types.h"
 
 struct kern_table {
     const char *name; /* "ref", "avx2", "avx512" */
@@ -41,6 +42,8 @@ struct kern_table {
     void (*softmax)(float *x, int64_t n);
     void (*load_kv)(enum nx_type kvt, int64_t n, const void *src, float *dst);
     void (*swiglu)(float *g, const float *u, int64_t n);
+    /* kern_weight_layout for this set; NULL: every type as it is in files */
+    enum nx_type (*weight_layout)(enum nx_type t);
 };
 
 void kern_ref_softmax(float *x, int64_t n);
@@ -82,6 +85,8 @@ void kern_avx2_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k
 void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                       int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                       int64_t y_stride);
+/* Q4_K -> Q4_K_IL (quant.h), bit-identical to quant_q4k_interleave_ref. */
+void kern_avx2_q4k_interleave(const void *src, void *dst, int64_t nb);
 /* Test hook: the next growth of a thread's K-quant scratch buffer fails (the matmul then runs
  * the reference kernel). */
 void kern_avx2_test_fail_scratch(void);

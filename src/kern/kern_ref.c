@@ -22,7 +22,7 @@
 /* ---- activations -------------------------------------------------------------------------- */
 
 void kern_ref_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k) {
-    switch (wt) {
+    switch (nx_type_in_file(wt)) { /* an internal layout takes its file type's activations */
     case NX_TYPE_F32:
     case NX_TYPE_F16:
     case NX_TYPE_BF16: memcpy(xq, x, (size_t)k * sizeof(float)); return;
@@ -80,9 +80,9 @@ static float dot_q8_0(const struct block_q8_0 *w, const struct block_q8_0 *x, in
 
 /*
  * Q4_K / Q5_K: sum_s d*sc[s]*sum(q*x) - dmin*m[s]*sum(x), times dx. The mins use the
- * activation's bsums (two per sub-block of 32).
+ * activation's bsums (two per sub-block of 32). il: Q4_K_IL (quants permuted, quant.h).
  */
-static float dot_kq(const void *wrow, int bits, const struct block_q8_K *x, int64_t nb) {
+static float dot_kq(const void *wrow, int bits, bool il, const struct block_q8_K *x, int64_t nb) {
     double acc = 0;
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *scales, *qs, *qh = NULL;
@@ -102,7 +102,7 @@ static float dot_kq(const void *wrow, int bits, const struct block_q8_K *x, int6
             int mn = (u[2 + s / 4] >> (8 * (s % 4))) & 0xff;
             int sub = 0;
             for (int l = 0; l < 32; l++) {
-                int q = (qs[32 * (s / 2) + l] >> (4 * (s & 1))) & 0xf;
+                int q = il ? quant_q4k_il_get(qs, s, l) : (qs[32 * (s / 2) + l] >> (4 * (s & 1))) & 0xf;
                 if (qh) q |= ((qh[l] >> s) & 1) << 4;
                 sub += q * x[b].qs[32 * s + l];
             }
@@ -136,14 +136,15 @@ static float dot_q6_K(const struct block_q6_K *w, const struct block_q8_K *x, in
 }
 
 static float dot_row(enum nx_type wt, int64_t k, const void *w, const void *x) {
+    if (wt == NX_TYPE_Q4_K_IL) return dot_kq(w, 4, true, x, k / QK_K); /* internal id (types.h) */
     switch (wt) {
     case NX_TYPE_F32: return dot_f32(w, x, k);
     case NX_TYPE_F16: return dot_f16(w, x, k);
     case NX_TYPE_BF16: return dot_bf16(w, x, k);
     case NX_TYPE_Q4_0: return dot_q4_0(w, x, k / QK4_0);
     case NX_TYPE_Q8_0: return dot_q8_0(w, x, k / QK8_0);
-    case NX_TYPE_Q4_K: return dot_kq(w, 4, x, k / QK_K);
-    case NX_TYPE_Q5_K: return dot_kq(w, 5, x, k / QK_K);
+    case NX_TYPE_Q4_K: return dot_kq(w, 4, false, x, k / QK_K);
+    case NX_TYPE_Q5_K: return dot_kq(w, 5, false, x, k / QK_K);
     case NX_TYPE_Q6_K: return dot_q6_K(w, x, k / QK_K);
     default: NX_ASSERT(!"kern_matmul: unsupported weight type"); return 0;
     }

@@ -12,6 +12,11 @@
  *   Q6_K : u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d   x = d*scales[j]*(q - 32), 16 subs of 16
  *   Q8_K : f32 d; i8 qs[256]; i16 bsums[16] (sums of groups of 16): the activation format of the
  *          K-quant dot products
+ *   Q4_K_IL (internal, types.h): a Q4_K block with qs permuted for the AVX2 kernels. Chunk
+ *          c = 2t + l (t = 0..3, l = 0..1) is 32 quants: byte p holds element 16l + 4t + p % 4 of
+ *          sub-block 2 ((p % 16) / 4) + p / 16 (so every 4-byte group is one sub-block). qs byte
+ *          32a + p holds chunk a's quant at p in its low nibble and chunk a + 4's in its high
+ *          nibble (a = 0..3): four loads, masks and shifts give the eight chunks.
  */
 #ifndef NX_QUANT_H
 #define NX_QUANT_H
@@ -78,7 +83,7 @@ nx_bf16 nx_f32_to_bf16(float f);
 
 /*
  * Reference dequantize n elements (n a multiple of the block size) of type t into float.
- * Supports F32 F16 BF16 Q4_0 Q8_0 Q4_K Q5_K Q6_K Q8_K.
+ * Supports F32 F16 BF16 Q4_0 Q8_0 Q4_K Q4_K_IL Q5_K Q6_K Q8_K.
  */
 void quant_dequantize_row_ref(enum nx_type t, const void *src, float *dst, int64_t n);
 /*
@@ -86,5 +91,14 @@ void quant_dequantize_row_ref(enum nx_type t, const void *src, float *dst, int64
  * scales as llama.cpp's reference (non-imatrix) quantizers, so the results are valid blocks.
  */
 void quant_quantize_row_ref(enum nx_type t, const float *src, void *dst, int64_t n);
+
+/* Q4_K <-> Q4_K_IL, nb blocks (dst must not overlap src); each is the other's exact inverse. */
+void quant_q4k_interleave_ref(const void *src, void *dst, int64_t nb);
+void quant_q4k_deinterleave_ref(const void *src, void *dst, int64_t nb);
+/* Quant (0..15) of element `elem` (0..31) of sub-block s (0..7) of a Q4_K_IL block's qs. */
+static inline int quant_q4k_il_get(const uint8_t *qs, int s, int elem) {
+    int c = 2 * ((elem % 16) / 4) + elem / 16, p = 16 * (s % 2) + 4 * (s / 2) + elem % 4;
+    return (qs[32 * (c % 4) + p] >> (4 * (c / 4))) & 0xf;
+}
 
 #endif

@@ -20,11 +20,13 @@
  *   the SIMD activation quantizers also reproduce exactly.
  */
 #include <math.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "core/nx_base.h"
 #include "kern/kern_impl.h"
 #include "kern/quant.h"
+#include "kern/types.h"
 
 /* ---- half / bfloat16 ---------------------------------------------------------------------- */
 
@@ -131,6 +133,44 @@ static void deq_q4_K(const struct block_q4_K *b, float *y, int64_t nb) {
     }
 }
 
+/* Q4_K_IL (quant.h): the block with its quants back in Q4_K order, then as Q4_K. */
+static void deq_q4_K_il(const struct block_q4_K *b, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, b++, y += QK_K) {
+        struct block_q4_K raw;
+        quant_q4k_deinterleave_ref(b, &raw, 1);
+        deq_q4_K(&raw, y, 1);
+    }
+}
+
+void quant_q4k_interleave_ref(const void *src, void *dst, int64_t nb) {
+    const struct block_q4_K *s = src;
+    struct block_q4_K *d = dst;
+    for (int64_t i = 0; i < nb; i++, s++, d++) {
+        memcpy(d, s, offsetof(struct block_q4_K, qs));
+        memset(d->qs, 0, sizeof d->qs);
+        for (int sb = 0; sb < 8; sb++) {
+            for (int e = 0; e < 32; e++) {
+                int q = (s->qs[32 * (sb / 2) + e] >> (4 * (sb & 1))) & 0xf;
+                int c = 2 * ((e % 16) / 4) + e / 16, p = 16 * (sb % 2) + 4 * (sb / 2) + e % 4;
+                d->qs[32 * (c % 4) + p] |= (uint8_t)(q << (4 * (c / 4)));
+            }
+        }
+    }
+}
+
+void quant_q4k_deinterleave_ref(const void *src, void *dst, int64_t nb) {
+    const struct block_q4_K *s = src;
+    struct block_q4_K *d = dst;
+    for (int64_t i = 0; i < nb; i++, s++, d++) {
+        memcpy(d, s, offsetof(struct block_q4_K, qs));
+        memset(d->qs, 0, sizeof d->qs);
+        for (int sb = 0; sb < 8; sb++) {
+            for (int e = 0; e < 32; e++)
+                d->qs[32 * (sb / 2) + e] |= (uint8_t)(quant_q4k_il_get(s->qs, sb, e) << (4 * (sb & 1)));
+        }
+    }
+}
+
 /* Q5_K: as Q4_K; the fifth bit of element l of sub-block s is bit s of qh[l]. */
 static void deq_q5_K(const struct block_q5_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, b++, y += QK_K) {
@@ -175,6 +215,11 @@ static void deq_q8_K(const struct block_q8_K *b, float *y, int64_t nb) {
 }
 
 void quant_dequantize_row_ref(enum nx_type t, const void *src, float *dst, int64_t n) {
+    if (t == NX_TYPE_Q4_K_IL) { /* internal id, not an enumerator (types.h) */
+        NX_ASSERT(n % QK_K == 0);
+        deq_q4_K_il(src, dst, n / QK_K);
+        return;
+    }
     switch (t) {
     case NX_TYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
     case NX_TYPE_F16: {

@@ -1,4 +1,4 @@
-/* types.c - the type trait table (sizes of ggml's block layouts). */
+/* types.c - the type trait table (sizes of ggml's block layouts, and Nexus's internal ones). */
 #include "kern/types.h"
 
 #include "core/nx_base.h"
@@ -19,6 +19,7 @@ static const struct nx_type_info g_types[NX_TYPE_COUNT] = {
     [NX_TYPE_Q6_K] = {"Q6_K", 256, 210, true, true},
     [NX_TYPE_Q8_K] = {"Q8_K", 256, 292, true, false},
     [NX_TYPE_BF16] = {"BF16", 1, 2, false, true},
+    [NX_TYPE_Q4_K_IL] = {"Q4_K_IL", 256, 144, true, false, true},
 };
 
 const struct nx_type_info *nx_type_info_get(int type) {

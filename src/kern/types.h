@@ -18,7 +18,21 @@ struct nx_type_info {
     size_t type_size;  /* bytes per block */
     bool quantized;
     bool supported;    /* weights of this type can be used by the engine */
+    bool internal;     /* an in-memory layout of Nexus's own: never read from or written to files */
 };
+
+/*
+ * Q4_K with its quants interleaved for the AVX2 kernels (see quant.h): the same 144-byte
+ * blocks, d, dmin and scales in place, the 128 quant bytes permuted. The engine rewrites Q4_K
+ * weights into it at load when the kernel set asks for it (kern_weight_layout); files never
+ * hold it. The id is one ggml does not use.
+ */
+#define NX_TYPE_Q4_K_IL ((enum nx_type)39)
+
+/* The file type an in-memory layout was made from (t itself for file types). */
+static inline enum nx_type nx_type_in_file(enum nx_type t) {
+    return t == NX_TYPE_Q4_K_IL ? NX_TYPE_Q4_K : t;
+}
 
 /* Info for a type id; NULL for ids outside the table or unknown to Nexus. */
 const struct nx_type_info *nx_type_info_get(int type);

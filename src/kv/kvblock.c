@@ -24,6 +24,9 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/nx_base.h"
+#include "kern/kern.h"
+#include "kern/types.h"
 #include "model/model.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -69,40 +72,91 @@ static inline uint64_t avalanche(uint64_t h) {
     return h ^ (h >> 32);
 }
 
-uint64_t kv_hash64(const void *p, size_t n, uint64_t seed) {
-    const unsigned char *s = p;
-    uint64_t h[4] = {seed ^ 0x243f6a8885a308d3ull, seed ^ 0x13198a2e03707344ull,
-                     seed ^ 0xa4093822299f31d0ull, seed ^ 0x082efa98ec4e6c89ull};
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32)
-        for (int l = 0; l < 4; l++) {
-            uint64_t w;
-            memcpy(&w, s + i + 8 * l, 8);
-            h[l] = lane(h[l], w);
-        }
-    /* tail: whole words into lanes in turn, then the last bytes zero-padded */
-    int l = 0;
-    for (; i + 8 <= n; i += 8, l++) {
+/* kv_hash64 in pieces: feeding a byte string in any split gives kv_hash64 of the whole. */
+struct kv_hasher {
+    uint64_t h[4];
+    unsigned char buf[32]; /* the bytes of an unfinished stripe */
+    size_t nbuf, n;
+};
+
+static void kvh_init(struct kv_hasher *s, uint64_t seed) {
+    s->h[0] = seed ^ 0x243f6a8885a308d3ull, s->h[1] = seed ^ 0x13198a2e03707344ull;
+    s->h[2] = seed ^ 0xa4093822299f31d0ull, s->h[3] = seed ^ 0x082efa98ec4e6c89ull;
+    s->nbuf = s->n = 0;
+}
+
+static void kvh_stripe(struct kv_hasher *s, const unsigned char *p) {
+    for (int l = 0; l < 4; l++) {
         uint64_t w;
-        memcpy(&w, s + i, 8);
-        h[l] = lane(h[l], w);
+        memcpy(&w, p + 8 * l, 8);
+        s->h[l] = lane(s->h[l], w);
     }
-    if (i < n) {
+}
+
+static void kvh_update(struct kv_hasher *s, const void *p, size_t n) {
+    const unsigned char *c = p;
+    if (n == 0) return;
+    s->n += n;
+    if (s->nbuf) {
+        size_t take = NX_MIN(n, 32 - s->nbuf);
+        memcpy(s->buf + s->nbuf, c, take);
+        s->nbuf += take, c += take, n -= take;
+        if (s->nbuf < 32) return;
+        kvh_stripe(s, s->buf);
+        s->nbuf = 0;
+    }
+    for (; n >= 32; c += 32, n -= 32) kvh_stripe(s, c);
+    memcpy(s->buf, c, n);
+    s->nbuf = n;
+}
+
+static uint64_t kvh_final(struct kv_hasher *s) {
+    /* tail: whole words into lanes in turn, then the last bytes zero-padded */
+    size_t i = 0;
+    int l = 0;
+    for (; i + 8 <= s->nbuf; i += 8, l++) {
+        uint64_t w;
+        memcpy(&w, s->buf + i, 8);
+        s->h[l] = lane(s->h[l], w);
+    }
+    if (i < s->nbuf) {
         uint64_t w = 0;
-        memcpy(&w, s + i, n - i);
-        h[l & 3] = lane(h[l & 3], w ^ 0x8000000000000000ull);
+        memcpy(&w, s->buf + i, s->nbuf - i);
+        s->h[l & 3] = lane(s->h[l & 3], w ^ 0x8000000000000000ull);
     }
-    uint64_t r = avalanche(h[0] ^ (uint64_t)n);
-    for (int k = 1; k < 4; k++) r = avalanche(r ^ h[k]) + 0x9e3779b97f4a7c15ull * (uint64_t)k;
+    uint64_t r = avalanche(s->h[0] ^ (uint64_t)s->n);
+    for (int k = 1; k < 4; k++) r = avalanche(r ^ s->h[k]) + 0x9e3779b97f4a7c15ull * (uint64_t)k;
     return r;
+}
+
+uint64_t kv_hash64(const void *p, size_t n, uint64_t seed) {
+    struct kv_hasher s;
+    kvh_init(&s, seed);
+    kvh_update(&s, p, n);
+    return kvh_final(&s);
 }
 
 /* ---- fingerprint ---- */
 
+/* Over the weights as the file holds them, so a model loaded with or without mmap (whose
+ * in-memory layouts may differ, kern.h) has one fingerprint. */
 static uint64_t hash_weight(uint64_t h, const struct nx_weight *w) {
-    uint64_t meta[3] = {(uint64_t)w->type, (uint64_t)w->ne0, (uint64_t)w->ne1};
+    enum nx_type ft = nx_type_in_file(w->type);
+    uint64_t meta[3] = {(uint64_t)ft, (uint64_t)w->ne0, (uint64_t)w->ne1};
     h = kv_hash64(meta, sizeof meta, h);
-    return kv_hash64(w->data, w->row_bytes * (size_t)w->ne1, h);
+    size_t n = w->row_bytes * (size_t)w->ne1;
+    if (ft == w->type) return kv_hash64(w->data, n, h);
+    /* block by block back to the file layout */
+    struct kv_hasher s;
+    kvh_init(&s, h);
+    size_t bs = nx_type_info_get(ft)->type_size;
+    unsigned char blk[256];
+    NX_ASSERT(bs <= sizeof blk);
+    for (size_t off = 0; off < n; off += bs) {
+        kern_repack(w->type, ft, (const unsigned char *)w->data + off, blk, 1);
+        kvh_update(&s, blk, bs);
+    }
+    return kvh_final(&s);
 }
 static uint64_t hash_vec(uint64_t h, const float *v, int64_t n) {
     if (!v) return kv_hash64("-", 1, h);

@@ -147,18 +147,29 @@ struct binder {
     size_t used;
 };
 
-static const void *bind_data(struct binder *b, const struct gguf_tensor *t) {
+/* Copies (or with mmap, points at) tensor t; `layout` is the in-memory type its blocks are
+ * rewritten to (kern_weight_layout), t->type to copy as is. */
+static const void *bind_data_as(struct binder *b, const struct gguf_tensor *t, enum nx_type layout) {
     if (b->use_mmap) return t->data;
     size_t off = nx_align_up(b->used, 64);
     b->used = off + t->nbytes;
     if (!b->buf) return NULL;
-    memcpy(b->buf + off, t->data, t->nbytes);
+    if (layout != t->type) {
+        const struct nx_type_info *ti = nx_type_info_get(t->type);
+        kern_repack(t->type, layout, t->data, b->buf + off, (int64_t)(t->nbytes / ti->type_size));
+    } else {
+        memcpy(b->buf + off, t->data, t->nbytes);
+    }
     /* drop the copied file pages from this process (they stay in the page cache), so the peak
        resident size is the weights once, not twice */
     uintptr_t lo = ((uintptr_t)t->data + 4095) & ~(uintptr_t)4095;
     uintptr_t hi = ((uintptr_t)t->data + t->nbytes) & ~(uintptr_t)4095;
     if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
     return b->buf + off;
+}
+
+static const void *bind_data(struct binder *b, const struct gguf_tensor *t) {
+    return bind_data_as(b, t, t->type);
 }
 
 static const struct gguf_tensor *find(struct binder *b, const char *name, bool required) {
@@ -212,7 +223,9 @@ static void bind_mat(struct binder *b, struct nx_weight *w, const char *name, in
                      int64_t ne1, bool required) {
     const struct gguf_tensor *t = find(b, name, required);
     if (!t || (b->st = model_check_mat(t, name, ne0, ne1, w, b->err)) != NX_STATUS_OK) return;
-    w->data = bind_data(b, t);
+    /* weights copied into memory take the kernels' preferred layout (same size, kern.h) */
+    if (!b->use_mmap) w->type = kern_weight_layout(t->type);
+    w->data = bind_data_as(b, t, w->type);
 }
 
 static nx_status bind_all(struct binder *b, struct nx_model *m) {
@@ -368,7 +381,7 @@ nx_status nx_model_load(const char *path, const struct nx_model_params *params, 
         for (int64_t i = 0; i < gguf_n_tensors(f); i++) m->weight_bytes += gguf_tensor(f, i)->nbytes;
     }
     if ((st = build_rope(f, m, err))) goto fail_model;
-    const char *tn = nx_type_name(m->layers[0].wq.type);
+    const char *tn = nx_type_name(nx_type_in_file(m->layers[0].wq.type));
     snprintf(m->desc, sizeof m->desc, "%s %dL %dd %dh/%dkv hd%d ff%d %s vocab %d",
              arch_name(m->hp.arch), m->hp.n_layer, m->hp.n_embd, m->hp.n_head, m->hp.n_head_kv,
              m->hp.head_dim, m->hp.n_ff, tn ? tn : "?", m->hp.n_vocab);
