@@ -781,7 +781,7 @@ static void *scratch_fail_thread(void *arg) {
     int64_t n = p.nc * p.rows;
     float *yr = malloc(n * sizeof(float)), *ys = malloc(n * sizeof(float));
     kern_table_ref.matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, yr, p.rows);
-    kern_avx2_test_fail_scratch();
+    kern_avx2_test_fail_scratch(true);
     kern_table_avx2.matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, ys, p.rows);
     sc->fallback_exact = memcmp(yr, ys, n * sizeof(float)) == 0;
     sc->later_ok = mm_compare(&kern_table_avx2, &p, "after failed scratch") == 0;
@@ -804,6 +804,62 @@ TEST(matmul_avx2_scratch_failure_falls_back) {
         ASSERT_TRUE(sc.fallback_exact);
         ASSERT_TRUE(sc.later_ok);
     }
+}
+
+/* After kern_reserve(k, nc) on a fresh thread, K-quant matmuls up to that size never grow the
+ * buffer: with a growth failure armed they still give the AVX2 results, not the reference's. */
+struct reserve_case {
+    int reserved, same, armed_after;
+};
+static void *reserve_thread(void *arg) {
+    struct reserve_case *rc = arg;
+    const enum nx_type types[3] = {NX_TYPE_Q4_K, NX_TYPE_Q4_K_IL, NX_TYPE_Q6_K};
+    const int64_t ks[3] = {256, 1280, 2048}, ncs[3] = {1, 2, 8};
+    struct mm_problem p[3][3];
+    float *want[3][3];
+    for (int t = 0; t < 3; t++) {
+        for (int i = 0; i < 3; i++) {
+            mm_setup(&p[t][i], types[t], ks[i], 13, ncs[i], W_RANDOM, X_RANDOM);
+            want[t][i] = malloc(sizeof(float) * 13 * ncs[i]);
+        }
+    }
+    rc->reserved = kern_reserve(2048, 8);
+    rc->same = 1;
+    for (int t = 0; t < 3; t++) {
+        for (int i = 0; i < 3; i++) { /* on this thread, after the reservation */
+            struct mm_problem *q = &p[t][i];
+            kern_table_avx2.matmul(q->wt, q->k, q->w, q->ws, 0, q->rows, q->xq, q->xs, q->nc, want[t][i], q->rows);
+        }
+    }
+    kern_avx2_test_fail_scratch(true);
+    for (int t = 0; t < 3; t++) {
+        for (int i = 0; i < 3; i++) {
+            struct mm_problem *q = &p[t][i];
+            float y[13 * 8];
+            kern_table_avx2.matmul(q->wt, q->k, q->w, q->ws, 0, q->rows, q->xq, q->xs, q->nc, y, q->rows);
+            rc->same &= memcmp(y, want[t][i], sizeof(float) * 13 * q->nc) == 0;
+            free(want[t][i]);
+            mm_free(q);
+        }
+    }
+    /* still armed: no call grew the buffer */
+    rc->armed_after = !kern_avx2_reserve(4096, 64);
+    kern_avx2_test_fail_scratch(false);
+    return NULL;
+}
+
+TEST(kern_reserve_makes_matmuls_allocation_free) {
+    if (!kern_cpu_supports("avx2")) {
+        printf("  skipped: no AVX2\n");
+        return;
+    }
+    struct reserve_case rc = {0};
+    pthread_t th;
+    ASSERT_TRUE(pthread_create(&th, NULL, reserve_thread, &rc) == 0);
+    pthread_join(th, NULL);
+    ASSERT_TRUE(rc.reserved);
+    ASSERT_TRUE(rc.same);
+    ASSERT_TRUE(rc.armed_after);
 }
 
 /* ---- Q4_K_IL: the AVX2 set's in-memory Q4_K layout ------------------------------------------ */

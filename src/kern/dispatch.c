@@ -99,6 +99,13 @@ void kern_repack(enum nx_type from, enum nx_type to, const void *src, void *dst,
     }
 }
 
+bool kern_reserve(int64_t k_max, int64_t nc_max) {
+    const struct kern_table *set = kern_table_current();
+    /* the AVX-512 set runs Q4_K_IL through the AVX2 driver */
+    if (set == &kern_table_ref) return true;
+    return kern_avx2_reserve(k_max, nc_max);
+}
+
 size_t kern_act_row_bytes(enum nx_type wt, int64_t k) {
     switch (nx_type_in_file(wt)) { /* an internal layout takes its file type's activations */
     case NX_TYPE_F32:

@@ -40,6 +40,15 @@ enum nx_type kern_weight_layout(enum nx_type t);
  * dst must not overlap src. */
 void kern_repack(enum nx_type from, enum nx_type to, const void *src, void *dst, int64_t nb);
 
+/*
+ * Grows the calling thread's kernel buffers so that every kern_matmul with k <= k_max and
+ * nc <= nc_max runs without allocating (the SIMD K-quant drivers keep a per-thread buffer,
+ * grown on demand and kept for the thread's life). Contexts call it on each of their threads
+ * at creation, so decode never allocates. False when the memory is not there (matmuls still
+ * work: a call that cannot grow the buffer runs the reference kernel).
+ */
+bool kern_reserve(int64_t k_max, int64_t nc_max);
+
 /* Bytes of one activation row of k elements prepared for weights of type wt. */
 size_t kern_act_row_bytes(enum nx_type wt, int64_t k);
 /* Convert/quantize one activation row (k a multiple of wt's block size). */

@@ -548,7 +548,7 @@ static atomic_int g_scratch_fail_next; /* test hook */
 static atomic_flag g_scratch_warned = ATOMIC_FLAG_INIT;
 static void scratch_key_init(void) { g_scratch_key_ok = pthread_key_create(&g_scratch_key, free) == 0; }
 
-void kern_avx2_test_fail_scratch(void) { atomic_store(&g_scratch_fail_next, 1); }
+void kern_avx2_test_fail_scratch(bool arm) { atomic_store(&g_scratch_fail_next, arm); }
 
 static uint8_t *kq_scratch(size_t n) {
     if (n > t_scratch_n) {
@@ -746,17 +746,40 @@ static void kq_rows(const struct kq_kern *kk, kq_tile_fn const ts[4], int64_t nb
     }
 }
 
-static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size_t ws, int64_t r0, int64_t r1,
-                      const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
+/* The scratch layout of one kq_drive call: permuted activations (xbytes), then (prefill) rb
+ * unpacked weight rows. Returns the bytes needed. */
+static size_t kq_plan(const struct kq_kern *kk, int64_t k, int64_t nc, size_t *xbytes, int64_t *rb) {
     int64_t nb = k / QK_K;
     size_t xps = (size_t)nb * kk->xb, wps = (size_t)nb * kk->wb;
-    /* decode (and nc < tile width): raw rows, one column at a time */
+    /* decode (and nc < tile width): raw rows, one column at a time, no weight buffer */
     bool dec = nc < Q4K_C;
     /* rows per block: ~96 KiB of unpacked weights (L2), a multiple of 6 */
-    int64_t rb = dec ? 0 : (int64_t)((96 * 1024) / wps);
-    rb = rb < 6 ? 6 : rb - rb % 6;
-    size_t xbytes = (xps * (size_t)nc + 63) & ~(size_t)63;
-    uint8_t *xp = kq_scratch(xbytes + (dec ? 0 : wps * (size_t)rb));
+    int64_t r = dec ? 0 : (int64_t)((96 * 1024) / wps);
+    *rb = dec ? 0 : r < 6 ? 6 : r - r % 6;
+    *xbytes = (xps * (size_t)nc + 63) & ~(size_t)63;
+    return *xbytes + wps * (size_t)*rb;
+}
+
+bool kern_avx2_reserve(int64_t k_max, int64_t nc_max) {
+    static const struct kq_kern *const kks[2] = {&q4k_kern, &q6k_kern};
+    size_t need = 0, xb;
+    int64_t rb;
+    /* the weight buffer is not monotonic in k (rows per block round down): try every k */
+    for (int64_t k = QK_K; k <= k_max; k += QK_K) {
+        for (int i = 0; i < 2; i++) {
+            need = NX_MAX(need, kq_plan(kks[i], k, nc_max, &xb, &rb));
+            need = NX_MAX(need, kq_plan(kks[i], k, NX_MIN(nc_max, Q4K_C - 1), &xb, &rb));
+        }
+    }
+    return need == 0 || kq_scratch(need) != NULL;
+}
+
+static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size_t ws, int64_t r0, int64_t r1,
+                      const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
+    int64_t nb = k / QK_K, rb;
+    size_t xps = (size_t)nb * kk->xb, wps = (size_t)nb * kk->wb, xbytes;
+    bool dec = nc < Q4K_C;
+    uint8_t *xp = kq_scratch(kq_plan(kk, k, nc, &xbytes, &rb));
     if (!xp) {
         kern_ref_matmul(kk->type, k, w, ws, r0, r1, x, xs, nc, y, ys);
         return;

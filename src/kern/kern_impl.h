@@ -87,9 +87,12 @@ void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride
                       int64_t y_stride);
 /* Q4_K -> Q4_K_IL (quant.h), bit-identical to quant_q4k_interleave_ref. */
 void kern_avx2_q4k_interleave(const void *src, void *dst, int64_t nb);
-/* Test hook: the next growth of a thread's K-quant scratch buffer fails (the matmul then runs
- * the reference kernel). */
-void kern_avx2_test_fail_scratch(void);
+/* Grows the calling thread's K-quant scratch buffer for every call with k <= k_max and
+ * nc <= nc_max (kern_reserve); false when that memory is not available. */
+bool kern_avx2_reserve(int64_t k_max, int64_t nc_max);
+/* Test hook: arm (or disarm) a failure of the next growth of a thread's K-quant scratch buffer
+ * (the matmul then runs the reference kernel). */
+void kern_avx2_test_fail_scratch(bool arm);
 float kern_avx2_dot_kv(enum nx_type kvt, int64_t n, const void *k, const float *q);
 void kern_avx2_axpy_kv(enum nx_type kvt, int64_t n, float a, const void *v, float *y);
 void kern_avx2_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst);

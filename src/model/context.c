@@ -586,6 +586,33 @@ nomem:
     return NX_STATUS_NOMEM;
 }
 
+/* Each thread of a new pool sizes its kernel buffers for this context's largest matmul, so
+ * that no decode step allocates (kern_reserve). */
+struct reserve_job {
+    int64_t k_max, nc_max;
+    atomic_int failed;
+};
+static void reserve_worker(void *arg, int ith, int nth) {
+    struct reserve_job *j = arg;
+    (void)ith, (void)nth;
+    if (!kern_reserve(j->k_max, j->nc_max)) atomic_store(&j->failed, 1);
+}
+
+/* Only the Q4_K and Q6_K matmuls use such buffers. */
+static bool is_kquant(const struct nx_weight *w) {
+    enum nx_type t = nx_type_in_file(w->type);
+    return t == NX_TYPE_Q4_K || t == NX_TYPE_Q6_K;
+}
+static bool model_has_kquant(const struct nx_model *m) {
+    bool any = is_kquant(&m->output);
+    for (int il = 0; il < m->hp.n_layer && !any; il++) {
+        const struct nx_layer *L = &m->layers[il];
+        any = is_kquant(&L->wq) || is_kquant(&L->wk) || is_kquant(&L->wv) || is_kquant(&L->wo) ||
+              is_kquant(&L->gate) || is_kquant(&L->up) || is_kquant(&L->down);
+    }
+    return any;
+}
+
 nx_status nx_ctx_set_threads(nx_ctx *c, int32_t n_threads, int32_t n_threads_batch) {
     if (n_threads < 1 || n_threads_batch < 1 || n_threads > 512 || n_threads_batch > 512)
         return NX_STATUS_INVALID_ARG;
@@ -599,6 +626,18 @@ nx_status nx_ctx_set_threads(nx_ctx *c, int32_t n_threads, int32_t n_threads_bat
         float *sc = alloc_f((size_t)want * (size_t)gqa, (size_t)c->max_tokens, &ok);
         float *tmp = alloc_f((size_t)want * (size_t)gqa, (size_t)c->model->hp.head_dim, &ok);
         if (!ok) {
+            nx_pool_free(pool);
+            nx_free_aligned(sc);
+            nx_free_aligned(tmp);
+            return NX_STATUS_NOMEM;
+        }
+        const struct nx_hparams *hp = &c->model->hp;
+        struct reserve_job rj = {.k_max = NX_MAX(NX_MAX(hp->n_embd, hp->n_ff),
+                                                 (int64_t)hp->n_head * hp->head_dim),
+                                 .nc_max = c->p.n_batch};
+        atomic_init(&rj.failed, 0);
+        if (model_has_kquant(c->model)) nx_pool_run(pool, reserve_worker, &rj, want);
+        if (atomic_load(&rj.failed)) {
             nx_pool_free(pool);
             nx_free_aligned(sc);
             nx_free_aligned(tmp);
