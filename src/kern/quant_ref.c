@@ -142,7 +142,8 @@ static void deq_q4_K_il(const struct block_q4_K *b, float *y, int64_t nb) {
     }
 }
 
-void quant_q4k_interleave_ref(const void *src, void *dst, int64_t nb) {
+/* Moves every quant of nb Q4_K blocks between the file layout and Q4_K_IL (quant.h). */
+static void q4k_relayout(const void *src, void *dst, int64_t nb, bool to_il) {
     const struct block_q4_K *s = src;
     struct block_q4_K *d = dst;
     for (int64_t i = 0; i < nb; i++, s++, d++) {
@@ -150,26 +151,20 @@ void quant_q4k_interleave_ref(const void *src, void *dst, int64_t nb) {
         memset(d->qs, 0, sizeof d->qs);
         for (int sb = 0; sb < 8; sb++) {
             for (int e = 0; e < 32; e++) {
-                int q = (s->qs[32 * (sb / 2) + e] >> (4 * (sb & 1))) & 0xf;
-                int c = 2 * ((e % 16) / 4) + e / 16, p = 16 * (sb % 2) + 4 * (sb / 2) + e % 4;
-                d->qs[32 * (c % 4) + p] |= (uint8_t)(q << (4 * (c / 4)));
+                /* element e of sub-block sb: byte and nibble shift in either layout */
+                int raw = 32 * (sb / 2) + e, raw_sh = 4 * (sb & 1);
+                int c = 2 * ((e % 16) / 4) + e / 16;
+                int il = 32 * (c % 4) + 16 * (sb % 2) + 4 * (sb / 2) + e % 4, il_sh = 4 * (c / 4);
+                int from = to_il ? raw : il, from_sh = to_il ? raw_sh : il_sh;
+                int to = to_il ? il : raw, to_sh = to_il ? il_sh : raw_sh;
+                d->qs[to] |= (uint8_t)(((s->qs[from] >> from_sh) & 0xf) << to_sh);
             }
         }
     }
 }
 
-void quant_q4k_deinterleave_ref(const void *src, void *dst, int64_t nb) {
-    const struct block_q4_K *s = src;
-    struct block_q4_K *d = dst;
-    for (int64_t i = 0; i < nb; i++, s++, d++) {
-        memcpy(d, s, offsetof(struct block_q4_K, qs));
-        memset(d->qs, 0, sizeof d->qs);
-        for (int sb = 0; sb < 8; sb++) {
-            for (int e = 0; e < 32; e++)
-                d->qs[32 * (sb / 2) + e] |= (uint8_t)(quant_q4k_il_get(s->qs, sb, e) << (4 * (sb & 1)));
-        }
-    }
-}
+void quant_q4k_interleave_ref(const void *src, void *dst, int64_t nb) { q4k_relayout(src, dst, nb, true); }
+void quant_q4k_deinterleave_ref(const void *src, void *dst, int64_t nb) { q4k_relayout(src, dst, nb, false); }
 
 /* Q5_K: as Q4_K; the fifth bit of element l of sub-block s is bit s of qh[l]. */
 static void deq_q5_K(const struct block_q5_K *b, float *y, int64_t nb) {
