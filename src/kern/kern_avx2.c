@@ -317,8 +317,9 @@ Q_TILES(q5k)
  * columns are permuted into a per-thread buffer; per block of rows (~96 KiB unpacked, L2), the
  * weight rows are unpacked (unsigned quants in the same permuted order, scale vectors, float
  * scales); then 3 x 3 (Q4_K) or 2 x 3 (Q6_K) register tiles (rows x columns) run over the
- * unpacked rows: each activation load feeds three (two) rows, each weight load three columns. Decode (nc < 3) skips the
- * weight buffer: q4k_dec / q6k_dec unpack in registers with the same operations.
+ * unpacked rows: each activation load feeds three (two) rows, each weight load three columns.
+ * Decode (nc < 3) skips the weight buffer: q4k_dec / q6k_dec unpack in registers with the
+ * same operations.
  *
  * The permutation lets several vpmaddubsw products be summed in int16 before one vpmaddwd
  * applies the sub-block scales: every i16 lane of the summed products belongs to one
@@ -477,8 +478,10 @@ static void q4kil_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y)
  *   acc += cvt(isum) * (d * dx);  acc -= (dmin * m[s]) * (dx * bsum[s])  (lane s = sub-block s)
  * The int16 sums (R x C), the R weight chunks and the one activation chunk live in registers
  * (3 x 3: 14 of 16); the float accumulators live in memory (one load and store per block).
- * Loads, not arithmetic, bound this loop on AVX2 machines with two load ports: each chunk
- * costs R + C loads for R x C products, and memory-operand activations would cost R x C.
+ * A chunk costs R + C loads for R x C products. The earlier 2 x 3 tile with register
+ * accumulators left the compiler no room for the activations, which it took as memory
+ * operands of every product (R x C + R loads a chunk): on a machine with two load ports that
+ * load traffic, not the arithmetic, set its speed (bench_kern nc=512: +4-17% for 3 x 3).
  */
 AI void q4k_tile(const int R, const int C, int64_t nb, const uint8_t *wp, size_t wps,
                  const uint8_t *xp, size_t xps, float *y, int64_t ys) {
