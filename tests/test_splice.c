@@ -374,6 +374,22 @@ static nx_kv_block *stories_block(nx_ctx **cout, int n, uint32_t seed) {
     return b;
 }
 
+/* The block-file checksum and the model fingerprint use kv_hash64: its values must never
+ * change, or every block file written before would be refused. These are the values of the
+ * first implementation (before it was made incremental). */
+TEST(kv_hash64_values_are_stable) {
+    static const struct {
+        size_t n;
+        uint64_t h;
+    } want[] = {{0, 0x96dd119aa38548a7ull},  {5, 0xd4089decd9ef0be7ull},
+                {31, 0x3cfd0bfcd0ddc1ddull}, {32, 0xc9cbf411bbb892bbull},
+                {100, 0xf5097358698e09e2ull}, {1000, 0xd3f5a6be0e5b5e7cull}};
+    unsigned char buf[1000];
+    for (int i = 0; i < 1000; i++) buf[i] = (unsigned char)(i * 131u + 7u);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        if (kv_hash64(buf, want[i].n, 0x9e37u) != want[i].h) FAILF("kv_hash64 of %zu bytes changed", want[i].n);
+}
+
 TEST(block_file_round_trip_and_info) {
     nx_ctx *c;
     nx_kv_block *b = stories_block(&c, 50, 31);
