@@ -13,7 +13,6 @@
  * Sensitivity: every reference variant must differ from the engine by more than 5x the F32
  * tolerance.
  */
-#include <dirent.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -26,42 +25,10 @@
 #include "nexus.h"
 #include "route/embed.h"
 #include "support/ref_encoder.h"
+#include "support/tmpdir.h"
 #include "test.h"
 #include "../tools/cli/embed_cmd.h"
 #include "../tools/cli/mkmodel.h"
-
-/* ---- temporary files ---- */
-
-static char g_tmpdir[64];
-
-static void tmp_cleanup(void) {
-    if (!g_tmpdir[0]) return;
-    DIR *d = opendir(g_tmpdir);
-    if (d) {
-        struct dirent *e;
-        char p[sizeof g_tmpdir + 256];
-        while ((e = readdir(d))) {
-            if (e->d_name[0] == '.') continue;
-            snprintf(p, sizeof p, "%s/%s", g_tmpdir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(g_tmpdir);
-}
-
-static const char *tmp_path(const char *name, char *buf, size_t cap) {
-    if (!g_tmpdir[0]) {
-        snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/nx_test_encoder_XXXXXX");
-        if (!mkdtemp(g_tmpdir)) {
-            perror("mkdtemp");
-            exit(1);
-        }
-        atexit(tmp_cleanup);
-    }
-    snprintf(buf, cap, "%s/%s", g_tmpdir, name);
-    return buf;
-}
 
 /* ---- models ---- */
 
@@ -105,7 +72,7 @@ static const char *make_model(const struct spec *s, char *buf, size_t cap) {
              s->fused, s->pooling, (unsigned long long)p.seed, (double)p.weight_scale, p.n_embd,
              p.n_ff, s->tokenizer ? "_bge" : "");
     struct nx_err err;
-    if (mkmodel_write(&p, tmp_path(name, buf, cap), &err) != NX_STATUS_OK) {
+    if (mkmodel_write(&p, test_tmp_path(name, buf, cap), &err) != NX_STATUS_OK) {
         fprintf(stderr, "  mkmodel: %s\n", err.msg);
         return NULL;
     }
@@ -585,8 +552,8 @@ TEST(bad_inputs_give_errors) {
  * captured stdout in out (NUL-terminated, truncated to cap). */
 static int run_cli(int (*fn)(int, char **), int argc, char **argv, char *out, size_t cap) {
     char po[256], pe[256];
-    tmp_path("cli_out.txt", po, sizeof po);
-    tmp_path("cli_err.txt", pe, sizeof pe);
+    test_tmp_path("cli_out.txt", po, sizeof po);
+    test_tmp_path("cli_err.txt", pe, sizeof pe);
     fflush(stdout);
     fflush(stderr);
     int so = dup(1), se = dup(2);
@@ -734,7 +701,7 @@ TEST(bad_files_give_clear_errors) {
     struct spec sn = {.arch = "nomic-bert", .type = "f32"};
     struct spec sr = {.arch = "bert", .type = "f32", .rerank = true};
     ASSERT_TRUE(make_model(&s, good, sizeof good) && make_model(&sr, rr, sizeof rr));
-    tmp_path("bad.gguf", bad, sizeof bad);
+    test_tmp_path("bad.gguf", bad, sizeof bad);
 
     ASSERT_EQ(rewrite(good, bad, "blk.1.attn_output_norm.bias", NULL, NULL, false), 0);
     expect_load_error(bad, NX_STATUS_FORMAT, "missing tensor 'blk.1.attn_output_norm.bias'");
@@ -775,7 +742,7 @@ TEST(corrupted_files_never_crash) {
     char good[256], bad[256];
     struct spec sr = {.arch = "bert", .type = "q8_0", .rerank = true};
     ASSERT_TRUE(make_model(&sr, good, sizeof good) != NULL);
-    tmp_path("corrupt.gguf", bad, sizeof bad);
+    test_tmp_path("corrupt.gguf", bad, sizeof bad);
     FILE *f = fopen(good, "rb");
     ASSERT_TRUE(f != NULL);
     static unsigned char buf[1 << 20];

@@ -13,6 +13,7 @@
 
 #include "core/alloc.h"
 #include "gguf/gguf.h"
+#include "support/tmpdir.h"
 #include "test.h"
 
 /* ---- helpers ---- */
@@ -122,19 +123,6 @@ static void small_valid(struct bb *b, uint32_t version) {
     }
 }
 
-static char g_tmpdir[64];
-
-static void rm_tmpdir(void) { rmdir(g_tmpdir); } /* tests unlink their files */
-
-/* A fresh private directory under /tmp (once per process, removed at exit). */
-static const char *tmpdir(void) {
-    if (!g_tmpdir[0]) {
-        strcpy(g_tmpdir, "/tmp/nx_test_gguf_XXXXXX");
-        if (!mkdtemp(g_tmpdir)) abort();
-        atexit(rm_tmpdir);
-    }
-    return g_tmpdir;
-}
 
 static bool write_file(const char *path, const void *p, size_t n) {
     FILE *fp = fopen(path, "wb");
@@ -396,11 +384,11 @@ TEST(writer_round_trip_all_types) {
     ASSERT_OK(gguf_writer_add_tensor(w, "q4k.t", NX_TYPE_Q4_K, 1, ne_q4k, q4kd, sizeof q4kd));
     ASSERT_OK(gguf_writer_add_tensor(w, "4d.t", NX_TYPE_F32, 4, ne_4d, f4d, sizeof f4d));
     char path[256];
-    snprintf(path, sizeof path, "%s/all_types.gguf", tmpdir());
+    snprintf(path, sizeof path, "%s/all_types.gguf", test_tmpdir());
     struct nx_err err = {{0}};
     ASSERT_OK(gguf_writer_write(w, path, &err));
     gguf_writer_free(w);
-    ASSERT_EQ(count_entries(tmpdir(), ".tmp."), 0);
+    ASSERT_EQ(count_entries(test_tmpdir(), ".tmp."), 0);
     struct stat sb;
     ASSERT_EQ(stat(path, &sb), 0);
     ASSERT_EQ(sb.st_mode & 0777, 0644);
@@ -585,7 +573,7 @@ TEST(writer_round_trip_all_types) {
 
 TEST(writer_default_alignment_and_overwrite) {
     char path[256];
-    snprintf(path, sizeof path, "%s/default_align.gguf", tmpdir());
+    snprintf(path, sizeof path, "%s/default_align.gguf", test_tmpdir());
     struct nx_err err = {{0}};
     for (int round = 0; round < 2; round++) { /* the second write replaces the first */
         struct gguf_writer *w = gguf_writer_init();
@@ -609,7 +597,7 @@ TEST(writer_default_alignment_and_overwrite) {
     ASSERT_TRUE(len == 6 && memcmp(s, "second", 6) == 0);
     ASSERT_EQ(gguf_file_size(f) % 32, 0);
     gguf_close(f);
-    ASSERT_EQ(count_entries(tmpdir(), ".tmp."), 0);
+    ASSERT_EQ(count_entries(test_tmpdir(), ".tmp."), 0);
     unlink(path);
 }
 
@@ -667,7 +655,7 @@ TEST(writer_rejects_bad_input) {
               NX_STATUS_INVALID_ARG);
 
     char path[256];
-    snprintf(path, sizeof path, "%s/bad_align.gguf", tmpdir());
+    snprintf(path, sizeof path, "%s/bad_align.gguf", test_tmpdir());
     struct nx_err err = {{0}};
     gguf_writer_set_alignment(w, 3);
     ASSERT_EQ(gguf_writer_write(w, path, &err), NX_STATUS_INVALID_ARG);
@@ -691,7 +679,7 @@ TEST(writer_rejects_bad_input) {
     gguf_close(f);
     free(longkey);
     unlink(path);
-    ASSERT_EQ(count_entries(tmpdir(), ".tmp."), 0);
+    ASSERT_EQ(count_entries(test_tmpdir(), ".tmp."), 0);
     ASSERT_EQ(nx_alloc_bytes(), before);
 }
 
@@ -763,7 +751,7 @@ TEST(writer_rewrites_models_byte_identical) {
     for (size_t m = 0; m < NX_ARRAY_LEN(models); m++) {
         char src[512], dst[256];
         model_path(src, sizeof src, models[m]);
-        snprintf(dst, sizeof dst, "%s/rewrite%zu.gguf", tmpdir(), m);
+        snprintf(dst, sizeof dst, "%s/rewrite%zu.gguf", test_tmpdir(), m);
         struct gguf_file *f;
         struct nx_err err = {{0}};
         ASSERT_OK(gguf_open(src, &f, &err));
@@ -930,7 +918,7 @@ TEST(truncated_every_prefix) {
     ASSERT_OK(gguf_writer_add_tensor(w, "t0", NX_TYPE_F32, 2, ne, d, sizeof d)); /* 64 bytes */
     ASSERT_OK(gguf_writer_add_tensor(w, "t1", NX_TYPE_F32, 2, ne, d, sizeof d));
     char path[256];
-    snprintf(path, sizeof path, "%s/trunc.gguf", tmpdir());
+    snprintf(path, sizeof path, "%s/trunc.gguf", test_tmpdir());
     struct nx_err err = {{0}};
     ASSERT_OK(gguf_writer_write(w, path, &err));
     gguf_writer_free(w);
@@ -1046,7 +1034,7 @@ TEST(corrupt_bad_magic) {
     ASSERT_TRUE(expect(&b, NX_STATUS_FORMAT, "magic", NULL));
     /* the same through a real file on disk */
     char path[256];
-    snprintf(path, sizeof path, "%s/bad_magic.gguf", tmpdir());
+    snprintf(path, sizeof path, "%s/bad_magic.gguf", test_tmpdir());
     ASSERT_TRUE(write_file(path, b.p, b.n));
     struct gguf_file *f = (struct gguf_file *)1;
     struct nx_err err = {{0}};
@@ -1420,7 +1408,7 @@ TEST(open_errors) {
     ASSERT_EQ(gguf_open("/nonexistent-nx/model.gguf", &f, &err), NX_STATUS_IO);
     ASSERT_TRUE(f == NULL);
     ASSERT_TRUE(strstr(err.msg, "/nonexistent-nx/model.gguf") != NULL);
-    ASSERT_EQ(gguf_open(tmpdir(), &f, &err), NX_STATUS_IO);
+    ASSERT_EQ(gguf_open(test_tmpdir(), &f, &err), NX_STATUS_IO);
     ASSERT_TRUE(strstr(err.msg, "not a regular file") != NULL);
     ASSERT_EQ(gguf_open_buffer(NULL, 0, &f, &err), NX_STATUS_FORMAT);
     ASSERT_EQ(gguf_open_buffer(NULL, 10, &f, &err), NX_STATUS_INVALID_ARG);
@@ -1469,7 +1457,7 @@ TEST(fault_injection_writer) {
         float d[8] = {0};
         int64_t ne[1] = {8};
         char path[256];
-        snprintf(path, sizeof path, "%s/fault.gguf", tmpdir());
+        snprintf(path, sizeof path, "%s/fault.gguf", test_tmpdir());
         struct nx_err err = {{0}};
         for (int i = 0; i < 40 && !st; i++) {
             char key[32];
@@ -1488,7 +1476,7 @@ TEST(fault_injection_writer) {
         else ASSERT_EQ(st, NX_STATUS_NOMEM);
         gguf_writer_free(w);
         ASSERT_EQ(nx_alloc_bytes(), before);
-        ASSERT_EQ(count_entries(tmpdir(), ".tmp."), 0);
+        ASSERT_EQ(count_entries(test_tmpdir(), ".tmp."), 0);
         unlink(path);
     }
     ASSERT_TRUE(done);

@@ -34,6 +34,7 @@
 
 #include "core/nx_base.h"
 #include "mcp/mcp.h"
+#include "support/tmpdir.h"
 #include "test.h"
 
 /* ============================== the fake server ======================================= */
@@ -351,7 +352,6 @@ static bool contains(const char *hay, const char *needle) {
 
 static bool alive(int pid) { return kill(pid, 0) == 0; }
 
-static const char *tmpdir(void);
 static void write_text(const char *path, const char *text);
 
 /* ============================== fake-server tests ====================================== */
@@ -814,7 +814,7 @@ TEST(spawn_errors) {
     p.argv = a1;
     ASSERT_EQ(mcp_open(&p, &c, err, sizeof err), MCP_ESPAWN);
     ASSERT_CONTAINS(err, "'nx-no-such-server-xyz' not found in PATH");
-    const char *d = tmpdir();
+    const char *d = test_tmpdir();
     ASSERT_TRUE(d != NULL);
     char noexec[512];
     snprintf(noexec, sizeof noexec, "%s/not-executable", d);
@@ -879,15 +879,6 @@ TEST(base64_and_result_helpers) {
 
 /* ============================== config ================================================= */
 
-static char g_tmpdir[256];
-
-static const char *tmpdir(void) {
-    if (!g_tmpdir[0]) {
-        snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/nx_mcp_test_XXXXXX");
-        if (!mkdtemp(g_tmpdir)) return NULL;
-    }
-    return g_tmpdir;
-}
 
 static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
@@ -948,7 +939,7 @@ TEST(config_fixture_parses) {
 }
 
 TEST(config_list_tools_fake_servers) {
-    const char *d = tmpdir();
+    const char *d = test_tmpdir();
     ASSERT_TRUE(d != NULL);
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -1007,7 +998,7 @@ TEST(config_list_tools_fake_servers) {
 
 /* Runs `nexus mcp ARGS...` in-process with stdout and stderr captured into out (NUL-ended). */
 static int run_cli(char **argv, int argc, char *out, size_t outlen) {
-    const char *d = tmpdir();
+    const char *d = test_tmpdir();
     char path[512];
     snprintf(path, sizeof path, "%s/cli.out", d ? d : "/tmp");
     fflush(stdout);
@@ -1032,7 +1023,7 @@ static int run_cli(char **argv, int argc, char *out, size_t outlen) {
 }
 
 TEST(cli_list_and_call) {
-    const char *d = tmpdir();
+    const char *d = test_tmpdir();
     ASSERT_TRUE(d != NULL);
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -1184,7 +1175,7 @@ TEST(real_everything) {
 TEST(real_filesystem) {
     char exe[512], err[600];
     if (!real_server("mcp-server-filesystem", exe, sizeof exe)) FAILF("server-filesystem missing");
-    const char *d = tmpdir();
+    const char *d = test_tmpdir();
     ASSERT_TRUE(d != NULL);
     char root[512], file[600];
     snprintf(root, sizeof root, "%s/fsroot", d);
@@ -1235,7 +1226,7 @@ TEST(real_filesystem) {
 TEST(real_memory) {
     char exe[512], err[600];
     if (!real_server("mcp-server-memory", exe, sizeof exe)) FAILF("server-memory missing");
-    const char *d = tmpdir();
+    const char *d = test_tmpdir();
     ASSERT_TRUE(d != NULL);
     char envv[600], mem[560];
     snprintf(mem, sizeof mem, "%s/memory.jsonl", d);
@@ -1280,7 +1271,7 @@ TEST(real_config_three_servers) {
         !real_server("mcp-server-filesystem", fs, sizeof fs) ||
         !real_server("mcp-server-memory", mm, sizeof mm))
         FAILF("real servers missing");
-    const char *d = tmpdir();
+    const char *d = test_tmpdir();
     ASSERT_TRUE(d != NULL);
     char path[512], text[20000], cwd[4096];
     ASSERT_TRUE(getcwd(cwd, sizeof cwd) != NULL);
@@ -1311,10 +1302,6 @@ TEST(real_config_three_servers) {
     char m[600];
     snprintf(m, sizeof m, "%s/m.jsonl", d);
     unlink(m);
-}
-
-TEST(zz_cleanup_tmpdir) {
-    if (g_tmpdir[0]) rmdir(g_tmpdir);
 }
 
 TEST_MAIN

@@ -14,9 +14,8 @@
  * - Pooling semantics (weights indexed by token id, mapping token id -> row, mean, norm) on a
  *   synthetic model whose expected vector is worked out in the comment.
  * - Corrupt safetensors: one hand-built file per defect; each must be refused with a message
- *   naming it. Files go to a mkdtemp directory that is removed at the end.
+ *   naming it. Files go to the per-process temporary directory (support/tmpdir.h).
  */
-#include <dirent.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -28,9 +27,8 @@
 #include "route/hftok.h"
 #include "route/model2vec.h"
 #include "route/safetensors.h"
+#include "support/tmpdir.h"
 #include "test.h"
-
-static char g_tmp[PATH_MAX];
 
 static const char *fixture_dir(void) {
     static char buf[PATH_MAX - 128];
@@ -38,32 +36,6 @@ static const char *fixture_dir(void) {
     return buf;
 }
 
-static const char *tmpdir(void) {
-    if (!g_tmp[0]) {
-        snprintf(g_tmp, sizeof g_tmp, "/tmp/nx_m2v_XXXXXX");
-        if (!mkdtemp(g_tmp)) {
-            perror("mkdtemp");
-            exit(2);
-        }
-    }
-    return g_tmp;
-}
-
-static void rm_tmpdir(void) {
-    if (!g_tmp[0]) return;
-    DIR *d = opendir(g_tmp);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (e->d_name[0] == '.') continue;
-            char p[PATH_MAX + 256];
-            snprintf(p, sizeof p, "%s/%s", g_tmp, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(g_tmp);
-}
 
 static int write_file(const char *path, const void *buf, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -95,7 +67,7 @@ static int write_st(const char *path, uint64_t hlen_field, const char *header, c
 /* st_open on a file with the given header and dlen data bytes must fail with `want` in err. */
 static int expect_st_error(const char *header, size_t dlen, const char *want) {
     char path[PATH_MAX + 32], err[512] = "";
-    snprintf(path, sizeof path, "%s/bad.safetensors", tmpdir());
+    snprintf(path, sizeof path, "%s/bad.safetensors", test_tmpdir());
     if (write_st(path, strlen(header), header, NULL, dlen) != 0) return 0;
     st_file *f = st_open(path, err, sizeof err);
     if (f) {
@@ -176,7 +148,7 @@ TEST(st_dtypes_and_values) {
         "\"z\":{\"dtype\":\"F32\",\"shape\":[0,5],\"data_offsets\":[30,30]},"
         "\"__metadata__\":{\"format\":\"pt\"}}   ";
     char path[PATH_MAX + 32], err[512] = "";
-    snprintf(path, sizeof path, "%s/ok.safetensors", tmpdir());
+    snprintf(path, sizeof path, "%s/ok.safetensors", test_tmpdir());
     ASSERT_OK(write_st(path, strlen(hdr), hdr, data, o));
     st_file *f = st_open(path, err, sizeof err);
     if (!f) FAILF("%s", err);
@@ -201,7 +173,7 @@ TEST(st_corrupt_files) {
     char path[PATH_MAX + 32], err[512] = "";
     const char *T = "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
     /* empty file and a file shorter than the length field */
-    snprintf(path, sizeof path, "%s/short.safetensors", tmpdir());
+    snprintf(path, sizeof path, "%s/short.safetensors", test_tmpdir());
     ASSERT_OK(write_file(path, "", 0));
     ASSERT_TRUE(st_open(path, err, sizeof err) == NULL);
     ASSERT_TRUE(strstr(err, "too short") != NULL);
@@ -368,7 +340,7 @@ TEST(tok_ids_by_hand) {
 
 TEST(tok_bad_files) {
     char path[PATH_MAX + 32], err[512] = "";
-    snprintf(path, sizeof path, "%s/tokenizer.json", tmpdir());
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
     struct {
         const char *json, *want;
     } cases[] = {
@@ -415,7 +387,7 @@ TEST(tok_viterbi_and_byte_fallback) {
     /* pieces: a(-1) b(-1) ab(-1.5) abc(-5) c(-1); "abc": ab+c = -2.5 beats abc = -5 and
      * a+b+c = -3. Byte fallback: "é" = C3 A9 -> <0xC3> <0xA9>. */
     char path[PATH_MAX + 32], err[512] = "";
-    snprintf(path, sizeof path, "%s/tokenizer.json", tmpdir());
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
     const char *j = "{\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"byte_fallback\": true,"
                     " \"vocab\": [[\"<unk>\", 0], [\"a\", -1], [\"b\", -1], [\"ab\", -1.5],"
                     " [\"abc\", -5], [\"c\", -1], [\"<0xC3>\", -9], [\"<0xA9>\", -9]]}}";
@@ -432,7 +404,7 @@ TEST(tok_viterbi_and_byte_fallback) {
 
 TEST(tok_pretokenizer_variants) {
     char path[PATH_MAX + 32], err[512] = "";
-    snprintf(path, sizeof path, "%s/tokenizer.json", tmpdir());
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
     struct {
         const char *norm, *pre, *in, *want;
     } cases[] = {
@@ -490,7 +462,7 @@ TEST(tok_pretokenizer_variants) {
 
 TEST(tok_wordpiece) {
     char path[PATH_MAX + 32], err[512] = "";
-    snprintf(path, sizeof path, "%s/tokenizer.json", tmpdir());
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
     ASSERT_OK(write_file(path, WP_JSON, strlen(WP_JSON)));
     hf_tok *t = hf_tok_load(path, err, sizeof err);
     if (!t) FAILF("%s", err);
@@ -713,10 +685,10 @@ static int setup_model_dir(const char *normalize_json) {
     char src[PATH_MAX], dst[PATH_MAX + 32], real[PATH_MAX];
     snprintf(src, sizeof src, "%s/tokenizer.json", fixture_dir());
     if (!realpath(src, real)) return -1;
-    snprintf(dst, sizeof dst, "%s/tokenizer.json", tmpdir());
+    snprintf(dst, sizeof dst, "%s/tokenizer.json", test_tmpdir());
     unlink(dst);
     if (symlink(real, dst) != 0) return -1;
-    snprintf(dst, sizeof dst, "%s/config.json", tmpdir());
+    snprintf(dst, sizeof dst, "%s/config.json", test_tmpdir());
     return write_file(dst, normalize_json, strlen(normalize_json));
 }
 
@@ -740,9 +712,9 @@ TEST(m2v_pooling_weights_mapping) {
     struct tspec ts[] = {{"embeddings", "F32", "[2,2]", emb, sizeof emb},
                          {"mapping", "I32", "[29524]", map, sizeof map},
                          {"weights", "F64", "[29524]", w, sizeof w}};
-    ASSERT_OK(write_model(tmpdir(), ts, 3));
+    ASSERT_OK(write_model(test_tmpdir(), ts, 3));
     char err[512] = "";
-    rt_embedder *e = rt_embedder_open(tmpdir(), err, sizeof err);
+    rt_embedder *e = rt_embedder_open(test_tmpdir(), err, sizeof err);
     if (!e) FAILF("%s", err);
     ASSERT_EQ(e->dim, 2);
     double mean[2];
@@ -760,8 +732,8 @@ TEST(m2v_pooling_weights_mapping) {
     rt_embedder_free(e);
 
     /* no mapping: rows must equal the vocabulary */
-    ASSERT_OK(write_model(tmpdir(), ts, 1));
-    e = rt_embedder_open(tmpdir(), err, sizeof err);
+    ASSERT_OK(write_model(test_tmpdir(), ts, 1));
+    e = rt_embedder_open(test_tmpdir(), err, sizeof err);
     ASSERT_TRUE(e == NULL);
     ASSERT_TRUE(strstr(err, "2 embedding rows for 29524 tokens") != NULL);
 }
@@ -771,10 +743,10 @@ TEST(m2v_wordpiece_model) {
      * "Hello, world! qqq": ids hello 5, "," 6, world 7, "!" 8, [UNK] dropped ->
      * mean of rows 5..8 = ((1+0+1+0)/4, (0+1+2+3)/4) = (0.5, 1.5) with row r = (r % 2 == 1, r - 5) */
     char path[PATH_MAX + 32], err[512] = "";
-    snprintf(path, sizeof path, "%s/tokenizer.json", tmpdir());
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
     unlink(path);
     ASSERT_OK(write_file(path, WP_JSON, strlen(WP_JSON)));
-    snprintf(path, sizeof path, "%s/config.json", tmpdir());
+    snprintf(path, sizeof path, "%s/config.json", test_tmpdir());
     ASSERT_OK(write_file(path, "{\"normalize\": false}", 20));
     float emb[24];
     for (int r = 0; r < 12; r++) {
@@ -782,8 +754,8 @@ TEST(m2v_wordpiece_model) {
         emb[2 * r + 1] = (float)(r - 5);
     }
     struct tspec ts[] = {{"embeddings", "F32", "[12,2]", emb, sizeof emb}};
-    ASSERT_OK(write_model(tmpdir(), ts, 1));
-    rt_embedder *e = rt_embedder_open(tmpdir(), err, sizeof err);
+    ASSERT_OK(write_model(test_tmpdir(), ts, 1));
+    rt_embedder *e = rt_embedder_open(test_tmpdir(), err, sizeof err);
     if (!e) FAILF("%s", err);
     double mean[2];
     int norm = 1;
@@ -819,8 +791,8 @@ TEST(m2v_bad_models) {
          2, "'weights' must be"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        ASSERT_OK(write_model(tmpdir(), cases[i].t, cases[i].n));
-        rt_embedder *e = rt_embedder_open(tmpdir(), err, sizeof err);
+        ASSERT_OK(write_model(test_tmpdir(), cases[i].t, cases[i].n));
+        rt_embedder *e = rt_embedder_open(test_tmpdir(), err, sizeof err);
         if (e) {
             rt_embedder_free(e);
             FAILF("case %zu accepted", i);
@@ -831,26 +803,26 @@ TEST(m2v_bad_models) {
     map[77] = 2;
     struct tspec t2[] = {{"embeddings", "F32", "[2,2]", emb, sizeof emb},
                          {"mapping", "I32", "[29524]", map, sizeof map}};
-    ASSERT_OK(write_model(tmpdir(), t2, 2));
-    ASSERT_TRUE(rt_embedder_open(tmpdir(), err, sizeof err) == NULL);
+    ASSERT_OK(write_model(test_tmpdir(), t2, 2));
+    ASSERT_TRUE(rt_embedder_open(test_tmpdir(), err, sizeof err) == NULL);
     ASSERT_TRUE(strstr(err, "token 77 maps to row 2") != NULL);
     map[77] = 0;
     /* a NaN in the embeddings */
     float bad[4] = {1, NAN, 0, 1};
     struct tspec t3[] = {{"embeddings", "F32", "[2,2]", bad, sizeof bad},
                          {"mapping", "I32", "[29524]", map, sizeof map}};
-    ASSERT_OK(write_model(tmpdir(), t3, 2));
-    ASSERT_TRUE(rt_embedder_open(tmpdir(), err, sizeof err) == NULL);
+    ASSERT_OK(write_model(test_tmpdir(), t3, 2));
+    ASSERT_TRUE(rt_embedder_open(test_tmpdir(), err, sizeof err) == NULL);
     ASSERT_TRUE(strstr(err, "not finite") != NULL);
     /* config.json that is not an object, then a missing model.safetensors */
     ASSERT_OK(setup_model_dir("[true]"));
-    ASSERT_TRUE(rt_embedder_open(tmpdir(), err, sizeof err) == NULL);
+    ASSERT_TRUE(rt_embedder_open(test_tmpdir(), err, sizeof err) == NULL);
     ASSERT_TRUE(strstr(err, "config.json") != NULL);
     ASSERT_OK(setup_model_dir("{}"));
     char p[PATH_MAX + 32];
-    snprintf(p, sizeof p, "%s/model.safetensors", tmpdir());
+    snprintf(p, sizeof p, "%s/model.safetensors", test_tmpdir());
     unlink(p);
-    ASSERT_TRUE(rt_embedder_open(tmpdir(), err, sizeof err) == NULL);
+    ASSERT_TRUE(rt_embedder_open(test_tmpdir(), err, sizeof err) == NULL);
     ASSERT_TRUE(strstr(err, "model.safetensors") != NULL && strstr(err, "cannot open") != NULL);
     /* a directory without tokenizer.json */
     ASSERT_TRUE(rt_embedder_open("/", err, sizeof err) == NULL);
@@ -874,6 +846,5 @@ TEST(m2v_latency_preliminary) {
     rt_embedder_free(e);
 }
 
-TEST(zz_cleanup) { rm_tmpdir(); }
 
 TEST_MAIN

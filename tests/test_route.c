@@ -18,6 +18,7 @@
 #include "route/router.h"
 #include "route/signature.h"
 #include "route/slb.h"
+#include "support/tmpdir.h"
 #include "test.h"
 #include "../tools/cli/mkmodel.h"
 #include "../tools/cli/route.h"
@@ -29,29 +30,17 @@
 
 /* ---- helpers ---- */
 
-static char g_tmpdir[64];
-
 static char g_made[128][64];
 static char g_paths[128][320];
 static int g_n_made;
 
-static void tmp_cleanup(void) {
-    for (int i = 0; i < g_n_made; i++) unlink(g_paths[i]);
-    rmdir(g_tmpdir);
-}
-
 /* A path in this run's temporary directory (stable for the run; removed at exit). */
 static const char *tmp_path(const char *name) {
-    if (!g_tmpdir[0]) {
-        snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/nx_test_route_XXXXXX");
-        if (!mkdtemp(g_tmpdir)) abort();
-        atexit(tmp_cleanup);
-    }
     for (int i = 0; i < g_n_made; i++)
         if (strcmp(g_made[i], name) == 0) return g_paths[i];
     if (g_n_made == 128 || strlen(name) >= 64) abort();
     snprintf(g_made[g_n_made], 64, "%s", name);
-    snprintf(g_paths[g_n_made], sizeof g_paths[0], "%.200s/%.63s", g_tmpdir, name);
+    snprintf(g_paths[g_n_made], sizeof g_paths[0], "%.200s/%.63s", test_tmpdir(), name);
     return g_paths[g_n_made++];
 }
 

@@ -6,7 +6,6 @@
  * every kind of truncation, random bit flips, other models, a writer killed mid-write);
  * nx_seq_rm / nx_seq_shift / nx_seq_cp; pinned spliced tokens survive eviction.
  */
-#include <dirent.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -20,35 +19,10 @@
 #include "../tools/cli/mkmodel.h"
 #include "model/context.h"
 #include "nexus.h"
+#include "support/tmpdir.h"
 #include "test.h"
 
 /* ---- fixtures ---- */
-
-static char g_tmpdir[64];
-static void tmp_cleanup(void) {
-    if (!g_tmpdir[0]) return;
-    DIR *d = opendir(g_tmpdir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (e->d_name[0] == '.') continue;
-            char p[sizeof g_tmpdir + 256];
-            snprintf(p, sizeof p, "%s/%s", g_tmpdir, e->d_name);
-            unlink(p);
-        }
-        closedir(d);
-    }
-    rmdir(g_tmpdir);
-}
-static const char *tmp_path(const char *name, char *buf, size_t cap) {
-    if (!g_tmpdir[0]) {
-        snprintf(g_tmpdir, sizeof g_tmpdir, "/tmp/nx_test_splice_XXXXXX");
-        if (!mkdtemp(g_tmpdir)) abort();
-        atexit(tmp_cleanup);
-    }
-    snprintf(buf, cap, "%s/%s", g_tmpdir, name);
-    return buf;
-}
 
 static nx_model *load(const char *path) {
     nx_model *m = NULL;
@@ -86,7 +60,7 @@ static nx_model *random_model(const char *kind) {
     if (!strcmp(kind, "llama2")) p.seed = 99;
     char name[64], path[256];
     snprintf(name, sizeof name, "%s.gguf", kind);
-    tmp_path(name, path, sizeof path);
+    test_tmp_path(name, path, sizeof path);
     struct nx_err err;
     if (mkmodel_write(&p, path, &err)) {
         fprintf(stderr, "  mkmodel: %s\n", err.msg);
@@ -163,7 +137,7 @@ static void anchored(enum nx_type kvt) {
     ASSERT_OK(nx_decode(c, Q, NQ, true));
     float *ref = copy_logits(c, m, NQ);
     char path[256];
-    tmp_path("anchored.nxkv", path, sizeof path);
+    test_tmp_path("anchored.nxkv", path, sizeof path);
     char err[256];
     ASSERT_OK(nx_kv_block_save(b, path, err, sizeof err));
     nx_kv_block *lb = NULL;
@@ -395,7 +369,7 @@ TEST(block_file_round_trip_and_info) {
     nx_kv_block *b = stories_block(&c, 50, 31);
     ASSERT_TRUE(b != NULL);
     char path[256], err[256];
-    tmp_path("rt.nxkv", path, sizeof path);
+    test_tmp_path("rt.nxkv", path, sizeof path);
     ASSERT_OK(nx_kv_block_save(b, path, err, sizeof err));
     nx_kv_block *l = NULL;
     ASSERT_OK(nx_kv_block_load(stories(), path, &l, err, sizeof err));
@@ -424,8 +398,8 @@ TEST(block_file_truncated_and_bit_flips_refused) {
     nx_kv_block *b = stories_block(&c, 20, 41);
     ASSERT_TRUE(b != NULL);
     char path[256], bad[256], err[256];
-    tmp_path("orig.nxkv", path, sizeof path);
-    tmp_path("bad.nxkv", bad, sizeof bad);
+    test_tmp_path("orig.nxkv", path, sizeof path);
+    test_tmp_path("bad.nxkv", bad, sizeof bad);
     ASSERT_OK(nx_kv_block_save(b, path, err, sizeof err));
     size_t n = 0;
     unsigned char *buf = read_all(path, &n);
@@ -471,7 +445,7 @@ TEST(block_file_truncated_and_bit_flips_refused) {
 
 TEST(block_file_other_model_refused) {
     char path[256], err[256];
-    tmp_path("llama.nxkv", path, sizeof path);
+    test_tmp_path("llama.nxkv", path, sizeof path);
     nx_model *a = random_model("llama");
     nx_model *a2 = random_model("llama2"); /* same shape, other weights */
     nx_model *q = random_model("qwen2");
@@ -513,8 +487,8 @@ TEST(block_write_crash_leaves_no_partial_file) {
     big = stories_block(&c, 120, 52);
     ASSERT_TRUE(old && big);
     char path[256], fresh[256], err[256];
-    tmp_path("crash.nxkv", path, sizeof path);
-    tmp_path("crash_new.nxkv", fresh, sizeof fresh);
+    test_tmp_path("crash.nxkv", path, sizeof path);
+    test_tmp_path("crash_new.nxkv", fresh, sizeof fresh);
     ASSERT_OK(nx_kv_block_save(old, path, err, sizeof err));
     size_t kill_points[] = {1, 4096, 70000};
     for (size_t k = 0; k < NX_ARRAY_LEN(kill_points); k++) {
@@ -691,10 +665,10 @@ static int run_cli(int (*fn)(int, char **), const char *const *args) {
 TEST(cli_kv_compile_info_and_splice_eval) {
     char model[512], blk[256], bad[256], js[256], svg[256];
     snprintf(model, sizeof model, "%s/models/stories260K/stories260K.gguf", test_shared());
-    tmp_path("cli.nxkv", blk, sizeof blk);
-    tmp_path("cli_bad.nxkv", bad, sizeof bad);
-    tmp_path("se.json", js, sizeof js);
-    tmp_path("se.svg", svg, sizeof svg);
+    test_tmp_path("cli.nxkv", blk, sizeof blk);
+    test_tmp_path("cli_bad.nxkv", bad, sizeof bad);
+    test_tmp_path("se.json", js, sizeof js);
+    test_tmp_path("se.svg", svg, sizeof svg);
     const char *c1[] = {"kv", "compile", "-m", model, "--text", "Once upon a time", "--m0", "5",
                         "--prefix", "Lily", "-o", blk, NULL};
     ASSERT_EQ(run_cli(kv_main, c1), 0);
