@@ -63,6 +63,11 @@ extern int g_test_failed;
         const char *a_ = (a), *b_ = (b); \
         if (strcmp(a_, b_) != 0) FAILF("%s == %s: \"%s\" != \"%s\"", #a, #b, a_, b_); \
     } while (0)
+#define ASSERT_CONTAINS(hay, needle) \
+    do { \
+        const char *h_ = (hay), *n_ = (needle); \
+        if (!h_ || !strstr(h_, n_)) FAILF("expected \"%s\" to contain \"%s\"", h_ ? h_ : "(null)", n_); \
+    } while (0)
 #define ASSERT_OK(st) \
     do { \
         int st_ = (int)(st); \

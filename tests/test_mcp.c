@@ -344,11 +344,6 @@ static bool contains(const char *hay, const char *needle) {
     return hay && needle && strstr(hay, needle) != NULL;
 }
 
-#define ASSERT_CONTAINS(hay, needle) \
-    do { \
-        const char *h_ = (hay), *n_ = (needle); \
-        if (!contains(h_, n_)) FAILF("expected \"%s\" to contain \"%s\"", h_ ? h_ : "(null)", n_); \
-    } while (0)
 
 static bool alive(int pid) { return kill(pid, 0) == 0; }
 
