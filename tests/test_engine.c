@@ -6,8 +6,11 @@
 #include <jansson.h>
 #include <stdatomic.h>
 
+#include "core/alloc.h"
 #include "core/nx_base.h"
+#include "core/readfile.h"
 #include "core/threadpool.h"
+#include "support/tmpdir.h"
 #include "nexus.h"
 #include "test.h"
 
@@ -285,6 +288,40 @@ TEST(vocab_only_file_tokenizes_but_cannot_run) {
     ASSERT_TRUE(c == NULL);
     ASSERT_TRUE(strstr(err, "vocabulary only") != NULL);
     nx_model_free(m);
+}
+
+/* ---- whole-file reads ---- */
+
+TEST(read_file_limits_and_errors) {
+    char path[512], err[256];
+    test_tmp_path("rf.bin", path, sizeof path);
+    FILE *f = fopen(path, "wb");
+    ASSERT_TRUE(f != NULL);
+    for (int i = 0; i < 200000; i++) fputc('a' + i % 26, f); /* past the first 64 KiB buffer */
+    fclose(f);
+    size_t len = 0;
+    char *b = nx_read_file(path, NX_READ_FILE_MAX, &len, err, sizeof err);
+    ASSERT_TRUE(b != NULL);
+    ASSERT_EQ(len, 200000);
+    ASSERT_EQ(b[199999], 'a' + 199999 % 26);
+    ASSERT_EQ(b[200000], 0);
+    nx_free(b);
+    b = nx_read_file(path, 200000, &len, err, sizeof err); /* exactly the limit */
+    ASSERT_TRUE(b != NULL);
+    nx_free(b);
+    ASSERT_TRUE(nx_read_file(path, 199999, &len, err, sizeof err) == NULL);
+    ASSERT_CONTAINS(err, "rf.bin' is larger than 199999 bytes");
+    ASSERT_TRUE(nx_read_file(path, (size_t)1 << 17, &len, err, sizeof err) == NULL);
+    ASSERT_CONTAINS(err, "is larger than");
+    ASSERT_TRUE(nx_read_file("/nonexistent/x", NX_READ_FILE_MAX, &len, err, sizeof err) == NULL);
+    ASSERT_CONTAINS(err, "cannot open '/nonexistent/x': No such file");
+    ASSERT_TRUE(nx_read_file(test_tmpdir(), NX_READ_FILE_MAX, &len, err, sizeof err) == NULL);
+    ASSERT_CONTAINS(err, "error reading");
+    test_tmp_path("empty", path, sizeof path);
+    fclose(fopen(path, "wb"));
+    b = nx_read_file(path, 0, &len, err, sizeof err);
+    ASSERT_TRUE(b != NULL && len == 0 && b[0] == 0);
+    nx_free(b);
 }
 
 /* ---- thread pool ---- */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/readfile.h"
 #include "nexus.h"
 #include "route/bm25.h"
 #include "route/registry.h"
@@ -766,7 +767,7 @@ static int run_capture(int (*fn)(int, char **), const char *const *args, char **
     if (out) {
         char err[256];
         size_t len;
-        char *t = rt_read_file(path, &len, err, sizeof err);
+        char *t = nx_read_file(path, NX_READ_FILE_MAX, &len, err, sizeof err);
         *out = strdup(t ? t : "");
         nx_free(t);
     }
@@ -845,7 +846,7 @@ TEST(eval_routing_bfcl_mini) {
     ASSERT_EQ(RUN(eval_routing_main, b), 0);
     size_t l1, l2;
     char err[256];
-    char *t1 = rt_read_file(out, &l1, err, sizeof err), *t2 = rt_read_file(out2, &l2, err, sizeof err);
+    char *t1 = nx_read_file(out, NX_READ_FILE_MAX, &l1, err, sizeof err), *t2 = nx_read_file(out2, NX_READ_FILE_MAX, &l2, err, sizeof err);
     ASSERT_TRUE(t1 && t2 && l1 == l2 && memcmp(t1, t2, l1) == 0);
     nx_free(t1);
     nx_free(t2);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
+#include "core/readfile.h"
 #include "mcp/mcp_impl.h"
 
 struct mcp_server_cfg {
@@ -194,42 +196,14 @@ int mcp_config_parse(const char *text, const char *base_dir, mcp_config **out, c
 
 int mcp_config_load(const char *path, mcp_config **out, char *err, size_t errlen) {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return mcp_seterr(err, errlen, MCP_EARG, "config %s: %s", path, strerror(errno));
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            if (cap >= (16u << 20)) {
-                free(buf);
-                fclose(f);
-                return mcp_seterr(err, errlen, MCP_EARG, "config %s: larger than 16 MiB", path);
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t r = fread(buf + n, 1, cap - n - 1, f);
-        n += r;
-        if (r == 0) break;
-    }
-    bool rerr = ferror(f);
-    fclose(f);
-    if (!buf) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
-    if (rerr) {
-        free(buf);
-        return mcp_seterr(err, errlen, MCP_EARG, "config %s: read error", path);
-    }
-    buf[n] = '\0';
+    size_t n;
+    char rerr[512];
+    char *buf = nx_read_file(path, (size_t)16 << 20, &n, rerr, sizeof rerr);
+    if (!buf) return mcp_seterr(err, errlen, MCP_EARG, "config: %s", rerr);
     /* base directory of the file, for relative cwd entries */
     char *dir = strdup(path);
     if (!dir) {
-        free(buf);
+        nx_free(buf);
         return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
     }
     char *slash = strrchr(dir, '/');
@@ -242,7 +216,7 @@ int mcp_config_load(const char *path, mcp_config **out, char *err, size_t errlen
     char msg[400];
     int st = mcp_config_parse(buf, dir, out, msg, sizeof msg);
     free(dir);
-    free(buf);
+    nx_free(buf);
     if (st) return mcp_seterr(err, errlen, st, "%s: %s", path, msg);
     return MCP_OK;
 }

@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "core/alloc.h"
+#include "core/readfile.h"
 
 void rt_registry_init(rt_registry *r) { memset(r, 0, sizeof *r); }
 
@@ -362,46 +363,6 @@ int rt_registry_add_json(rt_registry *r, json_t *root, const char *where, const 
     return -1;
 }
 
-char *rt_read_file(const char *path, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = nx_malloc(cap + 1);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        if (cap >= ((size_t)1 << 30)) {
-            snprintf(err, errlen, "'%s' is larger than 1 GiB", path);
-            nx_free(buf);
-            fclose(f);
-            return NULL;
-        }
-        cap *= 2;
-        char *nb = nx_realloc(buf, cap + 1);
-        if (!nb) nx_free(buf);
-        buf = nb;
-    }
-    if (!buf) {
-        snprintf(err, errlen, "out of memory reading '%s'", path);
-        fclose(f);
-        return NULL;
-    }
-    if (ferror(f)) {
-        snprintf(err, errlen, "error reading '%s'", path);
-        nx_free(buf);
-        fclose(f);
-        return NULL;
-    }
-    fclose(f);
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
-}
-
 static int load_file(rt_registry *r, const char *path, char *err, size_t errlen);
 
 int rt_registry_load_file(rt_registry *r, const char *path, char *err, size_t errlen) {
@@ -414,7 +375,7 @@ int rt_registry_load_file(rt_registry *r, const char *path, char *err, size_t er
 
 static int load_file(rt_registry *r, const char *path, char *err, size_t errlen) {
     size_t len;
-    char *text = rt_read_file(path, &len, err, errlen);
+    char *text = nx_read_file(path, NX_READ_FILE_MAX, &len, err, errlen);
     if (!text) return -1;
     /* source tag: base name without extension */
     const char *base = strrchr(path, '/');

@@ -89,7 +89,4 @@ int rt_registry_find(const rt_registry *r, const char *name);
  * "" for BFCL's "any" (no constraint); NULL when unknown. */
 const char *rt_map_type(const char *t);
 
-/* Reads a whole file into a NUL-terminated buffer (free with nx_free); NULL with a message. */
-char *rt_read_file(const char *path, size_t *len, char *err, size_t errlen);
-
 #endif

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "eval/metrics.h"
 #include "eval/outfile.h"
 #include "eval/progress.h"
@@ -124,7 +125,7 @@ static int file_streams(const nx_model *m, const struct eval_params *ep, nx_toke
     if (!text) return -1;
     int32_t n = 0;
     nx_token *ft = eval_tokenize(m, text, len, 0, &n);
-    free(text);
+    nx_free(text);
     if (!ft) {
         fprintf(stderr, "eval: cannot tokenize '%s'\n", ep->text_file);
         return -1;

@@ -63,7 +63,7 @@ int eval_mkdir(const char *dir, const char *cmd);
 /* Tokenizes text (add BOS when add_bos and the model has one); malloc'ed, *n set; NULL on
    failure. */
 nx_token *eval_tokenize(const nx_model *m, const char *text, size_t len, int add_bos, int32_t *n);
-/* Reads a whole file (NUL-terminated, *len without the NUL); NULL with a message on failure. */
+/* nx_read_file (1 GiB limit; free with nx_free), its message printed as "cmd: ..." on failure. */
 char *eval_read_file(const char *path, size_t *len, const char *cmd);
 /* Greedy generation: decodes the prompt (one multi-token call), then up to max_new tokens, stopping
    at an end-of-generation token. The generated text (malloc'ed) goes to *out. 0, or -1 with the

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/readfile.h"
 #include "kv/kv_policy.h"
 
 int eval_split_list(char *s, char **items, int max) {
@@ -127,38 +128,9 @@ nx_token *eval_tokenize(const nx_model *m, const char *text, size_t len, int add
 }
 
 char *eval_read_file(const char *path, size_t *len, const char *cmd) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "%s: cannot open '%s': %s\n", cmd, path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0, r;
-    char *buf = malloc(cap + 1);
-    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            if (cap > (size_t)1 << 30) {
-                fprintf(stderr, "%s: '%s' is larger than 1 GiB\n", cmd, path);
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            cap *= 2;
-            char *nb = realloc(buf, cap + 1);
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf || bad) {
-        fprintf(stderr, "%s: %s '%s'\n", cmd, buf ? "error reading" : "out of memory reading",
-                path);
-        free(buf);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
+    char err[512];
+    char *buf = nx_read_file(path, NX_READ_FILE_MAX, len, err, sizeof err);
+    if (!buf) fprintf(stderr, "%s: %s\n", cmd, err);
     return buf;
 }
 

@@ -14,17 +14,23 @@
 #include "kv_cmd.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/nx_base.h"
+#include "core/readfile.h"
 #include "nexus.h"
 
-static int kv_fail(const char *fmt, const char *a, const char *b) {
+__attribute__((format(printf, 1, 2))) static int kv_fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
     fprintf(stderr, "nexus kv: ");
-    fprintf(stderr, fmt, a, b);
+    vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
+    va_end(ap);
     return 1;
 }
 
@@ -35,24 +41,6 @@ static bool kv_long(const char *v, long lo, long hi, long *out) {
     if (errno || end == v || *end || x < lo || x > hi) return false;
     *out = x;
     return true;
-}
-
-static char *kv_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, r;
-    char *buf = malloc(cap);
-    while (buf && (r = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            char *nb = cap < ((size_t)1 << 30) ? realloc(buf, cap *= 2) : NULL;
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    }
-    fclose(f);
-    *len = n;
-    return buf;
 }
 
 static nx_token *kv_tokenize(const nx_model *m, const char *text, size_t len, bool bos,
@@ -99,33 +87,33 @@ static int kv_compile(int argc, char **argv) {
         else if (!strcmp(a, "-o") && has)
             out = argv[++i];
         else if (!strcmp(a, "--m0") && has) {
-            if (!kv_long(argv[++i], 0, 1 << 24, &m0)) return kv_fail("--m0: bad value '%s'%s", argv[i], "");
+            if (!kv_long(argv[++i], 0, 1 << 24, &m0)) return kv_fail("--m0: bad value '%s'", argv[i]);
         } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) {
             if (!kv_long(argv[++i], 1, 512, &threads))
-                return kv_fail("-t: bad value '%s'%s", argv[i], "");
+                return kv_fail("-t: bad value '%s'", argv[i]);
         } else if (!strcmp(a, "--f32"))
             f32 = true;
         else if (!strcmp(a, "--no-bos"))
             no_bos = true;
         else
-            return kv_fail("compile: unknown or incomplete option '%s'%s", a, "");
+            return kv_fail("compile: unknown or incomplete option '%s'", a);
     }
     if (!model || !out || !text == !file)
         return kv_fail("compile: usage: nexus kv compile -m MODEL (--text T | --file F) [--m0 N] "
-                       "[--prefix TEXT] [--f32] [--no-bos] -o FILE%s%s",
-                       "", "");
+                       "[--prefix TEXT] [--f32] [--no-bos] -o FILE");
     size_t len = 0;
     char *owned = NULL;
     if (file) {
-        owned = kv_read_file(file, &len);
-        if (!owned) return kv_fail("cannot read '%s': %s", file, strerror(errno));
+        char rerr[512];
+        owned = nx_read_file(file, NX_READ_FILE_MAX, &len, rerr, sizeof rerr);
+        if (!owned) return kv_fail("%s", rerr);
         text = owned;
     } else {
         len = strlen(text);
     }
     nx_model *m = kv_load_model(model);
     if (!m) {
-        free(owned);
+        nx_free(owned);
         return 1;
     }
     int rc = 1;
@@ -175,7 +163,7 @@ done:
     nx_ctx_free(c);
     free(pre);
     free(toks);
-    free(owned);
+    nx_free(owned);
     nx_model_free(m);
     return rc;
 }
@@ -188,9 +176,9 @@ static int kv_info(int argc, char **argv) {
         else if (argv[i][0] != '-' && !file)
             file = argv[i];
         else
-            return kv_fail("info: unknown option '%s'%s", argv[i], "");
+            return kv_fail("info: unknown option '%s'", argv[i]);
     }
-    if (!file) return kv_fail("info: usage: nexus kv info FILE [-m MODEL]%s%s", "", "");
+    if (!file) return kv_fail("info: usage: nexus kv info FILE [-m MODEL]");
     nx_model *m = model ? kv_load_model(model) : NULL;
     if (model && !m) return 1;
     nx_kv_block *b = NULL;

@@ -17,7 +17,9 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "core/nx_base.h"
+#include "core/readfile.h"
 #include "nexus.h"
 #include "bench.h"
 #include "embed_cmd.h"
@@ -65,24 +67,9 @@ static const char *need_arg(int argc, char **argv, int *i) {
 }
 
 static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) die("cannot open '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) die("out of memory");
-    size_t r;
-    while ((r = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            if (cap > (size_t)1 << 30) die("'%s' is larger than 1 GiB", path);
-            cap *= 2;
-            buf = realloc(buf, cap);
-            if (!buf) die("out of memory");
-        }
-    }
-    if (ferror(f)) die("error reading '%s'", path);
-    fclose(f);
-    *len = n;
+    char err[512];
+    char *buf = nx_read_file(path, NX_READ_FILE_MAX, len, err, sizeof err);
+    if (!buf) die("%s", err);
     return buf;
 }
 
@@ -340,7 +327,7 @@ static int cmd_run(int argc, char **argv) {
             (long long)ks.tokens_cached, (long long)ks.evictions, (long long)ks.tokens_evicted,
             ks.evict_seconds);
     free(toks);
-    free(owned);
+    nx_free(owned);
     nx_sampler_free(s);
     nx_ctx_free(c);
     nx_model_free(m);
@@ -462,7 +449,7 @@ static int cmd_tokenize(int argc, char **argv) {
     for (int32_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", toks[i]);
     printf("\n");
     free(toks);
-    free(owned);
+    nx_free(owned);
     nx_model_free(m);
     return 0;
 }

@@ -46,6 +46,7 @@
 
 #include "core/alloc.h"
 #include "core/nx_base.h"
+#include "core/readfile.h"
 #include "eval/outfile.h"
 #include "eval/svg.h"
 #include "mcp/mcp.h"
@@ -770,7 +771,7 @@ static int cmp_answer(const void *a, const void *b) {
 
 static int load_answers(const char *path, struct answer **out, int *n_out, char *err, size_t errlen) {
     size_t len;
-    char *text = rt_read_file(path, &len, err, errlen);
+    char *text = nx_read_file(path, NX_READ_FILE_MAX, &len, err, errlen);
     if (!text) return -1;
     struct answer *a = NULL;
     int n = 0, cap = 0, line = 0, rc = 0;
@@ -860,7 +861,7 @@ static struct equery *new_query(struct eval_ctx *c) {
 static int load_bfcl_set(struct eval_ctx *c, const char *path, int set, struct answer *ans,
                          int n_ans, json_t *exp_names, char *err, size_t errlen) {
     size_t len;
-    char *text = rt_read_file(path, &len, err, errlen);
+    char *text = nx_read_file(path, NX_READ_FILE_MAX, &len, err, errlen);
     if (!text) return -1;
     int line = 0, rc = 0;
     for (char *p = text; *p;) {
@@ -1564,7 +1565,7 @@ static int eval_custom(const struct eval_opts *o) {
     }
     char err[1200];
     size_t len;
-    char *text = rt_read_file(o->queries, &len, err, sizeof err);
+    char *text = nx_read_file(o->queries, NX_READ_FILE_MAX, &len, err, sizeof err);
     if (!text) {
         fprintf(stderr, "nexus eval-routing: %s\n", err);
         rt_registry_free(&reg);
