@@ -606,66 +606,8 @@ static int rewrite(const char *src, const char *dst, const char *drop, const cha
     for (int64_t i = 0; i < gguf_n_kv(f) && rc == 0; i++) {
         const char *key = gguf_kv_key(f, i);
         if (drop_key && strcmp(key, drop_key) == 0) continue;
-        nx_status st = NX_STATUS_OK;
-        switch (gguf_kv_type(f, i)) {
-        case GGUF_VTYPE_U32: {
-            uint32_t v = 0;
-            gguf_get_u32(f, key, &v);
-            st = gguf_writer_add_u32(w, key, v);
-            break;
-        }
-        case GGUF_VTYPE_I32: {
-            int32_t v = 0;
-            gguf_get_i32(f, key, &v);
-            st = gguf_writer_add_i32(w, key, v);
-            break;
-        }
-        case GGUF_VTYPE_F32: {
-            float v = 0;
-            gguf_get_f32(f, key, &v);
-            st = gguf_writer_add_f32(w, key, v);
-            break;
-        }
-        case GGUF_VTYPE_BOOL: {
-            bool v = false;
-            gguf_get_bool(f, key, &v);
-            if (set_causal && strstr(key, "attention.causal")) v = true;
-            st = gguf_writer_add_bool(w, key, v);
-            break;
-        }
-        case GGUF_VTYPE_STRING: {
-            const char *s;
-            size_t len;
-            gguf_get_str(f, key, &s, &len);
-            char *c = strndup(s, len);
-            st = gguf_writer_add_str(w, key, c);
-            free(c);
-            break;
-        }
-        case GGUF_VTYPE_ARRAY: {
-            enum gguf_vtype et;
-            uint64_t n;
-            const void *data;
-            gguf_get_arr(f, key, &et, &n, &data);
-            if (et != GGUF_VTYPE_STRING) {
-                st = gguf_writer_add_arr(w, key, et, data, n);
-                break;
-            }
-            char **v = calloc(n, sizeof *v);
-            for (uint64_t k = 0; k < n; k++) {
-                const char *s;
-                size_t len;
-                gguf_arr_str(f, key, k, &s, &len);
-                v[k] = strndup(s, len);
-            }
-            st = gguf_writer_add_arr_str(w, key, (const char *const *)v, n);
-            for (uint64_t k = 0; k < n; k++) free(v[k]);
-            free(v);
-            break;
-        }
-        default:
-            break; /* mkmodel writes no other types */
-        }
+        nx_status st = set_causal && strstr(key, "attention.causal") ? gguf_writer_add_bool(w, key, true)
+                                                                      : mkmodel_copy_kv(w, f, i, &err);
         if (st != NX_STATUS_OK) rc = -1;
     }
     for (int64_t i = 0; i < gguf_n_tensors(f) && rc == 0; i++) {

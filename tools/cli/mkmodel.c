@@ -639,10 +639,7 @@ static char *mk_strndup(const char *s, size_t len, bool *bad) {
     return r;
 }
 
-/* Copy one key of src to w with its value type. (The reader has no i64/f64 getters: an i64
- * value outside the int32 range is refused, and an f64 value goes through f32.) Nested arrays
- * are skipped with a warning. */
-static nx_status mk_copy_kv(struct gguf_writer *w, const struct gguf_file *src, int64_t i,
+nx_status mkmodel_copy_kv(struct gguf_writer *w, const struct gguf_file *src, int64_t i,
                             struct nx_err *err) {
     const char *key = gguf_kv_key(src, i);
     enum gguf_vtype vt = gguf_kv_type(src, i);
@@ -749,7 +746,7 @@ static nx_status mk_copy_kv(struct gguf_writer *w, const struct gguf_file *src, 
     }
     if (bad) {
         return nx_err_set(err, NX_STATUS_UNSUPPORTED,
-                          "mkmodel: cannot copy tokenizer key '%s' (type %d or value not "
+                          "mkmodel: cannot copy key '%s' (type %d or value not "
                           "representable)", key, (int)vt);
     }
     if (st != NX_STATUS_OK) {
@@ -762,7 +759,7 @@ static nx_status mk_copy_tokenizer(struct gguf_writer *w, const struct gguf_file
                                    struct nx_err *err) {
     for (int64_t i = 0; i < gguf_n_kv(src); i++) {
         if (strncmp(gguf_kv_key(src, i), "tokenizer.", 10) != 0) continue;
-        nx_status st = mk_copy_kv(w, src, i, err);
+        nx_status st = mkmodel_copy_kv(w, src, i, err);
         if (st != NX_STATUS_OK) return st;
     }
     return NX_STATUS_OK;

@@ -15,6 +15,9 @@
 
 #include "core/nx_base.h"
 
+struct gguf_file;
+struct gguf_writer;
+
 struct mkmodel_params {
     const char *arch;      /* "llama" | "mistral" | "qwen2" | "qwen3" | "bert" | "nomic-bert" */
     const char *name;      /* general.name; NULL = "nexus-random-<arch>" */
@@ -63,6 +66,12 @@ nx_status mkmodel_preset(struct mkmodel_params *p, const char *name, struct nx_e
 nx_status mkmodel_write(const struct mkmodel_params *p, const char *path, struct nx_err *err);
 
 /* `nexus mkmodel ...` (argv[0] = "mkmodel"). Returns the process exit code. */
+/* Copy metadata key i of src to w with its value type. (The reader has no i64/f64 getters: an
+ * i64 value outside the int32 range is refused, and an f64 value goes through f32.) Nested
+ * arrays are skipped with a warning. */
+nx_status mkmodel_copy_kv(struct gguf_writer *w, const struct gguf_file *src, int64_t i,
+                          struct nx_err *err);
+
 int mkmodel_main(int argc, char **argv);
 
 #endif
