@@ -24,6 +24,8 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "tok/unichar.h"
+
 #define UNK_PENALTY 10.0
 
 static void hf_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -96,32 +98,13 @@ static int u8_next(const char *s, size_t n, int32_t *cp) {
     return (int)k;
 }
 
-/* Rust char::is_whitespace (Unicode White_Space). */
-static bool is_ws(int32_t c) {
-    return (c >= 9 && c <= 13) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-           c == 0x205F || c == 0x3000;
-}
-/* Unicode "Other" categories (Cc, Cf, Cs, Co, Cn), minus tab / newline / return. */
-static bool is_control(int32_t c) {
-    if (c == '\t' || c == '\n' || c == '\r') return false;
-    utf8proc_category_t k = utf8proc_category(c);
-    return k == UTF8PROC_CATEGORY_CC || k == UTF8PROC_CATEGORY_CF || k == UTF8PROC_CATEGORY_CS ||
-           k == UTF8PROC_CATEGORY_CO || k == UTF8PROC_CATEGORY_CN;
-}
+/* CJK ideographs, as Hugging Face's BertNormalizer lists them (its last-but-two range starts
+ * at U+2B920, where Python BERT and tok/wpm.c start at U+2B820). */
 static bool is_cjk(int32_t c) {
     return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
            (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
            (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
            (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
-}
-
-/* BERT punctuation: ASCII punctuation or a Unicode P* character. */
-static bool is_punct(int32_t c) {
-    if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126))
-        return true;
-    utf8proc_category_t k = utf8proc_category(c);
-    return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
 }
 
 /* ---- normalizers ------------------------------------------------------------------------ */
@@ -276,8 +259,8 @@ static int norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t er
             int32_t c;
             i += (size_t)u8_next(b->p + i, b->n - i, &c);
             if (n->clean_text) {
-                if (c == 0 || c == 0xFFFD || is_control(c)) continue;
-                if (is_ws(c)) c = ' ';
+                if (c == 0 || c == 0xFFFD || uc_is_control(c)) continue;
+                if (uc_is_space(c)) c = ' ';
             }
             bool ok = (n->chinese && is_cjk(c))
                           ? sb_putc32(&r, ' ') && sb_putc32(&r, c) && sb_putc32(&r, ' ')
@@ -370,7 +353,7 @@ static int norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t er
             while (s < e) {
                 int32_t c;
                 int k = u8_next(b->p + s, e - s, &c);
-                if (!is_ws(c)) break;
+                if (!uc_is_space(c)) break;
                 s += (size_t)k;
             }
         if (n->right)
@@ -379,7 +362,7 @@ static int norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t er
                 while (q > s && ((uint8_t)b->p[q] & 0xC0) == 0x80) q--;
                 int32_t c;
                 u8_next(b->p + q, e - q, &c);
-                if (!is_ws(c)) break;
+                if (!uc_is_space(c)) break;
                 e = q;
             }
         if (!sb_put(&r, b->p + s, e - s)) goto oom;
@@ -551,10 +534,10 @@ static int pre_apply(const struct pre *p, struct plist *l, char *err, size_t err
                 int32_t c = 0;
                 int k = 1;
                 if (j < pc->n) k = u8_next(pc->p + j, pc->n - j, &c);
-                if (j == pc->n || is_ws(c)) {
+                if (j == pc->n || uc_is_space(c)) {
                     if (!pl_push(&out, pc->p + s, j - s, first && s == 0)) goto oom;
                     s = j + (size_t)k;
-                } else if (p->k == P_BERT && is_punct(c)) {
+                } else if (p->k == P_BERT && uc_is_punct(c)) {
                     if (!pl_push(&out, pc->p + s, j - s, first && s == 0) ||
                         !pl_push(&out, pc->p + j, (size_t)k, first && j == 0))
                         goto oom;

@@ -22,43 +22,9 @@
 
 #include "core/alloc.h"
 #include "tok/tok_impl.h"
+#include "tok/unichar.h"
 
 #define MAX_WORD_CHARS 100
-
-static bool is_ws(uint32_t c) {
-    switch (c) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0:
-    case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
-        return true;
-    default:
-        return c >= 0x2000 && c <= 0x200A;
-    }
-}
-
-static bool is_control(uint32_t c) {
-    if (c == '\t' || c == '\n' || c == '\r') return false;
-    switch (utf8proc_category((utf8proc_int32_t)c)) {
-    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS:
-    case UTF8PROC_CATEGORY_CO: case UTF8PROC_CATEGORY_CN:
-        return true;
-    default:
-        return false;
-    }
-}
-
-static bool is_punct(uint32_t c) {
-    if ((c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) ||
-        (c >= 123 && c <= 126))
-        return true;
-    switch (utf8proc_category((utf8proc_int32_t)c)) {
-    case UTF8PROC_CATEGORY_PC: case UTF8PROC_CATEGORY_PD: case UTF8PROC_CATEGORY_PS:
-    case UTF8PROC_CATEGORY_PE: case UTF8PROC_CATEGORY_PI: case UTF8PROC_CATEGORY_PF:
-    case UTF8PROC_CATEGORY_PO:
-        return true;
-    default:
-        return false;
-    }
-}
 
 /* The CJK Unified Ideographs blocks BERT pads with spaces. */
 static bool is_cjk(uint32_t c) {
@@ -138,8 +104,8 @@ void wpm_tokenize(const struct nx_vocab *v, const char *text, size_t n, struct t
     for (size_t i = 0; i < n && !w.oom;) {
         uint32_t cp;
         i += tok_utf8_decode(text + i, n - i, &cp);
-        if (cp == 0 || cp == 0xFFFD || is_control(cp)) continue;
-        if (is_ws(cp)) {
+        if (cp == 0 || cp == 0xFFFD || uc_is_control(cp)) continue;
+        if (uc_is_space(cp)) {
             word_flush(v, &w, out);
             continue;
         }
@@ -160,7 +126,7 @@ void wpm_tokenize(const struct nx_vocab *v, const char *text, size_t n, struct t
         for (utf8proc_ssize_t k = 0; k < nd; k++) {
             if (utf8proc_category(dec[k]) == UTF8PROC_CATEGORY_MN) continue;
             uint32_t c = (uint32_t)utf8proc_tolower(dec[k]);
-            if (is_punct(c)) {
+            if (uc_is_punct(c)) {
                 word_flush(v, &w, out);
                 word_add(&w, c);
                 word_flush(v, &w, out);
