@@ -6,7 +6,7 @@ CC      ?= cc
 CXX     ?= c++
 PREFIX  ?= /usr/local
 BUILD   ?= build
-DEB_PKGS = build-essential libpcre2-dev libjansson-dev libutf8proc-dev
+DEB_PKGS = build-essential libpcre2-dev libjansson-dev libutf8proc-dev libmicrohttpd-dev
 
 OPT      = -O2
 ifeq ($(DEBUG),1)
@@ -25,7 +25,7 @@ LDFLAGS  += -fsanitize=$(SAN)
 endif
 CFLAGS  ?=
 ALL_CFLAGS = $(CFLAGS_BASE) $(CFLAGS)
-LDLIBS   = -lpcre2-8 -lutf8proc -ljansson -lm -lpthread
+LDLIBS   = -lmicrohttpd -lpcre2-8 -lutf8proc -ljansson -lm -lpthread
 
 # SIMD flags per file: only kernel files named *_avx2.c / *_avx512.c get them.
 AVX2_FLAGS   = -mavx2 -mfma -mf16c

@@ -31,6 +31,7 @@
 #include "mcp_cmd.h"
 #include "mkmodel.h"
 #include "route.h"
+#include "serve_cmd.h"
 
 __attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...) {
     va_list ap;
@@ -709,6 +710,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "kv")) return kv_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "splice-eval")) return splice_eval_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "rerank")) return rerank_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return serve_main(argc, argv);
     if (!strcmp(cmd, "--version")) {
         printf("nexus %s\n", nx_version());
         return 0;

@@ -1,0 +1,519 @@
+/* engine.c - slots, the job queue and the engine thread (see engine.h for the design). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/nx_base.h"
+#include "server/engine.h"
+#include "server/metrics.h"
+
+enum slot_phase { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_GENERATE };
+
+struct slot {
+    nx_ctx *ctx;
+    nx_token *toks;      /* (n_ctx) the tokens the context's KV cache holds, in order */
+    int32_t n_toks;
+    struct srv_job *job; /* NULL when idle */
+    enum slot_phase phase;
+    int32_t n_done;      /* prompt tokens already in the cache */
+    nx_sampler *smp;
+    struct srv_text text;
+    bool text_ready;
+    atomic_llong kv_bytes;  /* written by the engine thread after each step, read by stats */
+    atomic_llong evictions;
+};
+
+struct srv_engine {
+    const nx_model *model;
+    struct srv_engine_params p;
+    int32_t n_ctx;
+    int32_t n_batch;
+    struct slot *slots;
+    float *lp_tmp;       /* (n_vocab) scratch for log-probabilities (engine thread only) */
+
+    pthread_mutex_t mu;  /* guards queue, stop, slot->job pointers seen by stats */
+    pthread_cond_t cv;
+    struct srv_job **queue; /* ring (queue_max) */
+    int32_t q_head, q_len;
+    bool stop;
+    pthread_t thread;
+    bool thread_started;
+    uint64_t seed_ctr;   /* seeds for requests without one */
+
+    atomic_llong prompt_tokens, prompt_cached, gen_tokens;
+};
+
+/* ---- jobs ---- */
+
+static void job_free(struct srv_job *j) {
+    srv_gen_request_free(&j->req);
+    nx_free(j->prompt);
+    nx_free(j->text);
+    nx_free(j->toks);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    nx_free(j);
+}
+
+void srv_job_unref(struct srv_job *j) {
+    if (j && atomic_fetch_sub(&j->refs, 1) == 1) job_free(j);
+}
+
+void srv_job_cancel(struct srv_job *j) { atomic_store(&j->cancel, true); }
+
+nx_status srv_job_create(struct srv_engine *e, struct srv_gen_request *req, const char *text,
+                         double timeout_s, struct srv_job **out, char *err, size_t errlen) {
+    *out = NULL;
+    struct srv_job *j = nx_calloc(1, sizeof *j);
+    if (!j) return NX_STATUS_NOMEM;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    atomic_init(&j->refs, 1);
+    atomic_init(&j->cancel, false);
+    j->req = *req;
+    memset(req, 0, sizeof *req);
+    size_t len = strlen(text);
+    int32_t n = nx_tokenize(e->model, text, len, NULL, 0, true, true);
+    int32_t need = n < 0 ? -n : n;
+    if (n == INT32_MIN || need < 1) {
+        snprintf(err, errlen, n == INT32_MIN ? "the tokenizer failed on the prompt"
+                                             : "the prompt is empty");
+        job_free(j);
+        return NX_STATUS_INVALID_ARG;
+    }
+    j->prompt = nx_malloc(sizeof *j->prompt * (size_t)need);
+    if (!j->prompt) {
+        job_free(j);
+        return NX_STATUS_NOMEM;
+    }
+    j->n_prompt = nx_tokenize(e->model, text, len, j->prompt, need, true, true);
+    if (j->n_prompt + 1 > e->n_ctx) {
+        snprintf(err, errlen, "the prompt has %d tokens; this server's context holds %d "
+                 "(prompt and generated tokens together)", (int)j->n_prompt, (int)e->n_ctx);
+        job_free(j);
+        return NX_STATUS_INVALID_ARG;
+    }
+    int32_t room = e->n_ctx - j->n_prompt;
+    if (j->req.max_tokens <= 0 || j->req.max_tokens > room) j->req.max_tokens = room;
+    j->cap_text = 256;
+    j->text = nx_malloc(j->cap_text);
+    if (j->req.logprobs) {
+        j->cap_toks = j->req.max_tokens;
+        j->toks = nx_malloc(sizeof *j->toks * (size_t)j->cap_toks);
+    }
+    if (!j->text || (j->req.logprobs && !j->toks)) {
+        job_free(j);
+        return NX_STATUS_NOMEM;
+    }
+    j->text[0] = 0;
+    j->t_submit = nx_time_s();
+    j->deadline = timeout_s > 0 ? j->t_submit + timeout_s : 0;
+    *out = j;
+    return NX_STATUS_OK;
+}
+
+/* ---- engine ---- */
+
+nx_status srv_engine_submit(struct srv_engine *e, struct srv_job *j) {
+    pthread_mutex_lock(&e->mu);
+    if (e->q_len >= e->p.queue_max || e->stop) {
+        pthread_mutex_unlock(&e->mu);
+        return NX_STATUS_KV_FULL;
+    }
+    atomic_fetch_add(&j->refs, 1);
+    e->queue[(e->q_head + e->q_len) % e->p.queue_max] = j;
+    e->q_len++;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return NX_STATUS_OK;
+}
+
+/* End a job: record the outcome, wake its reader, drop the engine's reference. */
+static void job_finish(struct srv_job *j, const char *finish, nx_status error, const char *msg) {
+    pthread_mutex_lock(&j->mu);
+    j->finish = finish;
+    j->error = error;
+    if (msg) snprintf(j->errmsg, sizeof j->errmsg, "%s", msg);
+    j->state = SRV_JOB_DONE;
+    j->t_done = nx_time_s();
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    srv_job_unref(j);
+}
+
+static void slot_release(struct srv_engine *e, struct slot *s, const char *finish,
+                         nx_status error, const char *msg) {
+    struct srv_job *j = s->job;
+    if (s->text_ready && !error) {
+        /* whatever is held back (a stop-string prefix that never completed) is released */
+        char buf[4 * SRV_STOP_MAX_LEN + 128];
+        size_t n = srv_text_flush(&s->text, buf, sizeof buf);
+        if (n) {
+            pthread_mutex_lock(&j->mu);
+            size_t need = j->n_text + n + 1;
+            if (need > j->cap_text) {
+                size_t cap = NX_MAX(need, j->cap_text * 2);
+                char *p = nx_realloc(j->text, cap);
+                if (p) {
+                    j->text = p;
+                    j->cap_text = cap;
+                }
+            }
+            if (need <= j->cap_text) {
+                memcpy(j->text + j->n_text, buf, n);
+                j->n_text += n;
+                j->text[j->n_text] = 0;
+            }
+            pthread_mutex_unlock(&j->mu);
+        }
+    }
+    if (s->text_ready) srv_text_free(&s->text);
+    s->text_ready = false;
+    nx_sampler_free(s->smp);
+    s->smp = NULL;
+    atomic_fetch_add(&e->prompt_tokens, j->n_prompt);
+    atomic_fetch_add(&e->prompt_cached, j->n_cached);
+    atomic_fetch_add(&e->gen_tokens, j->n_gen);
+    srv_metrics_tokens(j->n_prompt, j->n_cached, j->n_gen);
+    pthread_mutex_lock(&e->mu);
+    s->job = NULL;
+    s->phase = SLOT_IDLE;
+    pthread_mutex_unlock(&e->mu);
+    job_finish(j, finish, error, msg);
+}
+
+static int32_t common_prefix(const nx_token *a, int32_t na, const nx_token *b, int32_t nb) {
+    int32_t i = 0;
+    while (i < na && i < nb && a[i] == b[i]) i++;
+    return i;
+}
+
+/* Give queued jobs to idle slots: each job to the idle slot whose cache shares the longest
+   prefix with its prompt. Called with e->mu held. */
+static void admit(struct srv_engine *e) {
+    while (e->q_len > 0) {
+        struct srv_job *j = e->queue[e->q_head];
+        int best = -1;
+        int32_t best_len = -1;
+        for (int i = 0; i < e->p.n_slots; i++) {
+            struct slot *s = &e->slots[i];
+            if (s->job) continue;
+            int32_t l = common_prefix(s->toks, s->n_toks, j->prompt, j->n_prompt);
+            if (l > best_len) {
+                best = i;
+                best_len = l;
+            }
+        }
+        if (best < 0) return;
+        e->q_head = (e->q_head + 1) % e->p.queue_max;
+        e->q_len--;
+        struct slot *s = &e->slots[best];
+        s->job = j;
+        s->phase = SLOT_PREFILL;
+        /* the last prompt token is always decoded, so its logits are fresh */
+        int32_t keep = NX_MIN(best_len, j->n_prompt - 1);
+        s->n_done = keep;
+        j->n_cached = keep;
+    }
+}
+
+static nx_status slot_start(struct srv_engine *e, struct slot *s, char *msg, size_t len) {
+    struct srv_job *j = s->job;
+    if (nx_ctx_truncate(s->ctx, s->n_done) != NX_STATUS_OK) {
+        /* a cache whose tokens were evicted cannot be cut at any position: start afresh */
+        nx_ctx_reset(s->ctx);
+        s->n_done = 0;
+        j->n_cached = 0;
+    }
+    s->n_toks = s->n_done;
+    struct nx_sampler_params sp = nx_sampler_default_params();
+    sp.temp = j->req.temperature;
+    sp.top_k = 0;
+    sp.top_p = j->req.top_p;
+    sp.min_p = 0;
+    sp.repeat_penalty = 1.0f;
+    sp.seed = j->req.has_seed ? j->req.seed : ++e->seed_ctr * 0x9E3779B97F4A7C15ull;
+    if (nx_sampler_init(&sp, nx_model_n_vocab(e->model), &s->smp)) {
+        snprintf(msg, len, "out of memory (sampler)");
+        return NX_STATUS_NOMEM;
+    }
+    nx_status st = srv_text_init(&s->text, (const char *const *)j->req.stop, j->req.n_stop);
+    if (st) {
+        snprintf(msg, len, "cannot set up the stop strings");
+        return st;
+    }
+    s->text_ready = true;
+    pthread_mutex_lock(&j->mu);
+    j->state = SRV_JOB_RUNNING;
+    pthread_mutex_unlock(&j->mu);
+    return NX_STATUS_OK;
+}
+
+/* log-softmax of the logits for the chosen token and the top-n alternatives */
+static void fill_logprobs(struct srv_engine *e, const float *logits, nx_token chosen, int n_top,
+                          struct srv_tokinfo *ti) {
+    int32_t nv = nx_model_n_vocab(e->model);
+    double mx = -INFINITY;
+    for (int32_t i = 0; i < nv; i++) mx = fmax(mx, logits[i]);
+    double sum = 0;
+    for (int32_t i = 0; i < nv; i++) sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    ti->id = chosen;
+    ti->logprob = (float)((double)logits[chosen] - lse);
+    ti->n_top = 0;
+    for (int32_t i = 0; i < nv && n_top > 0; i++) {
+        float v = logits[i];
+        int k = ti->n_top;
+        if (k == n_top && !(v > e->lp_tmp[k - 1])) continue;
+        if (k < n_top) ti->n_top++;
+        else k = n_top - 1;
+        while (k > 0 && v > e->lp_tmp[k - 1]) { /* insertion, ties keep the lower id first */
+            e->lp_tmp[k] = e->lp_tmp[k - 1];
+            ti->top_id[k] = ti->top_id[k - 1];
+            k--;
+        }
+        e->lp_tmp[k] = v;
+        ti->top_id[k] = i;
+    }
+    for (int k = 0; k < ti->n_top; k++) ti->top_lp[k] = (float)((double)e->lp_tmp[k] - lse);
+}
+
+/* Append released text to the job; false on out of memory. */
+static bool job_add_text(struct srv_job *j, const char *s, size_t n) {
+    if (!n) return true;
+    pthread_mutex_lock(&j->mu);
+    bool ok = true;
+    size_t need = j->n_text + n + 1;
+    if (need > j->cap_text) {
+        size_t cap = NX_MAX(need, j->cap_text * 2);
+        char *p = nx_realloc(j->text, cap);
+        if (!p) ok = false;
+        else {
+            j->text = p;
+            j->cap_text = cap;
+        }
+    }
+    if (ok) {
+        memcpy(j->text + j->n_text, s, n);
+        j->n_text += n;
+        j->text[j->n_text] = 0;
+        pthread_cond_broadcast(&j->cv);
+    }
+    pthread_mutex_unlock(&j->mu);
+    return ok;
+}
+
+/* One unit of work for a busy slot: a prompt chunk, or one generated token. */
+static void slot_step(struct srv_engine *e, struct slot *s) {
+    struct srv_job *j = s->job;
+    char msg[256];
+    if (atomic_load(&j->cancel)) {
+        slot_release(e, s, NULL, NX_STATUS_ABORTED, "cancelled");
+        return;
+    }
+    if (j->deadline > 0 && nx_time_s() > j->deadline) {
+        /* a request past its deadline ends like one that hit its token cap */
+        slot_release(e, s, "length", NX_STATUS_OK, NULL);
+        return;
+    }
+    if (s->phase == SLOT_PREFILL && !s->smp) {
+        nx_status st = slot_start(e, s, msg, sizeof msg);
+        if (st) {
+            slot_release(e, s, NULL, st, msg);
+            return;
+        }
+    }
+    double t0 = nx_time_s();
+    if (s->phase == SLOT_PREFILL) {
+        int32_t n = NX_MIN(e->n_batch, j->n_prompt - s->n_done);
+        nx_status st = nx_decode(s->ctx, j->prompt + s->n_done, n, false);
+        if (st) {
+            snprintf(msg, sizeof msg, "decode failed: %s", nx_ctx_last_error(s->ctx));
+            slot_release(e, s, NULL, st, msg);
+            return;
+        }
+        memcpy(s->toks + s->n_toks, j->prompt + s->n_done, sizeof(nx_token) * (size_t)n);
+        s->n_toks += n;
+        s->n_done += n;
+        if (s->n_done == j->n_prompt) s->phase = SLOT_GENERATE;
+        return;
+    }
+    const float *logits = nx_get_logits(s->ctx, -1);
+    nx_token t = nx_sampler_sample(s->smp, logits);
+    if (j->n_gen == 0) {
+        j->t_first = nx_time_s();
+        srv_metrics_ttft(j->t_first - j->t_submit);
+    }
+    if (j->req.logprobs && j->n_toks < j->cap_toks) {
+        pthread_mutex_lock(&j->mu);
+        fill_logprobs(e, logits, t, j->req.top_logprobs, &j->toks[j->n_toks]);
+        j->n_toks++;
+        pthread_mutex_unlock(&j->mu);
+    }
+    j->n_gen++;
+    if (nx_token_is_eog(e->model, t)) {
+        slot_release(e, s, "stop", NX_STATUS_OK, NULL);
+        return;
+    }
+    char piece[256], out[4 * SRV_STOP_MAX_LEN + 128];
+    int32_t np = nx_token_to_piece(e->model, t, piece, sizeof piece, false);
+    if (np < 0) np = 0;
+    if (!srv_text_push(&s->text, piece, (size_t)np)) {
+        slot_release(e, s, NULL, NX_STATUS_NOMEM, "generated text buffer overflow");
+        return;
+    }
+    size_t n = srv_text_take(&s->text, out, sizeof out);
+    if (!job_add_text(j, out, n)) {
+        slot_release(e, s, NULL, NX_STATUS_NOMEM, "out of memory");
+        return;
+    }
+    if (s->text.stopped) {
+        slot_release(e, s, "stop", NX_STATUS_OK, NULL);
+        return;
+    }
+    if (j->n_gen >= j->req.max_tokens) {
+        slot_release(e, s, "length", NX_STATUS_OK, NULL);
+        return;
+    }
+    nx_status st = nx_decode(s->ctx, &t, 1, false);
+    if (st) {
+        snprintf(msg, sizeof msg, "decode failed: %s", nx_ctx_last_error(s->ctx));
+        slot_release(e, s, NULL, st, msg);
+        return;
+    }
+    s->toks[s->n_toks++] = t;
+    srv_metrics_step(nx_time_s() - t0);
+}
+
+static void *engine_main(void *arg) {
+    struct srv_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        for (;;) {
+            if (e->stop) break;
+            admit(e);
+            bool busy = false;
+            for (int i = 0; i < e->p.n_slots; i++) busy |= e->slots[i].job != NULL;
+            if (busy) break;
+            pthread_cond_wait(&e->cv, &e->mu);
+        }
+        bool stop = e->stop;
+        pthread_mutex_unlock(&e->mu);
+        if (stop) break;
+        for (int i = 0; i < e->p.n_slots; i++)
+            if (e->slots[i].job) {
+            struct slot *s = &e->slots[i];
+            slot_step(e, s);
+            struct nx_kv_stats ks;
+            nx_ctx_kv_stats(s->ctx, &ks);
+            atomic_store(&s->kv_bytes, (long long)ks.bytes_current);
+            atomic_store(&s->evictions, (long long)ks.evictions);
+        }
+    }
+    for (int i = 0; i < e->p.n_slots; i++)
+        if (e->slots[i].job) slot_release(e, &e->slots[i], NULL, NX_STATUS_ABORTED,
+                                          "the server is shutting down");
+    pthread_mutex_lock(&e->mu);
+    while (e->q_len > 0) {
+        struct srv_job *j = e->queue[e->q_head];
+        e->q_head = (e->q_head + 1) % e->p.queue_max;
+        e->q_len--;
+        pthread_mutex_unlock(&e->mu);
+        job_finish(j, NULL, NX_STATUS_ABORTED, "the server is shutting down");
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+nx_status srv_engine_init(const nx_model *model, const struct srv_engine_params *p,
+                          struct srv_engine **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (p->n_slots < 1 || p->n_slots > 256 || p->queue_max < 1 || p->n_threads < 1) {
+        snprintf(err, errlen, "slots must be 1..256, queue and threads at least 1");
+        return NX_STATUS_INVALID_ARG;
+    }
+    struct srv_engine *e = nx_calloc(1, sizeof *e);
+    if (!e) return NX_STATUS_NOMEM;
+    e->model = model;
+    e->p = *p;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->slots = nx_calloc((size_t)p->n_slots, sizeof *e->slots);
+    e->queue = nx_calloc((size_t)p->queue_max, sizeof *e->queue);
+    e->lp_tmp = nx_malloc(sizeof(float) * (SRV_TOP_MAX + 1));
+    nx_status st = NX_STATUS_NOMEM;
+    if (!e->slots || !e->queue || !e->lp_tmp) goto fail;
+    for (int i = 0; i < p->n_slots; i++) {
+        struct nx_ctx_params cp = p->ctx;
+        cp.n_ctx = p->n_ctx;
+        cp.n_threads = cp.n_threads_batch = p->n_threads;
+        st = nx_ctx_init(model, &cp, &e->slots[i].ctx, err, errlen);
+        if (st) goto fail;
+        e->n_ctx = nx_ctx_n_ctx(e->slots[i].ctx);
+        e->n_batch = cp.n_batch > 0 ? cp.n_batch : 512;
+        e->slots[i].toks = nx_malloc(sizeof(nx_token) * (size_t)e->n_ctx);
+        if (!e->slots[i].toks) {
+            st = NX_STATUS_NOMEM;
+            goto fail;
+        }
+    }
+    if (pthread_create(&e->thread, NULL, engine_main, e)) {
+        snprintf(err, errlen, "cannot start the engine thread");
+        st = NX_STATUS_NOMEM;
+        goto fail;
+    }
+    e->thread_started = true;
+    *out = e;
+    return NX_STATUS_OK;
+fail:
+    if (st == NX_STATUS_NOMEM && !err[0]) snprintf(err, errlen, "out of memory");
+    srv_engine_free(e);
+    return st;
+}
+
+void srv_engine_halt(struct srv_engine *e) {
+    if (!e->thread_started) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    e->thread_started = false;
+}
+
+void srv_engine_free(struct srv_engine *e) {
+    if (!e) return;
+    srv_engine_halt(e);
+    if (e->slots)
+        for (int i = 0; i < e->p.n_slots; i++) {
+            nx_ctx_free(e->slots[i].ctx);
+            nx_free(e->slots[i].toks);
+        }
+    nx_free(e->slots);
+    nx_free(e->queue);
+    nx_free(e->lp_tmp);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    nx_free(e);
+}
+
+void srv_engine_stats(struct srv_engine *e, struct srv_engine_stats *out) {
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&e->mu);
+    out->n_slots = e->p.n_slots;
+    out->queued = e->q_len;
+    for (int i = 0; i < e->p.n_slots; i++) {
+        if (e->slots[i].job) out->slots_busy++;
+        if (i < 64) out->kv_bytes[i] = atomic_load(&e->slots[i].kv_bytes);
+        out->evictions += atomic_load(&e->slots[i].evictions);
+    }
+    pthread_mutex_unlock(&e->mu);
+    out->prompt_tokens = atomic_load(&e->prompt_tokens);
+    out->prompt_tokens_cached = atomic_load(&e->prompt_cached);
+    out->gen_tokens = atomic_load(&e->gen_tokens);
+}
+
+const nx_model *srv_engine_model(const struct srv_engine *e) { return e->model; }
+int32_t srv_engine_n_ctx(const struct srv_engine *e) { return e->n_ctx; }

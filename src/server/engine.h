@@ -1,0 +1,109 @@
+/*
+ * engine.h - the server's generation engine: a bounded queue of jobs, N slots, and one engine
+ * thread that runs every forward pass. HTTP threads never run the model; the engine thread
+ * never touches a socket (STYLE §4.3: work on the engine thread, completion on the I/O side).
+ *
+ * DESIGN: a job is shared by the HTTP thread that submitted it and the engine (reference
+ * count). The engine writes released text, token records and the final state into the job
+ * under the job's mutex and signals its condition variable; the HTTP side reads what is new.
+ * A job whose client went away is cancelled (srv_job_cancel) and its slot freed at the
+ * engine's next step. Each slot owns one context and keeps the tokens its KV cache holds, so
+ * a new request reuses the longest common prefix of the slot it is given (the free slot with
+ * the longest such prefix is chosen). Every request samples with its own generator, seeded
+ * from the request (or from a server counter when it has no seed), so its output does not
+ * depend on what else the server is doing: contexts are independent and the engine's logits
+ * are batch- and chunk-invariant.
+ * Interim (issue 11/13): slots step one after another, each with its own context; with the
+ * multi-sequence engine they decode in one batched forward pass.
+ */
+#ifndef NX_SERVER_ENGINE_H
+#define NX_SERVER_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "nexus.h"
+#include "server/oai.h"
+#include "server/textout.h"
+
+#define SRV_TOP_MAX 20
+
+struct srv_tokinfo {
+    nx_token id;
+    float logprob;                /* log-probability of id under the model's distribution */
+    int32_t n_top;
+    nx_token top_id[SRV_TOP_MAX]; /* most likely tokens, best first */
+    float top_lp[SRV_TOP_MAX];
+};
+
+enum srv_job_state { SRV_JOB_QUEUED = 0, SRV_JOB_RUNNING = 1, SRV_JOB_DONE = 2 };
+
+struct srv_job {
+    struct srv_gen_request req;   /* owned */
+    nx_token *prompt;             /* (n_prompt) owned */
+    int32_t n_prompt;
+    double t_submit, t_first, t_done; /* nx_time_s; t_first: first generated token */
+    double deadline;              /* nx_time_s after which the job ends (0: none) */
+
+    pthread_mutex_t mu;           /* guards everything below */
+    pthread_cond_t cv;
+    enum srv_job_state state;
+    char *text;                   /* (cap_text) released text, NUL-terminated */
+    size_t n_text, cap_text;
+    struct srv_tokinfo *toks;     /* (cap_toks) generated tokens (logprobs requests only) */
+    int32_t n_toks, cap_toks;
+    int32_t n_gen;                /* tokens generated */
+    int32_t n_cached;             /* prompt tokens reused from the slot's cache */
+    const char *finish;           /* "stop", "length", or NULL while running */
+    nx_status error;              /* non-OK: the job failed; errmsg says why */
+    char errmsg[256];
+
+    atomic_bool cancel;
+    atomic_int refs;
+};
+
+struct srv_engine_params {
+    int32_t n_slots;      /* concurrent generations (-np) */
+    int32_t queue_max;    /* jobs waiting for a slot before submit refuses (429) */
+    int32_t n_ctx;        /* context of each slot */
+    int32_t n_threads;
+    struct nx_ctx_params ctx; /* KV type and eviction policy of every slot */
+};
+
+struct srv_engine;
+
+/* Start the engine thread with n_slots contexts on model (borrowed; outlives the engine).
+   Errors: INVALID_ARG, NOMEM (err says which slot failed). */
+nx_status srv_engine_init(const nx_model *model, const struct srv_engine_params *p,
+                          struct srv_engine **out, char *err, size_t errlen);
+/* Stop the thread: running and queued jobs end with ABORTED, later submits are refused. The
+   engine stays allocated (stats and submit remain safe to call). Idempotent. */
+void srv_engine_halt(struct srv_engine *e);
+/* Halt, then free the slots. NULL is a no-op. */
+void srv_engine_free(struct srv_engine *e);
+
+/* A job for req (moved into the job: the caller's struct is cleared), tokenized from text
+   (owned by the caller). Errors: INVALID_ARG (prompt over the context: err says by how much),
+   NOMEM. The job starts with one reference. */
+nx_status srv_job_create(struct srv_engine *e, struct srv_gen_request *req, const char *text,
+                         double timeout_s, struct srv_job **out, char *err, size_t errlen);
+void srv_job_unref(struct srv_job *j);
+void srv_job_cancel(struct srv_job *j);
+
+/* Queue a job (the engine takes its own reference). KV_FULL when the queue is full. */
+nx_status srv_engine_submit(struct srv_engine *e, struct srv_job *j);
+
+struct srv_engine_stats {
+    int32_t n_slots, slots_busy, queued;
+    int64_t prompt_tokens, prompt_tokens_cached, gen_tokens;
+    int64_t kv_bytes[64];   /* per slot (first 64) */
+    int64_t evictions;
+};
+void srv_engine_stats(struct srv_engine *e, struct srv_engine_stats *out);
+
+const nx_model *srv_engine_model(const struct srv_engine *e);
+int32_t srv_engine_n_ctx(const struct srv_engine *e);
+
+#endif
