@@ -13,6 +13,7 @@
 #include <utf8proc.h>
 
 #include "core/alloc.h"
+#include "core/log.h"
 #include "core/nx_base.h"
 #include "server/metrics.h"
 #include "server/server.h"
@@ -36,7 +37,7 @@ struct conn {
     int status;             /* status of the response queued (for metrics) */
     char *body;
     size_t n_body, cap_body;
-    bool too_big, refused;
+    bool too_big, too_slow, refused;
     double t_start;
     /* streaming */
     struct srv_job *job;
@@ -661,18 +662,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (*upload_size) {
+        /* libmicrohttpd takes a response only once the body is in: past a limit, the rest is
+           read and dropped, and the error goes out at the end (a sender that never finishes
+           is closed by the idle timeout) */
         size_t n = *upload_size;
         *upload_size = 0;
+        if (cs->too_big || cs->too_slow) return MHD_YES;
         if (nx_time_s() - cs->t_start > S->p.body_timeout_s) {
-            cs->refused = true;
-            return send_error(cs, 408, NULL, "body_timeout",
-                              "the request body did not arrive within %.0f s",
-                              S->p.body_timeout_s);
+            cs->too_slow = true;
+            return MHD_YES;
         }
-        if (cs->too_big || cs->n_body + n > S->p.max_body) {
-            cs->refused = true;
-            return send_error(cs, 413, NULL, "body_too_large",
-                              "the request body is larger than %zu bytes", S->p.max_body);
+        if (cs->n_body + n > S->p.max_body) {
+            cs->too_big = true;
+            return MHD_YES;
         }
         if (cs->n_body + n + 1 > cs->cap_body) {
             size_t cap = NX_MAX(cs->cap_body * 2, cs->n_body + n + 1);
@@ -687,6 +689,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     (void)version;
+    if (cs->too_slow)
+        return send_error(cs, 408, NULL, "body_timeout",
+                          "the request body did not arrive within %g s", S->p.body_timeout_s);
+    if (cs->too_big)
+        return send_error(cs, 413, NULL, "body_too_large",
+                          "the request body is larger than %zu bytes", S->p.max_body);
     switch (cs->ep) {
     case SRV_EP_CHAT:
     case SRV_EP_COMPLETIONS: return handle_gen(cs);
@@ -714,6 +722,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 }
 
 
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    char msg[512];
+    (void)cls;
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    if (n && msg[n - 1] == '\n') msg[n - 1] = 0;
+    NX_LOGD("http: %s", msg);
+}
+
 nx_status srv_start(const nx_model *model, const nx_model *embed_model,
                     const struct srv_params *p, struct srv_server **out, char *err,
                     size_t errlen) {
@@ -732,6 +749,7 @@ nx_status srv_start(const nx_model *model, const nx_model *embed_model,
     }
     struct srv_server *S = nx_calloc(1, sizeof *S);
     if (!S) return NX_STATUS_NOMEM;
+    srv_metrics_reset(); /* counters cover this server's life */
     S->p = *p;
     S->model = model;
     S->embed_model = embed_model;
@@ -750,7 +768,8 @@ nx_status srv_start(const nx_model *model, const nx_model *embed_model,
                             (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)p->max_conns, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned)p->idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
-                            on_completed, S, MHD_OPTION_END);
+                            on_completed, S, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                            MHD_OPTION_END);
     if (!S->d) {
         snprintf(err, errlen, "cannot listen on %s:%d: %s", p->host, p->port, strerror(errno));
         srv_engine_free(S->engine);

@@ -1,0 +1,623 @@
+/*
+ * test_server.c - `nexus serve` as a black box over real sockets on 127.0.0.1 (stories260K),
+ * plus the text-release unit (server/textout.h).
+ *
+ * Each case starts a server in-process on a free port, talks HTTP/1.0 to it (responses end
+ * when the server closes the connection, so no chunked decoding is needed), and stops it.
+ * Expected outputs come from the model itself run through include/nexus.h directly (greedy
+ * decode), never from the server.
+ */
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/alloc.h"
+#include "core/nx_base.h"
+#include "nexus.h"
+#include "server/server.h"
+#include "server/textout.h"
+#include "test.h"
+
+#define MODEL "../shared/models/stories260K/stories260K.gguf"
+
+static nx_model *g_model;
+
+static nx_model *model(void) {
+    if (!g_model) {
+        char err[256];
+        if (nx_model_load(MODEL, NULL, &g_model, err, sizeof err)) {
+            fprintf(stderr, "cannot load %s: %s\n", MODEL, err);
+            exit(1);
+        }
+    }
+    return g_model;
+}
+
+static struct srv_params params(void) {
+    struct srv_params p = srv_default_params();
+    p.port = 0;
+    p.engine.n_slots = 2;
+    p.engine.n_ctx = 512;
+    p.engine.n_threads = 1;
+    p.lim.max_tokens = 400;
+    return p;
+}
+
+static struct srv_server *start(const struct srv_params *p) {
+    struct srv_server *s = NULL;
+    char err[256];
+    nx_status st = srv_start(model(), NULL, p, &s, err, sizeof err);
+    if (st) fprintf(stderr, "srv_start: %s\n", err);
+    return s;
+}
+
+static int dial(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        close(fd);
+        return -1;
+    }
+    struct timeval tv = {.tv_sec = 20};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+static void send_all(int fd, const char *s, size_t n) {
+    while (n > 0) {
+        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
+        if (k <= 0) return;
+        s += k;
+        n -= (size_t)k;
+    }
+}
+
+struct resp {
+    int status;
+    char *head; /* whole response (owned) */
+    char *body; /* into head */
+};
+
+static void resp_free(struct resp *r) { free(r->head); }
+
+static struct resp read_resp(int fd) {
+    struct resp r = {0};
+    size_t cap = 1 << 16, n = 0;
+    r.head = malloc(cap);
+    for (;;) {
+        if (n + 4096 > cap) r.head = realloc(r.head, cap *= 2);
+        ssize_t k = recv(fd, r.head + n, cap - n - 1, 0);
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    r.head[n] = 0;
+    sscanf(r.head, "HTTP/%*s %d", &r.status);
+    char *b = strstr(r.head, "\r\n\r\n");
+    r.body = b ? b + 4 : r.head + n;
+    return r;
+}
+
+/* One request: method, path, extra headers ("" or lines ending in \r\n), body (NULL: none). */
+static struct resp req(int port, const char *method, const char *path, const char *hdrs,
+                       const char *body) {
+    int fd = dial(port);
+    struct resp r = {0};
+    if (fd < 0) return r;
+    char head[1024];
+    int n = snprintf(head, sizeof head, "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%s", method, path,
+                     hdrs);
+    if (body)
+        n += snprintf(head + n, sizeof head - (size_t)n,
+                      "Content-Type: application/json\r\nContent-Length: %zu\r\n", strlen(body));
+    n += snprintf(head + n, sizeof head - (size_t)n, "\r\n");
+    send_all(fd, head, (size_t)n);
+    if (body) send_all(fd, body, strlen(body));
+    r = read_resp(fd);
+    close(fd);
+    return r;
+}
+
+static struct resp post(int port, const char *path, const char *body) {
+    return req(port, "POST", path, "", body);
+}
+
+/* The error object's field (borrowed from a static copy), or "" */
+static const char *err_field(const struct resp *r, const char *field) {
+    static char buf[512];
+    buf[0] = 0;
+    json_t *j = json_loads(r->body, 0, NULL);
+    json_t *v = json_object_get(json_object_get(j, "error"), field);
+    if (json_is_string(v)) snprintf(buf, sizeof buf, "%s", json_string_value(v));
+    json_decref(j);
+    return buf;
+}
+
+/* Text of choices[0] (message.content for chat, text for completions); owned. */
+static char *resp_text(const struct resp *r) {
+    json_t *j = json_loads(r->body, 0, NULL);
+    json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *t = json_object_get(c, "text");
+    if (!t) t = json_object_get(json_object_get(c, "message"), "content");
+    char *s = json_is_string(t) ? strdup(json_string_value(t)) : NULL;
+    json_decref(j);
+    return s;
+}
+
+/* Greedy continuation of BOS + prompt for n tokens, straight through the engine. */
+static char *greedy_ref(const char *prompt, int n) {
+    nx_model *m = model();
+    struct nx_ctx_params cp = nx_ctx_default_params();
+    cp.n_ctx = 512;
+    cp.n_threads = cp.n_threads_batch = 1;
+    nx_ctx *c;
+    char err[256];
+    if (nx_ctx_init(m, &cp, &c, err, sizeof err)) return NULL;
+    nx_token toks[512];
+    int32_t nt = nx_tokenize(m, prompt, strlen(prompt), toks, 512, true, true);
+    nx_decode(c, toks, nt, false);
+    char *out = calloc(1, 8192);
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        const float *lg = nx_get_logits(c, -1);
+        nx_token best = 0;
+        for (int32_t v = 1; v < nx_model_n_vocab(m); v++)
+            if (lg[v] > lg[best]) best = v;
+        if (nx_token_is_eog(m, best)) break;
+        char piece[64];
+        int32_t k = nx_token_to_piece(m, best, piece, sizeof piece, false);
+        if (k > 0 && len + (size_t)k < 8191) {
+            memcpy(out + len, piece, (size_t)k);
+            len += (size_t)k;
+        }
+        nx_decode(c, &best, 1, false);
+    }
+    nx_ctx_free(c);
+    return out;
+}
+
+/* ---- textout ---- */
+
+static void take_all(struct srv_text *t, const char **pieces, int n, char *out) {
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        srv_text_push(t, pieces[i], strlen(pieces[i]));
+        len += srv_text_take(t, out + len, 512 - len);
+    }
+    srv_text_flush(t, out + len, 512 - len);
+}
+
+TEST(textout_stop_across_pieces_and_utf8) {
+    struct srv_text t;
+    const char *stops[] = {"END", "\n\n"};
+    ASSERT_EQ(srv_text_init(&t, stops, 2), NX_STATUS_OK);
+    char out[512];
+    /* "é" split over two pieces must not be released half; "EN" + "D" is a stop */
+    const char *p1[] = {"ab", "\xC3", "\xA9", "cE", "N", "Dzz"};
+    take_all(&t, p1, 6, out);
+    ASSERT_TRUE(!strcmp(out, "ab\xC3\xA9" "c"));
+    ASSERT_TRUE(t.stopped);
+    srv_text_free(&t);
+    /* a stop prefix that never completes is released at the end */
+    ASSERT_EQ(srv_text_init(&t, stops, 2), NX_STATUS_OK);
+    const char *p2[] = {"x", "EN", "d\n"};
+    take_all(&t, p2, 3, out);
+    ASSERT_TRUE(!strcmp(out, "xENd\n"));
+    ASSERT_TRUE(!t.stopped);
+    srv_text_free(&t);
+    /* held back exactly while it could still be a stop */
+    ASSERT_EQ(srv_text_init(&t, stops, 2), NX_STATUS_OK);
+    srv_text_push(&t, "aE", 2);
+    ASSERT_EQ(srv_text_take(&t, out, sizeof out), 1);
+    ASSERT_TRUE(!strcmp(out, "a"));
+    srv_text_push(&t, "x", 1);
+    ASSERT_EQ(srv_text_take(&t, out, sizeof out), 2);
+    srv_text_free(&t);
+    const char *bad[] = {""};
+    ASSERT_EQ(srv_text_init(&t, bad, 1), NX_STATUS_INVALID_ARG);
+    srv_text_free(&t);
+}
+
+/* ---- black-box ---- */
+
+TEST(server_health_models_metrics) {
+    struct srv_params p = params();
+    struct srv_server *s = start(&p);
+    ASSERT_TRUE(s != NULL);
+    int port = srv_port(s);
+    struct resp r = req(port, "GET", "/health", "", NULL);
+    ASSERT_EQ(r.status, 200);
+    ASSERT_TRUE(strstr(r.body, "\"ok\"") != NULL);
+    resp_free(&r);
+    r = req(port, "GET", "/v1/models", "", NULL);
+    ASSERT_EQ(r.status, 200);
+    ASSERT_TRUE(strstr(r.body, "\"id\":\"nexus\"") != NULL);
+    resp_free(&r);
+    r = post(port, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":4}");
+    ASSERT_EQ(r.status, 200);
+    resp_free(&r);
+    r = req(port, "GET", "/metrics", "", NULL);
+    ASSERT_EQ(r.status, 200);
+    ASSERT_TRUE(strstr(r.body, "nexus_requests_total{endpoint=\"completions\",code=\"200\"}") !=
+                NULL);
+    ASSERT_TRUE(strstr(r.body, "nexus_ttft_seconds_count") != NULL);
+    ASSERT_TRUE(strstr(r.body, "nexus_kv_bytes{slot=\"1\"}") != NULL);
+    resp_free(&r);
+    srv_stop(s);
+}
+
+TEST(server_greedy_matches_engine_and_prefix_is_reused) {
+    struct srv_params p = params();
+    struct srv_server *s = start(&p);
+    ASSERT_TRUE(s != NULL);
+    char *want = greedy_ref("Once upon a time", 40);
+    struct resp r = post(srv_port(s), "/v1/completions",
+                         "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}");
+    ASSERT_EQ(r.status, 200);
+    char *got = resp_text(&r);
+    ASSERT_TRUE(got && want && !strcmp(got, want));
+    resp_free(&r);
+    free(got);
+    /* the same prompt again: its prefix comes from the slot's cache, output unchanged */
+    r = post(srv_port(s), "/v1/completions",
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0}");
+    got = resp_text(&r);
+    ASSERT_TRUE(got && !strcmp(got, want));
+    ASSERT_TRUE(strstr(r.body, "\"cached_tokens\":4") != NULL);
+    resp_free(&r);
+    free(got);
+    free(want);
+    srv_stop(s);
+}
+
+TEST(server_stop_string_cuts_before_it) {
+    struct srv_params p = params();
+    struct srv_server *s = start(&p);
+    char *full = greedy_ref("Once upon a time", 40);
+    ASSERT_TRUE(full && strlen(full) > 20);
+    /* stop at a word taken from the reference continuation */
+    char stop[8];
+    memcpy(stop, full + 12, 5);
+    stop[5] = 0;
+    char *first = strstr(full, stop);
+    char body[256];
+    json_t *st = json_string(stop);
+    char *stop_json = json_dumps(st, JSON_ENCODE_ANY);
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"Once upon a time\",\"max_tokens\":40,\"temperature\":0,\"stop\":[%s]}",
+             stop_json);
+    struct resp r = post(srv_port(s), "/v1/completions", body);
+    ASSERT_EQ(r.status, 200);
+    char *got = resp_text(&r);
+    ASSERT_TRUE(got != NULL);
+    ASSERT_EQ(strlen(got), (size_t)(first - full));
+    ASSERT_TRUE(!strncmp(got, full, strlen(got)));
+    ASSERT_TRUE(strstr(r.body, "\"finish_reason\":\"stop\"") != NULL);
+    resp_free(&r);
+    free(got);
+    free(full);
+    free(stop_json);
+    json_decref(st);
+    srv_stop(s);
+}
+
+/* SSE: the deltas put together equal the non-streamed text of the same seeded request. */
+TEST(server_stream_equals_nonstream) {
+    struct srv_params p = params();
+    struct srv_server *s = start(&p);
+    const char *q = "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell a story\"}],"
+                    "\"max_tokens\":30,\"seed\":7,\"temperature\":1.0%s}";
+    char body[512];
+    snprintf(body, sizeof body, q, "");
+    struct resp r1 = post(srv_port(s), "/v1/chat/completions", body);
+    ASSERT_EQ(r1.status, 200);
+    char *want = resp_text(&r1);
+    snprintf(body, sizeof body, q, ",\"stream\":true,\"stream_options\":{\"include_usage\":true}");
+    struct resp r2 = post(srv_port(s), "/v1/chat/completions", body);
+    ASSERT_EQ(r2.status, 200);
+    ASSERT_TRUE(strstr(r2.head, "text/event-stream") != NULL);
+    char got[8192] = "";
+    int n_chunks = 0, usage = 0, done = 0;
+    for (char *line = strtok(r2.body, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "data: ", 6)) continue;
+        if (!strcmp(line + 6, "[DONE]")) {
+            done++;
+            continue;
+        }
+        json_t *j = json_loads(line + 6, 0, NULL);
+        ASSERT_TRUE(j != NULL);
+        n_chunks++;
+        json_t *c = json_array_get(json_object_get(j, "choices"), 0);
+        json_t *t = json_object_get(json_object_get(c, "delta"), "content");
+        if (json_is_string(t)) strncat(got, json_string_value(t), sizeof got - strlen(got) - 1);
+        if (json_is_object(json_object_get(j, "usage"))) usage++;
+        json_decref(j);
+    }
+    ASSERT_TRUE(want != NULL);
+    ASSERT_TRUE(!strcmp(got, want));
+    ASSERT_EQ(usage, 1);
+    ASSERT_EQ(done, 1);
+    ASSERT_TRUE(n_chunks >= 3);
+    free(want);
+    resp_free(&r1);
+    resp_free(&r2);
+    srv_stop(s);
+}
+
+struct load_arg {
+    int port;
+    int seed;
+    char *text;
+};
+
+static void *load_thread(void *a) {
+    struct load_arg *la = a;
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"prompt\":\"The little dog\",\"max_tokens\":24,\"seed\":%d,\"temperature\":1.0}",
+             la->seed);
+    struct resp r = post(la->port, "/v1/completions", body);
+    la->text = r.status == 200 ? resp_text(&r) : NULL;
+    resp_free(&r);
+    return NULL;
+}
+
+/* Same seed, same output: alone, and while 16 other clients are served. */
+TEST(server_seeded_output_independent_of_load) {
+    struct srv_params p = params();
+    p.engine.n_slots = 4;
+    struct srv_server *s = start(&p);
+    enum { N = 17 };
+    struct load_arg solo[N], busy[N];
+    for (int i = 0; i < N; i++) {
+        solo[i] = (struct load_arg){srv_port(s), 100 + i % 5, NULL};
+        load_thread(&solo[i]);
+    }
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        busy[i] = (struct load_arg){srv_port(s), 100 + i % 5, NULL};
+        pthread_create(&th[i], NULL, load_thread, &busy[i]);
+    }
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    int same = 0, differ_by_seed = 0;
+    for (int i = 0; i < N; i++) {
+        ASSERT_TRUE(solo[i].text && busy[i].text);
+        same += !strcmp(solo[i].text, busy[i].text);
+        differ_by_seed += strcmp(solo[i].text, solo[(i + 1) % 5].text) != 0;
+    }
+    ASSERT_EQ(same, N);
+    ASSERT_TRUE(differ_by_seed > 0); /* the seed matters: the test could fail */
+    for (int i = 0; i < N; i++) {
+        free(solo[i].text);
+        free(busy[i].text);
+    }
+    srv_stop(s);
+}
+
+TEST(server_bad_requests_get_4xx_and_server_keeps_serving) {
+    struct srv_params p = params();
+    p.max_body = 4096;
+    p.max_depth = 16;
+    struct srv_server *s = start(&p);
+    int port = srv_port(s);
+    struct {
+        const char *method, *path, *body;
+        int status;
+        const char *param;
+    } cases[] = {
+        {"POST", "/v1/completions", "{bad", 400, ""},
+        {"POST", "/v1/completions", "[1,2]", 400, ""},
+        {"POST", "/v1/completions", "{\"prompt\":\"a\",\"prompt\":\"b\"}", 400, ""},
+        {"POST", "/v1/completions", "{\"prompt\":5}", 400, "prompt"},
+        {"POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":\"9\"}", 400, "max_tokens"},
+        {"POST", "/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":100000}", 400, "max_tokens"},
+        {"POST", "/v1/completions", "{\"prompt\":\"a\",\"temperature\":3}", 400, "temperature"},
+        {"POST", "/v1/completions", "{\"prompt\":\"a\",\"n\":2}", 400, "n"},
+        {"POST", "/v1/completions", "{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}",
+         400, "stop"},
+        {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}",
+         400, "messages"},
+        {"POST", "/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":7}]}", 400,
+         "messages"},
+        {"POST", "/v1/chat/completions", "{\"messages\":\"hi\"}", 400, "messages"},
+        {"POST", "/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", 400,
+         "top_logprobs"},
+        {"POST", "/v1/embeddings", "{\"input\":\"x\"}", 400, "model"},
+        {"GET", "/v1/completions", NULL, 405, ""},
+        {"POST", "/health", "{}", 405, ""},
+        {"GET", "/v1/nothing", NULL, 404, ""},
+        {"GET", "/../../etc/passwd", NULL, 404, ""},
+    };
+    for (size_t i = 0; i < NX_ARRAY_LEN(cases); i++) {
+        struct resp r = req(port, cases[i].method, cases[i].path, "", cases[i].body);
+        if (r.status != cases[i].status)
+            fprintf(stderr, "  case %zu (%s %s %s): %d %s\n", i, cases[i].method, cases[i].path,
+                    cases[i].body ? cases[i].body : "", r.status, r.body);
+        ASSERT_EQ(r.status, cases[i].status);
+        ASSERT_TRUE(strstr(r.body, "\"error\"") != NULL);
+        ASSERT_TRUE(!strcmp(err_field(&r, "param"), cases[i].param));
+        ASSERT_TRUE(err_field(&r, "message")[0] != 0);
+        resp_free(&r);
+    }
+    /* deep nesting */
+    char deep[200];
+    memset(deep, '[', 40);
+    snprintf(deep + 40, sizeof deep - 40, "%s", "");
+    char body[300];
+    snprintf(body, sizeof body, "{\"prompt\":%s}", deep);
+    struct resp r = post(port, "/v1/completions", body);
+    ASSERT_EQ(r.status, 400);
+    ASSERT_TRUE(!strcmp(err_field(&r, "code"), "json_too_deep"));
+    resp_free(&r);
+    /* a body over the limit */
+    char *big = malloc(10000);
+    memset(big, 'a', 9999);
+    big[9999] = 0;
+    memcpy(big, "{\"prompt\":\"", 11);
+    big[9997] = '"';
+    big[9998] = '}';
+    r = post(port, "/v1/completions", big);
+    ASSERT_EQ(r.status, 413);
+    resp_free(&r);
+    free(big);
+    /* a prompt longer than the context */
+    big = malloc(3800);
+    memcpy(big, "{\"prompt\":\"", 11);
+    for (int i = 11; i < 3790; i++) big[i] = (char)('a' + i % 26);
+    memcpy(big + 3790, "\"}", 3);
+    r = post(port, "/v1/completions", big);
+    ASSERT_EQ(r.status, 400);
+    ASSERT_TRUE(!strcmp(err_field(&r, "code"), "context_length_exceeded"));
+    resp_free(&r);
+    free(big);
+    /* still serving */
+    r = post(port, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":3}");
+    ASSERT_EQ(r.status, 200);
+    resp_free(&r);
+    srv_stop(s);
+}
+
+TEST(server_api_key) {
+    struct srv_params p = params();
+    p.api_key = "sekret-123";
+    struct srv_server *s = start(&p);
+    int port = srv_port(s);
+    struct resp r = req(port, "GET", "/v1/models", "", NULL);
+    ASSERT_EQ(r.status, 401);
+    ASSERT_TRUE(!strcmp(err_field(&r, "code"), "invalid_api_key"));
+    resp_free(&r);
+    r = req(port, "GET", "/v1/models", "Authorization: Bearer sekret-12\r\n", NULL);
+    ASSERT_EQ(r.status, 401);
+    resp_free(&r);
+    r = req(port, "GET", "/v1/models", "Authorization: Bearer sekret-1234\r\n", NULL);
+    ASSERT_EQ(r.status, 401);
+    resp_free(&r);
+    r = req(port, "GET", "/v1/models", "Authorization: Bearer sekret-123\r\n", NULL);
+    ASSERT_EQ(r.status, 200);
+    resp_free(&r);
+    r = req(port, "GET", "/health", "", NULL);
+    ASSERT_EQ(r.status, 200);
+    resp_free(&r);
+    srv_stop(s);
+}
+
+/* A client that disconnects mid-stream cancels its generation and frees its slot. */
+TEST(server_disconnect_frees_slot) {
+    struct srv_params p = params();
+    p.engine.n_slots = 1;
+    p.engine.n_ctx = 4096;
+    p.lim.max_tokens = 4000;
+    struct srv_server *s = start(&p);
+    int port = srv_port(s);
+    int fd = dial(port);
+    const char *body = "{\"prompt\":\"Once\",\"max_tokens\":4000,\"stream\":true,"
+                       "\"temperature\":1,\"seed\":3}";
+    char head[256];
+    int n = snprintf(head, sizeof head,
+                     "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    send_all(fd, head, (size_t)n);
+    char buf[512];
+    ASSERT_TRUE(recv(fd, buf, sizeof buf, 0) > 0); /* the stream has started */
+    close(fd);
+    /* the only slot must come free long before 400 tokens could have been generated at the
+       pace of a slow client; a follow-up request then gets served */
+    double t0 = nx_time_s();
+    struct resp r = post(port, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":2}");
+    ASSERT_EQ(r.status, 200);
+    ASSERT_TRUE(nx_time_s() - t0 < 10);
+    resp_free(&r);
+    r = req(port, "GET", "/metrics", "", NULL);
+    ASSERT_TRUE(strstr(r.body, "nexus_slots_busy 0") != NULL);
+    /* the cancelled stream stopped well short of its 4000 tokens */
+    long long gen = -1;
+    const char *g = strstr(r.body, "\nnexus_generated_tokens_total ");
+    if (g) gen = atoll(g + strlen("\nnexus_generated_tokens_total "));
+    fprintf(stderr, "  tokens generated before and after the disconnect: %lld\n", gen);
+    ASSERT_TRUE(gen >= 2 && gen < 4000);
+    resp_free(&r);
+    srv_stop(s);
+}
+
+/* A sender that trickles its body past the deadline gets 408. */
+TEST(server_slow_sender_408) {
+    struct srv_params p = params();
+    p.body_timeout_s = 0.5;
+    struct srv_server *s = start(&p);
+    int fd = dial(srv_port(s));
+    const char *h = "POST /v1/completions HTTP/1.0\r\nContent-Length: 40\r\n\r\n{\"prompt\":";
+    send_all(fd, h, strlen(h));
+    usleep(800 * 1000);
+    send_all(fd, "\"Once upon a time\", \"max_tokens\": 2}  ", 30);
+    struct resp r = read_resp(fd);
+    close(fd);
+    ASSERT_EQ(r.status, 408);
+    resp_free(&r);
+    srv_stop(s);
+}
+
+struct q_arg {
+    int port, status;
+};
+static void *q_thread(void *a) {
+    struct q_arg *q = a;
+    struct resp r = post(q->port, "/v1/completions",
+                         "{\"prompt\":\"Once\",\"max_tokens\":300,\"temperature\":1,\"seed\":1}");
+    q->status = r.status;
+    resp_free(&r);
+    return NULL;
+}
+
+TEST(server_queue_full_429) {
+    struct srv_params p = params();
+    p.engine.n_slots = 1;
+    p.engine.queue_max = 1;
+    struct srv_server *s = start(&p);
+    enum { N = 4 };
+    struct q_arg q[N];
+    pthread_t th[N];
+    for (int i = 0; i < N; i++) {
+        q[i] = (struct q_arg){srv_port(s), 0};
+        pthread_create(&th[i], NULL, q_thread, &q[i]);
+    }
+    for (int i = 0; i < N; i++) pthread_join(th[i], NULL);
+    int ok = 0, full = 0;
+    for (int i = 0; i < N; i++) {
+        ok += q[i].status == 200;
+        full += q[i].status == 429;
+    }
+    ASSERT_TRUE(ok >= 1);
+    ASSERT_TRUE(full >= 1);
+    ASSERT_EQ(ok + full, N);
+    srv_stop(s);
+}
+
+/* Everything the server allocates through nx_malloc is returned by srv_stop. */
+TEST(server_no_leak_after_stop) {
+    model();
+    size_t before = nx_alloc_bytes();
+    struct srv_params p = params();
+    struct srv_server *s = start(&p);
+    struct resp r = post(srv_port(s), "/v1/chat/completions",
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":8,"
+                         "\"logprobs\":true,\"top_logprobs\":3}");
+    ASSERT_EQ(r.status, 200);
+    ASSERT_TRUE(strstr(r.body, "\"top_logprobs\":[{") != NULL);
+    resp_free(&r);
+    srv_stop(s);
+    ASSERT_EQ(nx_alloc_bytes(), before);
+}
+
+TEST(zz_free_model) {
+    nx_model_free(g_model);
+    g_model = NULL;
+}
+
+TEST_MAIN
