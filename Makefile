@@ -84,14 +84,15 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TSUP_OBJ) $(CLI_LIBOBJ) $(BUILD)/libnexus
 run: all
 	$(BUILD)/nexus run -m $(MODEL) -n 128
 
-# Real MCP servers for the MCP client's integration tests (tests/test_mcp.c), pinned, from npm
-# into build-npm/. node and npm come with the machine; when `npm` is missing, Debian's nodejs
+# Real MCP servers for the MCP client's integration tests (tests/test_mcp.c) and the official
+# openai client for the server's (tests/test_server_openai.c), pinned, from npm into build-npm/. node and npm come with the machine; when `npm` is missing, Debian's nodejs
 # and npm packages are installed (checked by command, not dpkg: NodeSource's nodejs bundles npm
 # and conflicts with Debian's npm package).
 NPM_PKGS  = @modelcontextprotocol/server-everything@2026.8.31 \
             @modelcontextprotocol/server-filesystem@2026.8.31 \
-            @modelcontextprotocol/server-memory@2026.8.31
-NPM_STAMP = build-npm/.stamp-2026.8.31
+            @modelcontextprotocol/server-memory@2026.8.31 \
+            openai@6.30.1
+NPM_STAMP = build-npm/.stamp-2026.8.31-openai-6.30.1
 .PHONY: npm-servers
 npm-servers: $(NPM_STAMP)
 $(NPM_STAMP):
