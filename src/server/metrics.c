@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "core/nx_base.h"
@@ -136,6 +137,15 @@ char *srv_metrics_render(const struct srv_engine_stats *es) {
     put_hist(&o, "nexus_ttft_seconds", "Time from request arrival to the first generated token.",
              &M.ttft);
     put_hist(&o, "nexus_step_seconds", "Latency of one decode step of one slot.", &M.step);
+    long pages = 0, rss = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
+        fclose(f);
+    }
+    put(&o, "# HELP nexus_process_resident_bytes Resident memory of the server process.\n"
+            "# TYPE nexus_process_resident_bytes gauge\nnexus_process_resident_bytes %lld\n",
+        (long long)rss * (long long)sysconf(_SC_PAGESIZE));
     if (es) {
         put(&o, "# HELP nexus_slots Slots of the engine.\n# TYPE nexus_slots gauge\n"
                 "nexus_slots %d\nnexus_slots_busy %d\nnexus_queue_length %d\n",

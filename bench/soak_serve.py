@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""soak_serve.py - a bounded soak test of `nexus serve` on loopback (issue 14, part 4).
+
+Starts `nexus serve` (or uses --url), then runs --clients concurrent clients for --duration
+seconds (and at most --max-requests requests in all). Each client loops over a random mix of:
+  - a seeded chat or completion request whose output must equal the first answer ever seen for
+    the same (prompt, seed): determinism under load;
+  - a streamed request the client abandons after a few chunks (a disconnect mid-stream);
+  - a malformed or hostile request (bad JSON, wrong types, huge body, deep nesting, unknown path,
+    wrong method, bad auth) that must get its exact 4xx status and an OpenAI error body.
+Every 5 s it samples /metrics (resident memory, busy slots, queue). At the end it checks: no
+connection errors on well-formed requests, every status as expected, every seeded answer stable,
+slots idle and queue empty, and resident memory flat after warm-up (the max of the second half
+within --rss-slack of the max of the first half). Prints a table; --json writes the figures.
+Only 127.0.0.1 is ever contacted.
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+PROMPTS = ["Once upon a time", "The little dog", "Tom and Lily went to the park",
+           "One day, a big bird", "The sun was hot and"]
+
+
+def request(port, method, path, body=None, headers=None, timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = {"Content-Type": "application/json"}
+    h.update(headers or {})
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    c.request(method, path, body=data, headers=h)
+    r = c.getresponse()
+    out = r.read()
+    c.close()
+    return r.status, out
+
+
+def metrics(port, key):
+    st, body = request(port, "GET", "/metrics", headers={"Authorization": "Bearer " + key})
+    vals = {}
+    for line in body.decode().splitlines():
+        m = re.match(r"^(nexus_[a-z_]+)(\{[^}]*\})? ([0-9.e+-]+)$", line)
+        if m and not m.group(2):
+            vals[m.group(1)] = float(m.group(3))
+    return vals
+
+
+class Soak:
+    def __init__(self, a):
+        self.a = a
+        self.lock = threading.Lock()
+        self.answers = {}
+        self.counts = {}
+        self.failures = []
+        self.n_requests = 0
+        self.stop_at = time.time() + a.duration
+        self.auth = {"Authorization": "Bearer " + a.api_key}
+
+    def count(self, kind, ok, detail=""):
+        with self.lock:
+            c = self.counts.setdefault(kind, [0, 0])
+            c[0 if ok else 1] += 1
+            if not ok and len(self.failures) < 50:
+                self.failures.append(f"{kind}: {detail}")
+
+    def take(self):
+        with self.lock:
+            if time.time() > self.stop_at or self.n_requests >= self.a.max_requests:
+                return False
+            self.n_requests += 1
+            return True
+
+    def seeded(self, rng):
+        prompt, seed = rng.choice(PROMPTS), rng.randrange(4)
+        chat = rng.random() < 0.5
+        if chat:
+            body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": 24,
+                    "seed": seed, "temperature": 1.0}
+            path = "/v1/chat/completions"
+        else:
+            body = {"prompt": prompt, "max_tokens": 24, "seed": seed, "temperature": 1.0}
+            path = "/v1/completions"
+        st, out = request(self.a.port, "POST", path, body, self.auth)
+        if st != 200:
+            self.count("seeded", False, f"status {st}: {out[:200]!r}")
+            return
+        ch = json.loads(out)["choices"][0]
+        text = ch["message"]["content"] if chat else ch["text"]
+        key = (path, prompt, seed)
+        with self.lock:
+            first = self.answers.setdefault(key, text)
+        self.count("seeded", first == text, f"{key}: {first!r} != {text!r}")
+
+    def disconnect(self, rng):
+        s = socket.create_connection(("127.0.0.1", self.a.port), timeout=30)
+        body = json.dumps({"prompt": rng.choice(PROMPTS), "max_tokens": 300, "stream": True,
+                           "temperature": 1.0}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  b"Authorization: Bearer " + self.a.api_key.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: " +
+                  str(len(body)).encode() + b"\r\n\r\n" + body)
+        got = b""
+        want = rng.randrange(1, 6)
+        while got.count(b"data: ") < want:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            got += chunk
+        s.close()
+        self.count("disconnect", got.startswith(b"HTTP/1.1 200"), got[:80])
+
+    def hostile(self, rng):
+        k = rng.randrange(8)
+        port = self.a.port
+        if k == 0:
+            st, out = request(port, "POST", "/v1/completions", b"{not json", self.auth)
+            want = 400
+        elif k == 1:
+            st, out = request(port, "POST", "/v1/completions", {"prompt": "x", "max_tokens": "a"},
+                              self.auth)
+            want = 400
+        elif k == 2:
+            st, out = request(port, "POST", "/v1/completions",
+                              b'{"prompt":"' + b"a" * (self.a.max_body + 10) + b'"}', self.auth)
+            want = 413
+        elif k == 3:
+            st, out = request(port, "POST", "/v1/chat/completions",
+                              b'{"messages":' + b"[" * 500 + b"]" * 500 + b"}", self.auth)
+            want = 400
+        elif k == 4:
+            st, out = request(port, "GET", "/v1/../../etc/passwd", None, self.auth)
+            want = 404
+        elif k == 5:
+            st, out = request(port, "DELETE", "/v1/completions", None, self.auth)
+            want = 405
+        elif k == 6:
+            st, out = request(port, "GET", "/v1/models", None, {"Authorization": "Bearer nope"})
+            want = 401
+        else:
+            st, out = request(port, "POST", "/v1/chat/completions",
+                              {"messages": [{"role": "user", "content": ["x"]}]}, self.auth)
+            want = 400
+        ok = st == want and b'"error"' in out
+        self.count(f"hostile-{want}", ok, f"case {k}: {st} {out[:120]!r}")
+
+    def client(self, idx):
+        rng = random.Random(self.a.seed * 1000 + idx)
+        while self.take():
+            r = rng.random()
+            try:
+                if r < 0.6:
+                    self.seeded(rng)
+                elif r < 0.75:
+                    self.disconnect(rng)
+                else:
+                    self.hostile(rng)
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                self.count("transport", False, repr(e))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nexus", default="build/nexus")
+    ap.add_argument("-m", "--model", default="../shared/models/stories260K/stories260K.gguf")
+    ap.add_argument("--port", type=int, default=18931)
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--slots", type=int, default=8)
+    ap.add_argument("-t", "--threads", type=int, default=1)
+    ap.add_argument("--duration", type=float, default=600)
+    ap.add_argument("--max-requests", type=int, default=200000)
+    ap.add_argument("--max-body", type=int, default=65536)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rss-slack", type=float, default=0.10)
+    ap.add_argument("--api-key", default="soak-key")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    srv = subprocess.Popen([a.nexus, "serve", "-m", a.model, "--port", str(a.port), "-np",
+                            str(a.slots), "--queue", str(4 * a.clients), "-c", "512", "-t", str(a.threads),
+                            "--api-key", a.api_key, "--max-body", str(a.max_body),
+                            "--max-conns", str(4 * a.clients)],
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            try:
+                if request(a.port, "GET", "/health")[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.1)
+        soak = Soak(a)
+        threads = [threading.Thread(target=soak.client, args=(i,), daemon=True)
+                   for i in range(a.clients)]
+        t0 = time.time()
+        for t in threads:
+            t.start()
+        samples = []
+        while any(t.is_alive() for t in threads):
+            time.sleep(min(5, max(0.2, a.duration / 20)))
+            m = metrics(a.port, a.api_key)
+            samples.append((time.time() - t0, m.get("nexus_process_resident_bytes", 0)))
+            print(f"\r  {time.time() - t0:6.0f} s  {soak.n_requests} requests  "
+                  f"RSS {samples[-1][1] / 2**20:.1f} MiB", end="", file=sys.stderr, flush=True)
+        print(file=sys.stderr)
+        for t in threads:
+            t.join()
+        time.sleep(0.5)
+        end = metrics(a.port, a.api_key)
+        alive = srv.poll() is None
+    finally:
+        srv.terminate()
+        try:
+            srv.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+    half = len(samples) // 2
+    rss1 = max(s[1] for s in samples[:max(half, 1)])
+    rss2 = max(s[1] for s in samples[half:]) if samples[half:] else rss1
+    checks = {
+        "server alive at the end": alive,
+        "every request as expected": not soak.failures,
+        "slots idle at the end": end.get("nexus_slots_busy", -1) == 0,
+        "queue empty at the end": end.get("nexus_queue_length", -1) == 0,
+        f"RSS flat after warm-up (+{a.rss_slack:.0%})": rss2 <= rss1 * (1 + a.rss_slack),
+    }
+    print(f"{'kind':<16} {'ok':>8} {'failed':>8}")
+    for k, (ok, bad) in sorted(soak.counts.items()):
+        print(f"{k:<16} {ok:>8} {bad:>8}")
+    print(f"requests {soak.n_requests} in {time.time() - t0:.0f} s, {a.clients} clients; "
+          f"RSS first half max {rss1 / 2**20:.1f} MiB, second half max {rss2 / 2**20:.1f} MiB; "
+          f"tokens generated {end.get('nexus_generated_tokens_total', 0):.0f}")
+    for f in soak.failures[:10]:
+        print("  FAIL", f)
+    for k, v in checks.items():
+        print(f"{'PASS' if v else 'FAIL'}  {k}")
+    if a.json:
+        with open(a.json + ".tmp", "w") as f:
+            json.dump({"requests": soak.n_requests, "clients": a.clients,
+                       "duration_s": a.duration, "counts": soak.counts,
+                       "rss_first_half_max": rss1, "rss_second_half_max": rss2,
+                       "checks": checks, "failures": soak.failures}, f, indent=1)
+        os.replace(a.json + ".tmp", a.json)
+    sys.exit(0 if all(checks.values()) else 1)
+
+
+if __name__ == "__main__":
+    main()
