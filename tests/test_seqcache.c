@@ -242,7 +242,7 @@ TEST(seqcache_random_requests_match_fresh_prefill) {
 
 /* A stored sequence that the live one keeps extending: the shared, partly filled block is
    copied before the first write, so the slot still holds the original KV. Also: store refuses
-   sequences with gaps; init refuses evicting contexts; rm/shift on shared blocks copy first. */
+   sequences with gaps; init accepts evicting contexts; rm/shift on shared blocks copy first. */
 TEST(seqcache_copy_on_write_and_refusals) {
     nx_model *m = stories();
     ASSERT_TRUE(m != NULL);
