@@ -175,62 +175,102 @@ NX_API int32_t nx_token_to_piece(const nx_model *model, nx_token t, char *buf, i
                                  bool special);
 
 /* ---------------------------------------------------------------------------------------------
- * Contexts: one sequence, its KV cache, work buffers and a thread pool.
+ * Contexts: sequences sharing one KV block pool, work buffers, and the process's thread pool.
+ *
+ * A context serves n_seq_max sequences, ids 0 .. n_seq_max-1 (as llama.h's llama_seq_id). A
+ * sequence exists as soon as a token is decoded into it and ends when its tokens are removed
+ * (nx_kv_seq_rm(ctx, seq, -1, -1)): its blocks go back to the pool, which every sequence of the
+ * context draws from. Each sequence has its own block table per (layer, KV head), its own
+ * eviction policy and budget (nx_seq_set_kv) and its own statistics (nx_seq_kv_stats). The
+ * single-sequence calls (nx_decode, nx_get_logits, nx_ctx_n_past, nx_ctx_truncate,
+ * nx_ctx_reset, nx_ctx_splice, nx_seq_rm / nx_seq_shift / nx_seq_cp, nx_kv_block_compile and
+ * the sequence cache's nx_seqcache_prefill / nx_seqcache_store) act on sequence 0 (reset: on
+ * every sequence).
+ * Every context shares one persistent thread pool per process (widened when a context asks
+ * for more threads); contexts used from different threads take turns per forward step.
  * ------------------------------------------------------------------------------------------- */
 typedef struct nx_ctx nx_ctx;
+typedef int32_t nx_seq_id;
+
+/*
+ * KV-cache budget and eviction of one sequence. Budget: tokens kept per KV head per layer,
+ * sink and recent blocks included (one definition for every policy). budget > 0 fixes it;
+ * otherwise density > 0 makes it floor(density * tokens seen so far); both 0: no eviction. A
+ * budget below what the policy needs to keep its sink and recent blocks is raised to that
+ * minimum. A policy's own parameters are set by name (nx_kv_params_set).
+ */
+#define NX_KV_MAX_OPTS 12
+struct nx_kv_opt {
+    char name[24];
+    double value;
+};
+struct nx_kv_params {
+    const char *policy;  /* "full" (default), "streaming", "h2o", "snapkv", "pyramidkv",
+                            "adakv", "morphkv", "tova", "nexus"; NULL = "full" */
+    float density;
+    int32_t budget;
+    int32_t regime;      /* NX_KV_REGIME_PREFILL: compress at the end of each multi-token
+                            decode (the prompt); NX_KV_REGIME_STREAM: also whenever a layer
+                            holds a block more than its budget during generation */
+    int32_t sink;        /* tokens always kept at the start (32) */
+    int32_t recent;      /* newest tokens always kept (32) */
+    int32_t window;      /* observation window: recent queries scored against (16, <= 256) */
+    uint64_t seed;       /* seed of the policy's random draws (nexus reservoir) */
+    int32_t n_opts;      /* policy options set with nx_kv_params_set */
+    struct nx_kv_opt opts[NX_KV_MAX_OPTS];
+};
+enum { NX_KV_REGIME_PREFILL = 0, NX_KV_REGIME_STREAM = 1 };
+NX_API struct nx_kv_params nx_kv_default_params(void);
+/*
+ * Set a policy option by name (a later call for the same name replaces the value):
+ *   "nexus.walk" (H, window rows in the walk, >= 0; 3), "nexus.lambda" (bridge-score weight,
+ *   >= 0; 0.5), "nexus.eps" (recency tie-break, >= 0; 1e-6), "nexus.n" (uniforms averaged per
+ *   reservoir priority, >= 1; 5), "nexus.w_scale" (weights scale before sampling, > 0; 1),
+ *   "nexus.fresh_draws" (1: redraw uniforms at each eviction; 0), "nexus.mean_vectors" (1:
+ *   head aggregation by averaged q/k vectors; 0), "pool.kernel" (snapkv / pyramidkv / adakv
+ *   key pooling kernel, >= 1; 7), "pool.max" (1: max pooling, 0: average; 1),
+ *   "pyramidkv.beta" (> 0; 20), "adakv.alpha" (floor fraction in [0, 1]; 0.2),
+ *   "morphkv.max" (1: max over window rows; 0).
+ * INVALID_ARG (p unchanged) for an unknown name, a value out of range, or a full option list.
+ */
+NX_API nx_status nx_kv_params_set(struct nx_kv_params *p, const char *name, double value);
 
 struct nx_ctx_params {
     int32_t n_ctx;           /* most positions a sequence may reach (the longest stream); without
-                                eviction also the tokens the KV cache holds. 0 = the model's
-                                trained context, at most 4096 */
-    int32_t n_batch;         /* most tokens in one nx_decode call (larger calls are split) */
+                                eviction also the tokens one sequence's tables hold. 0 = the
+                                model's trained context, at most 4096 */
+    int32_t n_batch;         /* most tokens in one forward step: nx_decode splits larger calls,
+                                nx_decode_batch refuses larger batches */
     int32_t n_threads;       /* threads for single-token decode (>= 1) */
     int32_t n_threads_batch; /* threads for prompt batches (>= 1) */
     enum nx_type kv_type;    /* NX_TYPE_F16 (default) or NX_TYPE_F32 */
-
-    /*
-     * KV-cache budget and eviction. Budget: tokens kept per KV head per layer, sink and recent
-     * blocks included (one definition for every policy). kv_budget > 0 fixes it; otherwise
-     * kv_density > 0 makes it floor(density * tokens seen so far); both 0: no eviction. A budget
-     * below what the policy needs to keep its sink and recent blocks is raised to that minimum.
-     * The pool is sized once here for the largest budget n_ctx allows, plus one batch.
-     */
-    const char *kv_policy;   /* "full" (default), "streaming", "h2o", "snapkv", "pyramidkv",
-                                "adakv", "morphkv", "tova", "nexus" */
-    float kv_density;
-    int32_t kv_budget;
-    int32_t kv_regime;       /* NX_KV_REGIME_PREFILL: compress at the end of each multi-token
-                                decode (the prompt); NX_KV_REGIME_STREAM: also whenever a layer
-                                holds a block more than its budget during generation */
+    int32_t n_seq_max;       /* sequences the context serves, ids 0 .. n_seq_max-1 (1) */
+    int32_t kv_pool_tokens;  /* the shared pool in tokens per (layer, KV head), all sequences
+                                together (rounded up to blocks). 0 (default): n_seq_max times
+                                one sequence's need under `kv` (n_ctx; for an evicting policy
+                                its largest budget n_ctx allows, twice that for pyramidkv, plus
+                                one batch and two blocks), plus kv_extra_tokens */
     int32_t kv_block;        /* tokens per KV block (32) */
-    int32_t kv_sink;         /* tokens always kept at the start (32) */
-    int32_t kv_recent;       /* newest tokens always kept (32) */
-    int32_t kv_window;       /* observation window: recent queries scored against (16) */
-    int32_t nexus_walk;      /* H: window rows in the walk (3) */
-    float nexus_lambda;      /* bridge-score weight (0.5) */
-    float nexus_eps;         /* recency tie-break (1e-6) */
-    int32_t nexus_n;         /* uniforms averaged per reservoir priority (5) */
-    float nexus_w_scale;     /* weights are multiplied by this before sampling (1) */
-    uint64_t kv_seed;        /* seed of the reservoir draws */
-    bool nexus_fresh_draws;  /* redraw uniforms at each eviction (default: fixed per block) */
-    bool nexus_mean_vectors; /* head aggregation by averaged q/k vectors instead of averaged
-                                probability rows */
     int32_t kv_extra_tokens; /* extra pool room per (layer, KV head) for a sequence cache
-                                (nx_seqcache), in tokens (0) */
+                                (nx_seqcache), in tokens (0); added to kv_pool_tokens too */
+    struct nx_kv_params kv;  /* every sequence's eviction policy until nx_seq_set_kv */
 };
-enum { NX_KV_REGIME_PREFILL = 0, NX_KV_REGIME_STREAM = 1 };
 
-/* KV-cache statistics of a context. */
+/* KV-cache statistics of a context (nx_ctx_kv_stats: the pool, every sequence's evictions
+ * summed) or of one sequence (nx_seq_kv_stats: the blocks its tables hold, shared ones
+ * included, and its own evictions). */
 struct nx_kv_stats {
-    size_t bytes_current;    /* KV bytes held by the sequence now (blocks in use) */
+    size_t bytes_current;    /* KV bytes held now (blocks in use) */
     size_t bytes_peak;       /* the most ever held */
     size_t bytes_pool;       /* bytes of the pool allocated at init */
     int64_t evictions;       /* eviction events (one per layer compaction round) */
     int64_t tokens_evicted;  /* token slots freed, summed over layers and KV heads */
     double evict_seconds;    /* wall time spent scoring and compacting */
-    int64_t tokens_cached;   /* tokens in layer 0, KV head 0 now */
+    int64_t tokens_cached;   /* tokens in layer 0, KV head 0 now (of sequence 0 for a ctx) */
 };
 NX_API void nx_ctx_kv_stats(const nx_ctx *ctx, struct nx_kv_stats *out);
+/* Statistics of sequence seq (all zero for an id out of range). */
+NX_API void nx_seq_kv_stats(const nx_ctx *ctx, nx_seq_id seq, struct nx_kv_stats *out);
 NX_API struct nx_ctx_params nx_ctx_default_params(void);
 
 /* Create a context. *out owned by the caller (nx_ctx_free). Errors: INVALID_ARG, NOMEM. */
@@ -239,8 +279,21 @@ NX_API nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *
 NX_API void nx_ctx_free(nx_ctx *ctx);
 
 /*
- * Run tokens[0..n) at positions n_past..n_past+n-1 and append them to the KV cache (evicting
- * by the context's policy and budget; calls of more than n_batch tokens run in chunks).
+ * Give sequence seq its own eviction policy and budget (replacing the context's default).
+ * Allowed at any time; the policy's observation window starts empty. Allocates the policy's
+ * state (and, for the context's first evicting policy, the shared eviction buffers). Errors
+ * (nothing changed): INVALID_ARG (seq out of range, a parameter out of range, unknown policy;
+ * message in nx_ctx_last_error), NOMEM.
+ */
+NX_API nx_status nx_seq_set_kv(nx_ctx *ctx, nx_seq_id seq, const struct nx_kv_params *p);
+NX_API int32_t nx_ctx_n_seq_max(const nx_ctx *ctx);
+/* The next position of sequence seq (its last decoded position + 1, or as set by the range
+ * operations); -1 for an id out of range. */
+NX_API nx_pos nx_seq_n_past(const nx_ctx *ctx, nx_seq_id seq);
+
+/*
+ * Run tokens[0..n) of sequence 0 at positions n_past..n_past+n-1 and append them to its KV
+ * cache (evicting by its policy and budget; calls of more than n_batch tokens run in chunks).
  * all_logits: keep logits for every token (else only for the last). Returns OK,
  * NX_STATUS_KV_FULL (n_past + n > n_ctx, or the pool cannot hold the first chunk; nothing
  * changed), NX_STATUS_INVALID_ARG (token id out of range, n <= 0; nothing changed). No
@@ -250,26 +303,86 @@ NX_API void nx_ctx_free(nx_ctx *ctx);
 NX_API nx_status nx_decode(nx_ctx *ctx, const nx_token *tokens, int32_t n, bool all_logits);
 
 /*
+ * A batch: entries (token, position, sequence, want logits) for nx_decode_batch, as llama.h's
+ * llama_batch. nx_batch_init allocates room for n_max entries (free with nx_batch_free);
+ * nx_batch_add appends one (INVALID_ARG when full), nx_batch_clear empties it.
+ */
+struct nx_batch {
+    int32_t n_tokens;
+    int32_t n_max;
+    nx_token *token;
+    nx_pos *pos;
+    nx_seq_id *seq_id;
+    int8_t *logits;  /* nonzero: keep this entry's logits */
+};
+NX_API nx_status nx_batch_init(int32_t n_max, struct nx_batch *out);
+NX_API void nx_batch_free(struct nx_batch *b);
+NX_API void nx_batch_clear(struct nx_batch *b);
+NX_API nx_status nx_batch_add(struct nx_batch *b, nx_token token, nx_pos pos, nx_seq_id seq,
+                              bool logits);
+/*
+ * One forward step over every entry of b (continuous batching: tokens of any sequences, the
+ * weights read once for all of them). Each token attends to the tokens of its own sequence
+ * at positions up to its own (the cached ones and the batch's earlier entries of the same
+ * sequence). A sequence's entries must have strictly increasing positions, the first >= the
+ * sequence's nx_seq_n_past and all < n_ctx; afterwards its n_past is its last position + 1.
+ * Then every sequence of the batch is held to its budget (a multi-token share of the batch
+ * counts as a prompt for the prefill regime). A sequence's logits do not depend on which other
+ * sequences share the batch, nor on the thread count. Errors (nothing changed): INVALID_ARG
+ * (empty batch, more than n_batch entries, a token, sequence or position out of range or out
+ * of order; message in nx_ctx_last_error), KV_FULL (the pool cannot hold the batch). Allocates
+ * nothing except growing the logits buffer for more logits rows than ever before.
+ */
+NX_API nx_status nx_decode_batch(nx_ctx *ctx, const struct nx_batch *b);
+/*
+ * Logits (n_vocab floats, borrowed until the next decode) of entry i of the last
+ * nx_decode_batch (i = -1: the last entry); NULL when that entry's logits were not asked for.
+ * After nx_decode, the same as nx_get_logits.
+ */
+NX_API const float *nx_get_logits_ith(nx_ctx *ctx, int32_t i);
+
+/*
  * Logits of the i-th token of the last nx_decode call (i = -1: the last token). n_vocab floats,
- * borrowed until the next nx_decode. NULL when not kept.
+ * borrowed until the next nx_decode. NULL when not kept. After nx_decode_batch: entry i's.
  */
 NX_API const float *nx_get_logits(nx_ctx *ctx, int32_t i);
 
-/* Positions currently in the KV cache. */
+/* Sequence 0's next position. */
 NX_API int32_t nx_ctx_n_past(const nx_ctx *ctx);
-/* Capacity of the KV cache in positions. */
+/* Capacity of a sequence in positions. */
 NX_API int32_t nx_ctx_n_ctx(const nx_ctx *ctx);
-/* Forget the sequence (KV cache emptied, n_past = 0). */
+/* Forget every sequence (KV cache emptied, n_past = 0). */
 NX_API void nx_ctx_reset(nx_ctx *ctx);
-/* Drop positions >= n_past (0 <= n_past <= current n_past); earlier positions stay valid.
- * INVALID_ARG (nothing changed) when out of range. */
+/* Drop sequence 0's positions >= n_past (0 <= n_past <= current n_past); earlier positions
+ * stay valid. INVALID_ARG (nothing changed) when out of range. */
 NX_API nx_status nx_ctx_truncate(nx_ctx *ctx, int32_t n_past);
-/* Change the thread counts; the pool is resized (threads created or joined). */
+/* Change the thread counts (the shared pool is widened when needed). */
 NX_API nx_status nx_ctx_set_threads(nx_ctx *ctx, int32_t n_threads, int32_t n_threads_batch);
 /* Bytes of KV cache memory allocated for this context (the block pool). */
 NX_API size_t nx_ctx_kv_bytes(const nx_ctx *ctx);
 /* Message for the last failed call on this context, "" if none. Borrowed. */
 NX_API const char *nx_ctx_last_error(const nx_ctx *ctx);
+
+/*
+ * Range operations on one sequence of a context (llama.h's llama_memory_seq_*). A range
+ * [p0, p1) with p0 < 0 means from 0, p1 < 0 means to the end.
+ * nx_kv_seq_rm: as nx_seq_rm on sequence seq; nx_kv_seq_rm(ctx, seq, -1, -1) ends the
+ *   sequence (every block back to the pool, n_past = 0, its policy kept).
+ * nx_kv_seq_shift: as nx_seq_shift on sequence seq.
+ * nx_kv_seq_cp: make sequence dst hold src's tokens at positions [p0, p1) after its own (dst's
+ *   n_past must be <= the first copied position; becomes the last copied position + 1). When
+ *   dst is empty and the range starts at src's first token the blocks are shared, not copied
+ *   (reference counts; a block is copied only when either sequence would write into it); else
+ *   the rows are copied. Errors (dst unchanged): INVALID_ARG (src == dst, ids or range out of
+ *   range, dst not before the range), KV_FULL.
+ * nx_kv_seq_keep: end every sequence but seq.
+ * All: OK, INVALID_ARG (bad id or range; nothing changed; message in nx_ctx_last_error),
+ * KV_FULL (no free block to copy a shared block into). The last logits are forgotten.
+ */
+NX_API nx_status nx_kv_seq_rm(nx_ctx *ctx, nx_seq_id seq, nx_pos p0, nx_pos p1);
+NX_API nx_status nx_kv_seq_shift(nx_ctx *ctx, nx_seq_id seq, nx_pos p0, nx_pos p1, nx_pos delta);
+NX_API nx_status nx_kv_seq_cp(nx_ctx *ctx, nx_seq_id src, nx_seq_id dst, nx_pos p0, nx_pos p1);
+NX_API nx_status nx_kv_seq_keep(nx_ctx *ctx, nx_seq_id seq);
 
 /* ---------------------------------------------------------------------------------------------
  * Sampling. A sampler owns its RNG; same seed and same logits give the same tokens.
@@ -364,6 +477,7 @@ NX_API nx_status nx_rerank_score(const nx_model *model, const char *query, const
  * prefilling the tokens again. Blocks are tied to one model: a fingerprint (architecture, layer
  * and head counts, head size, RoPE parameters and frequencies, a hash of the weights) is checked
  * on load and on splice. A block is immutable and may be shared by threads and contexts.
+ * Compiling and splicing act on a context's sequence 0.
  * ------------------------------------------------------------------------------------------- */
 typedef struct nx_kv_block nx_kv_block;
 
@@ -373,7 +487,7 @@ typedef struct nx_kv_block nx_kv_block;
  * positions before the prefix are empty: the block sees only the prefix), and return the
  * tokens' K/V rows as a block of the context's KV type (F16 or F32). The context is reset
  * before and holds the prefix and block afterwards (n_past = m0 + n). Errors: INVALID_ARG
- * (n <= 0, n_prefix > m0, a token out of range, a context with an eviction budget),
+ * (n <= 0, n_prefix > m0, a token out of range, sequence 0 with an eviction budget),
  * KV_FULL (m0 + n > n_ctx), NOMEM; the message is in nx_ctx_last_error. *out owned by the
  * caller (nx_kv_block_free).
  */
@@ -435,7 +549,7 @@ NX_API nx_status nx_ctx_splice(nx_ctx *ctx, const nx_kv_block *b,
                                const struct nx_splice_params *p, int32_t *n_repaired);
 
 /*
- * Position-range operations on a context's sequence, after llama.h's seq_rm / seq_add. A range
+ * Position-range operations on a context's sequence 0, after llama.h's seq_rm / seq_add. A range
  * [p0, p1) with p0 < 0 means from 0, p1 < 0 means to the end.
  * nx_seq_rm: drop the cached tokens at positions in [p0, p1). If the range reaches the end
  *   (no cached token at or after p1), n_past becomes p0 (as nx_ctx_truncate).
@@ -462,13 +576,16 @@ NX_API nx_status nx_seq_cp(nx_ctx *dst, const nx_ctx *src, nx_pos p0, nx_pos p1)
  * reference counts, never copied except a partly filled last block). A request reuses the
  * longest exact-token common prefix of any cached sequence and prefills only the rest. The
  * cached blocks live in the context's pool: the context needs kv_extra_tokens > 0 for room (a
- * slot whose blocks the live sequence does not share counts against it; the least recently
- * used slots are dropped to keep within), and no eviction budget. Lookups allocate nothing.
- * Free the cache before its context. One thread at a time, with its context.
+ * slot whose blocks the live sequences do not share counts against it; the least recently
+ * used slots are dropped to keep within). Any sequence of the context may store into and
+ * reuse from the cache; a sequence with an eviction budget shares cached blocks like any
+ * other (they stay immutable: its eviction copies a shared block before rewriting it, and
+ * only ever frees its own references). Lookups allocate nothing. Free the cache before its
+ * context. One thread at a time, with its context.
  * ------------------------------------------------------------------------------------------- */
 typedef struct nx_seqcache nx_seqcache;
 
-/* n_slots in [1, 32]. Errors: INVALID_ARG (evicting context, bad n_slots), NOMEM. */
+/* n_slots in [1, 32]. Errors: INVALID_ARG (bad n_slots), NOMEM. */
 NX_API nx_status nx_seqcache_init(nx_ctx *ctx, int32_t n_slots, nx_seqcache **out);
 NX_API void nx_seqcache_free(nx_seqcache *sc);
 /*
@@ -486,6 +603,12 @@ NX_API nx_status nx_seqcache_prefill(nx_seqcache *sc, const nx_token *tokens, in
  * hold exactly positions 0 .. n-1 (after eviction, rm or splices with gaps).
  */
 NX_API nx_status nx_seqcache_store(nx_seqcache *sc, const nx_token *tokens, int32_t n);
+/* The same for sequence seq of the context (prefill resets only that sequence; errors as
+ * above, and INVALID_ARG for seq out of range). */
+NX_API nx_status nx_seqcache_prefill_seq(nx_seqcache *sc, nx_seq_id seq, const nx_token *tokens,
+                                         int32_t n, bool all_logits, int32_t *n_reused);
+NX_API nx_status nx_seqcache_store_seq(nx_seqcache *sc, nx_seq_id seq, const nx_token *tokens,
+                                       int32_t n);
 
 struct nx_seqcache_stats {
     int64_t lookups;

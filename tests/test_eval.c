@@ -70,7 +70,7 @@ TEST(eval_same_seed_same_numbers) {
     close(mkstemp(a));
     close(mkstemp(b));
     struct nx_ctx_params base = nx_ctx_default_params();
-    base.kv_block = base.kv_sink = base.kv_recent = 8;
+    base.kv_block = base.kv.sink = base.kv.recent = 8;
     struct eval_params ep = {.policies = "h2o,nexus", .densities = "0.2", .regimes = "stream",
                              .streams = 2, .stream_len = 128, .recall_blocks = 1,
                              .threads = 1, .seed = 11, .json_path = a, .base = &base};
@@ -111,7 +111,7 @@ TEST(eval_file_streams_and_svg) {
     char js[300];
     snprintf(js, sizeof js, "%s/out.json", dir);
     struct nx_ctx_params base = nx_ctx_default_params();
-    base.kv_block = base.kv_sink = base.kv_recent = 8;
+    base.kv_block = base.kv.sink = base.kv.recent = 8;
     struct eval_params ep = {.policies = "full,streaming,nexus", .densities = "0.2,0.4",
                              .regimes = "prefill,stream", .streams = 100, .stream_len = 128,
                              .recall_blocks = 1, .threads = 1, .seed = 1, .json_path = js,
@@ -170,7 +170,7 @@ TEST(eval_efficiency_checkpoints) {
     snprintf(js, sizeof js, "%s/e.json", dir);
     snprintf(svg, sizeof svg, "%s/efficiency.svg", dir);
     struct nx_ctx_params base = nx_ctx_default_params();
-    base.kv_block = base.kv_sink = base.kv_recent = 8;
+    base.kv_block = base.kv.sink = base.kv.recent = 8;
     struct effi_params ep = effi_default_params();
     ep.policies = "full,streaming,nexus";
     ep.prompt = 32;

@@ -136,7 +136,7 @@ TEST(eval_longbench_end_to_end) {
     char js[] = "/tmp/nx_test_lb_XXXXXX";
     close(mkstemp(js));
     struct nx_ctx_params base = nx_ctx_default_params();
-    base.kv_block = base.kv_sink = base.kv_recent = 8;
+    base.kv_block = base.kv.sink = base.kv.recent = 8;
     struct longbench_params lp = longbench_default_params();
     lp.data = FIX "lb_mixed.jsonl";
     lp.policies = "full,nexus";

@@ -214,7 +214,7 @@ TEST(eval_ruler_end_to_end) {
     char js[] = "/tmp/nx_test_ruler_XXXXXX";
     close(mkstemp(js));
     struct nx_ctx_params base = nx_ctx_default_params();
-    base.kv_block = base.kv_sink = base.kv_recent = 8;
+    base.kv_block = base.kv.sink = base.kv.recent = 8;
     struct ruler_params rp = ruler_default_params();
     rp.tasks = "niah_single_1,vt,cwe";
     rp.policies = "full,nexus";

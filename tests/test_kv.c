@@ -124,9 +124,9 @@ static nx_ctx *policy_ctx(const nx_model *m, const char *pol, int budget, int re
     struct nx_ctx_params cp = nx_ctx_default_params();
     cp.n_ctx = 512;
     cp.n_threads = cp.n_threads_batch = threads;
-    cp.kv_policy = pol;
-    cp.kv_budget = budget;
-    cp.kv_regime = regime;
+    cp.kv.policy = pol;
+    cp.kv.budget = budget;
+    cp.kv.regime = regime;
     if (n_batch) cp.n_batch = n_batch;
     nx_ctx *c = NULL;
     char err[256];
@@ -341,17 +341,28 @@ TEST(bad_kv_params_rejected) {
     struct nx_ctx_params cp = nx_ctx_default_params();
     nx_ctx *c = NULL;
     char err[256];
-    cp.kv_policy = "lru";
+    cp.kv.policy = "lru";
     ASSERT_EQ(nx_ctx_init(m, &cp, &c, err, sizeof err), NX_STATUS_INVALID_ARG);
     ASSERT_TRUE(strstr(err, "unknown KV policy") != NULL);
     cp = nx_ctx_default_params();
-    cp.kv_density = 1.5f;
+    cp.kv.density = 1.5f;
     ASSERT_EQ(nx_ctx_init(m, &cp, &c, err, sizeof err), NX_STATUS_INVALID_ARG);
     cp = nx_ctx_default_params();
     cp.kv_block = 0;
     ASSERT_EQ(nx_ctx_init(m, &cp, &c, err, sizeof err), NX_STATUS_INVALID_ARG);
     cp = nx_ctx_default_params();
-    cp.nexus_n = 0;
+    /* policy options: unknown names and out-of-range values are refused where they are set,
+       and a forged option list where it is used */
+    ASSERT_EQ(nx_kv_params_set(&cp.kv, "nexus.n", 0), NX_STATUS_INVALID_ARG);
+    ASSERT_EQ(nx_kv_params_set(&cp.kv, "nexus.bogus", 1), NX_STATUS_INVALID_ARG);
+    ASSERT_EQ(cp.kv.n_opts, 0);
+    ASSERT_OK(nx_kv_params_set(&cp.kv, "nexus.n", 3));
+    ASSERT_OK(nx_kv_params_set(&cp.kv, "nexus.n", 4));
+    ASSERT_EQ(cp.kv.n_opts, 1);
+    cp.kv.opts[0].value = 0;
+    ASSERT_EQ(nx_ctx_init(m, &cp, &c, err, sizeof err), NX_STATUS_INVALID_ARG);
+    cp = nx_ctx_default_params();
+    cp.n_seq_max = -1;
     ASSERT_EQ(nx_ctx_init(m, &cp, &c, err, sizeof err), NX_STATUS_INVALID_ARG);
     ASSERT_TRUE(c == NULL);
     nx_model_free(m);

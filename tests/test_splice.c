@@ -620,11 +620,11 @@ TEST(pinned_splice_survives_eviction) {
         struct nx_ctx_params cp = nx_ctx_default_params();
         cp.n_ctx = 512;
         cp.kv_block = 8;
-        cp.kv_sink = 8;
-        cp.kv_recent = 8;
-        cp.kv_policy = "streaming";
-        cp.kv_budget = 32;
-        cp.kv_regime = NX_KV_REGIME_STREAM;
+        cp.kv.sink = 8;
+        cp.kv.recent = 8;
+        cp.kv.policy = "streaming";
+        cp.kv.budget = 32;
+        cp.kv.regime = NX_KV_REGIME_STREAM;
         cp.n_threads = cp.n_threads_batch = 1;
         nx_ctx *c = NULL;
         char err[256];

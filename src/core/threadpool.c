@@ -8,6 +8,10 @@
  * mutex, or the sleeper sees the new generation before waiting: no lost wake-up.
  * The barrier is a sense-reversing counter (count + generation): every participant is running
  * when it is used, so it spins, yielding the core after BARRIER_SPINS polls (oversubscribed).
+ *
+ * Shared pool: one pool per process behind a run lock (pthread mutex: users on different
+ * threads take turns job by job) and a reference count. Widening replaces the pool under the
+ * lock, so no job is running while the old one is joined.
  */
 #include "core/threadpool.h"
 
@@ -185,3 +189,80 @@ void nx_pool_barrier(struct nx_pool *pool) {
         }
     }
 }
+
+/* ---- the process-wide shared pool ---- */
+
+static pthread_mutex_t g_shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct nx_pool *g_shared;
+static int g_shared_users;
+static nx_pool_prep_fn g_prep;
+static int64_t g_prep_a, g_prep_b;
+
+struct prep_job {
+    nx_pool_prep_fn fn;
+    int64_t a, b;
+    atomic_int failed;
+};
+static void prep_worker(void *arg, int ith, int nth) {
+    struct prep_job *j = arg;
+    (void)ith, (void)nth;
+    if (!j->fn(j->a, j->b)) atomic_store(&j->failed, 1);
+}
+static bool run_prep(struct nx_pool *pool, nx_pool_prep_fn fn, int64_t a, int64_t b) {
+    struct prep_job j = {.fn = fn, .a = a, .b = b};
+    atomic_init(&j.failed, 0);
+    nx_pool_run(pool, prep_worker, &j, pool->n);
+    return !atomic_load(&j.failed);
+}
+
+nx_status nx_pool_shared_acquire(int n_threads, nx_pool_prep_fn prep, int64_t a, int64_t b) {
+    if (n_threads < 1) n_threads = 1;
+    pthread_mutex_lock(&g_shared_lock);
+    nx_status st = NX_STATUS_OK;
+    bool grow_prep = prep && (a > g_prep_a || b > g_prep_b || !g_prep);
+    int64_t na = prep ? NX_MAX(a, g_prep_a) : g_prep_a, nb = prep ? NX_MAX(b, g_prep_b) : g_prep_b;
+    nx_pool_prep_fn fn = prep ? prep : g_prep;
+    if (!g_shared || g_shared->n < n_threads) {
+        struct nx_pool *np;
+        int want = g_shared ? NX_MAX(g_shared->n, n_threads) : n_threads;
+        st = nx_pool_init(want, &np);
+        if (st == NX_STATUS_OK && fn && !run_prep(np, fn, na, nb)) {
+            nx_pool_free(np);
+            st = NX_STATUS_NOMEM;
+        }
+        if (st == NX_STATUS_OK) {
+            nx_pool_free(g_shared);
+            g_shared = np;
+        }
+    } else if (grow_prep && !run_prep(g_shared, fn, na, nb)) {
+        st = NX_STATUS_NOMEM;
+    }
+    if (st == NX_STATUS_OK) {
+        g_shared_users++;
+        if (fn) {
+            g_prep = fn;
+            g_prep_a = na;
+            g_prep_b = nb;
+        }
+    }
+    pthread_mutex_unlock(&g_shared_lock);
+    return st;
+}
+
+void nx_pool_shared_release(void) {
+    pthread_mutex_lock(&g_shared_lock);
+    if (g_shared_users > 0 && --g_shared_users == 0) {
+        nx_pool_free(g_shared);
+        g_shared = NULL;
+        g_prep = NULL;
+        g_prep_a = g_prep_b = 0;
+    }
+    pthread_mutex_unlock(&g_shared_lock);
+}
+
+struct nx_pool *nx_pool_shared_lock(void) {
+    pthread_mutex_lock(&g_shared_lock);
+    return g_shared;
+}
+
+void nx_pool_shared_unlock(void) { pthread_mutex_unlock(&g_shared_lock); }

@@ -26,12 +26,14 @@ static void push_free(struct kv_cache *c, int32_t b);
 nx_status kv_cache_init(const struct kv_cache_params *p, struct kv_cache **out) {
     *out = NULL;
     if (p->n_layer < 1 || p->n_head_kv < 1 || p->head_dim < 1 || p->block < 1 ||
-        p->n_blocks < 1 || p->n_blocks > INT32_MAX ||
-        (p->type != NX_TYPE_F16 && p->type != NX_TYPE_F32))
+        p->n_blocks < 1 || p->n_blocks > INT32_MAX || p->n_seq < 0 || p->n_seq > 4096 ||
+        p->max_table_tokens < 0 || (p->type != NX_TYPE_F16 && p->type != NX_TYPE_F32))
         return NX_STATUS_INVALID_ARG;
     struct kv_cache *c = nx_calloc(1, sizeof *c);
     if (!c) return NX_STATUS_NOMEM;
     c->p = *p;
+    if (c->p.n_seq == 0) c->p.n_seq = 1;
+    c->n_tables_seq = (int64_t)p->n_layer * p->n_head_kv;
     pthread_mutex_init(&c->free_lock, NULL);
     c->row_bytes = (size_t)p->head_dim * (p->type == NX_TYPE_F32 ? 4 : 2);
     size_t slots, kv_bytes;
@@ -43,19 +45,24 @@ nx_status kv_cache_init(const struct kv_cache_params *p, struct kv_cache **out) 
     c->k_pool = nx_malloc_aligned(kv_bytes);
     c->v_pool = nx_malloc_aligned(kv_bytes);
     c->pos_pool = nx_malloc(slots * sizeof(int32_t));
-    if (p->with_acc) c->acc_pool = nx_calloc(slots, sizeof(float));
+    c->acc_pool = nx_calloc(slots, sizeof(float));
     c->pin_pool = nx_calloc(slots, 1);
     c->refs = nx_calloc((size_t)p->n_blocks, sizeof(int32_t));
     c->free_ids = nx_malloc((size_t)p->n_blocks * sizeof(int32_t));
-    size_t n_tables = (size_t)p->n_layer * (size_t)p->n_head_kv;
+    size_t n_tables = (size_t)c->p.n_seq * (size_t)c->n_tables_seq;
     c->tables = nx_calloc(n_tables, sizeof *c->tables);
-    if (!c->k_pool || !c->v_pool || !c->pos_pool || (p->with_acc && !c->acc_pool) ||
-        !c->pin_pool || !c->refs || !c->free_ids || !c->tables)
+    c->seq_peak_blocks = nx_calloc((size_t)c->p.n_seq, sizeof(int64_t));
+    if (!c->k_pool || !c->v_pool || !c->pos_pool || !c->acc_pool || !c->pin_pool || !c->refs ||
+        !c->free_ids || !c->tables || !c->seq_peak_blocks)
         goto nomem;
+    /* a table can never hold more than the whole pool, nor (positions being distinct) more
+       than max_table_tokens, plus a block for a partly filled first one */
+    int64_t cap = p->n_blocks;
+    if (p->max_table_tokens > 0)
+        cap = NX_MIN(cap, (p->max_table_tokens + p->block - 1) / p->block + 1);
     for (size_t i = 0; i < n_tables; i++) {
-        /* a table can never hold more than the whole pool */
-        c->tables[i].cap = (int32_t)p->n_blocks;
-        c->tables[i].blocks = nx_malloc((size_t)p->n_blocks * sizeof(int32_t));
+        c->tables[i].cap = (int32_t)cap;
+        c->tables[i].blocks = nx_malloc((size_t)cap * sizeof(int32_t));
         if (!c->tables[i].blocks) goto nomem;
     }
     kv_cache_clear(c);
@@ -70,10 +77,11 @@ nomem:
 void kv_cache_free(struct kv_cache *c) {
     if (!c) return;
     if (c->tables) {
-        size_t n_tables = (size_t)c->p.n_layer * (size_t)c->p.n_head_kv;
+        size_t n_tables = (size_t)c->p.n_seq * (size_t)c->n_tables_seq;
         for (size_t i = 0; i < n_tables; i++) nx_free(c->tables[i].blocks);
     }
     nx_free(c->tables);
+    nx_free(c->seq_peak_blocks);
     nx_free_aligned(c->k_pool);
     nx_free_aligned(c->v_pool);
     nx_free(c->pos_pool);
@@ -86,7 +94,7 @@ void kv_cache_free(struct kv_cache *c) {
 }
 
 void kv_cache_clear(struct kv_cache *c) {
-    size_t n_tables = (size_t)c->p.n_layer * (size_t)c->p.n_head_kv;
+    size_t n_tables = (size_t)c->p.n_seq * (size_t)c->n_tables_seq;
     if (c->ext_refs > 0) {
         /* blocks held outside the tables stay; the tables drop their references */
         for (size_t i = 0; i < n_tables; i++) {
@@ -104,6 +112,15 @@ void kv_cache_clear(struct kv_cache *c) {
     /* hand out low ids first (pop from the top) */
     c->n_free = c->p.n_blocks;
     for (int64_t i = 0; i < c->p.n_blocks; i++) c->free_ids[i] = (int32_t)(c->p.n_blocks - 1 - i);
+}
+
+void kv_cache_clear_seq(struct kv_cache *c, int seq) {
+    struct kv_table *tabs = kv_seq_tables(c, seq);
+    for (int64_t i = 0; i < c->n_tables_seq; i++) {
+        struct kv_table *t = &tabs[i];
+        while (t->n_blocks > 0) push_free(c, t->blocks[--t->n_blocks]);
+        t->n_tokens = 0;
+    }
 }
 
 /* The last block of t is partly filled and shared: the next append would write into it. */
@@ -124,9 +141,21 @@ static int32_t pop_free(struct kv_cache *c) {
     return b;
 }
 
-/* Replace table slot bi (a shared block) by a private copy of its first n slots. */
-static void copy_block_private(struct kv_cache *c, struct kv_table *t, int32_t bi, int64_t n) {
-    int32_t src = t->blocks[bi], dst = pop_free(c);
+/* pop_free for concurrent compactions: -1 when the pool is empty. */
+static int32_t pop_free_locked(struct kv_cache *c) {
+    pthread_mutex_lock(&c->free_lock);
+    int32_t b = c->n_free > 0 ? pop_free(c) : -1;
+    int64_t used = c->p.n_blocks - c->n_free;
+    if (used > c->peak_blocks) c->peak_blocks = used;
+    pthread_mutex_unlock(&c->free_lock);
+    return b;
+}
+
+/* Replace table slot bi (a shared block) by a private copy (block dst, just taken from the
+   pool) of its first n slots. */
+static void copy_block_into(struct kv_cache *c, struct kv_table *t, int32_t bi, int64_t n,
+                            int32_t dst) {
+    int32_t src = t->blocks[bi];
     size_t rows = (size_t)n;
     memcpy(kv_block_k(c, dst), kv_block_k(c, src), rows * c->row_bytes);
     memcpy(kv_block_v(c, dst), kv_block_v(c, src), rows * c->row_bytes);
@@ -137,21 +166,68 @@ static void copy_block_private(struct kv_cache *c, struct kv_table *t, int32_t b
     push_free(c, src);
 }
 
-nx_status kv_cache_reserve(struct kv_cache *c, int64_t n_new) {
-    size_t n_tables = (size_t)c->p.n_layer * (size_t)c->p.n_head_kv;
+static void copy_block_private(struct kv_cache *c, struct kv_table *t, int32_t bi, int64_t n) {
+    copy_block_into(c, t, bi, n, pop_free(c));
+}
+
+nx_status kv_cache_reserve_seqs(struct kv_cache *c, const int64_t *n_new) {
     int64_t total = 0;
-    for (size_t i = 0; i < n_tables; i++) total += blocks_needed(c, &c->tables[i], n_new);
+    for (int s = 0; s < c->p.n_seq; s++) {
+        if (n_new[s] <= 0) continue;
+        struct kv_table *tabs = kv_seq_tables(c, s);
+        for (int64_t i = 0; i < c->n_tables_seq; i++) {
+            if ((tabs[i].n_tokens + n_new[s] + c->p.block - 1) / c->p.block > tabs[i].cap)
+                return NX_STATUS_KV_FULL;
+            total += blocks_needed(c, &tabs[i], n_new[s]);
+        }
+    }
     if (total > c->n_free) return NX_STATUS_KV_FULL;
-    for (size_t i = 0; i < n_tables; i++) {
-        struct kv_table *t = &c->tables[i];
-        if (n_new > 0 && tail_shared(c, t))
-            copy_block_private(c, t, t->n_blocks - 1, t->n_tokens % c->p.block);
-        int64_t need = (t->n_tokens + n_new + c->p.block - 1) / c->p.block;
-        while (t->n_blocks < need) t->blocks[t->n_blocks++] = pop_free(c);
+    for (int s = 0; s < c->p.n_seq; s++) {
+        if (n_new[s] <= 0) continue;
+        struct kv_table *tabs = kv_seq_tables(c, s);
+        for (int64_t i = 0; i < c->n_tables_seq; i++) {
+            struct kv_table *t = &tabs[i];
+            if (tail_shared(c, t))
+                copy_block_private(c, t, t->n_blocks - 1, t->n_tokens % c->p.block);
+            int64_t need = (t->n_tokens + n_new[s] + c->p.block - 1) / c->p.block;
+            while (t->n_blocks < need) t->blocks[t->n_blocks++] = pop_free(c);
+        }
+        kv_seq_peak_update(c, s);
     }
     int64_t used = c->p.n_blocks - c->n_free;
     if (used > c->peak_blocks) c->peak_blocks = used;
     return NX_STATUS_OK;
+}
+
+nx_status kv_cache_reserve_seq(struct kv_cache *c, int seq, int64_t n_new) {
+    int64_t small[8] = {0}, *n = small;
+    if (c->p.n_seq > 8) {
+        /* only the context's batch path reserves several sequences; this one is rare */
+        n = nx_calloc((size_t)c->p.n_seq, sizeof *n);
+        if (!n) return NX_STATUS_NOMEM;
+    }
+    n[seq] = n_new;
+    nx_status st = kv_cache_reserve_seqs(c, n);
+    if (n != small) nx_free(n);
+    return st;
+}
+
+nx_status kv_cache_reserve(struct kv_cache *c, int64_t n_new) {
+    return kv_cache_reserve_seq(c, 0, n_new);
+}
+
+int64_t kv_seq_blocks(const struct kv_cache *c, int seq) {
+    const struct kv_table *tabs = &c->tables[(size_t)seq * (size_t)c->n_tables_seq];
+    int64_t n = 0;
+    for (int64_t i = 0; i < c->n_tables_seq; i++) n += tabs[i].n_blocks;
+    return n;
+}
+
+int64_t kv_seq_peak_blocks(const struct kv_cache *c, int seq) { return c->seq_peak_blocks[seq]; }
+
+void kv_seq_peak_update(struct kv_cache *c, int seq) {
+    int64_t n = kv_seq_blocks(c, seq);
+    if (n > c->seq_peak_blocks[seq]) c->seq_peak_blocks[seq] = n;
 }
 
 void kv_append(struct kv_cache *c, struct kv_table *t, int32_t pos, const float *k,
@@ -203,13 +279,15 @@ void kv_table_share_prefix(struct kv_cache *c, struct kv_table *t, const int32_t
 
 nx_status kv_table_unshare(struct kv_cache *c, struct kv_table *t, int64_t i0) {
     for (int32_t bi = (int32_t)(i0 / c->p.block); bi < t->n_blocks; bi++) {
-        if (c->refs[t->blocks[bi]] <= 1) continue;
-        if (c->n_free == 0) return NX_STATUS_KV_FULL;
+        /* a reference count above one can only drop concurrently (another table releasing
+           the block), never rise, so reading it unlocked is safe: at worst a copy is made
+           that was no longer needed */
+        if (__atomic_load_n(&c->refs[t->blocks[bi]], __ATOMIC_ACQUIRE) <= 1) continue;
+        int32_t dst = pop_free_locked(c);
+        if (dst < 0) return NX_STATUS_KV_FULL;
         int64_t n = NX_MIN((int64_t)c->p.block, t->n_tokens - (int64_t)bi * c->p.block);
-        copy_block_private(c, t, bi, n);
+        copy_block_into(c, t, bi, NX_MAX(n, 0), dst);
     }
-    int64_t used = c->p.n_blocks - c->n_free;
-    if (used > c->peak_blocks) c->peak_blocks = used;
     return NX_STATUS_OK;
 }
 
@@ -240,7 +318,7 @@ static inline bool slot_kept(const struct kv_cache *c, const struct kv_table *t,
     return keep[i] || kv_block_pin(c, kv_slot_block(c, t, i))[i % c->p.block];
 }
 
-void kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep) {
+nx_status kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep) {
     const int64_t B = c->p.block, n = t->n_tokens;
     /* fast path: whole blocks dropped, every other token kept -> unlink blocks */
     bool block_aligned = true;
@@ -270,8 +348,13 @@ void kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep) {
         /* the kept blocks are full except possibly the last, which was the table's last */
         t->n_blocks = w;
         t->n_tokens = kept;
-        return;
+        return NX_STATUS_OK;
     }
+    /* tokens move from the first dropped one on: the blocks from there are written, so
+       shared ones get private copies first */
+    int64_t first = 0;
+    while (first < n && slot_kept(c, t, keep, first)) first++;
+    if (kv_table_unshare(c, t, first) != NX_STATUS_OK) return NX_STATUS_KV_FULL;
     int64_t w = 0;
     for (int64_t i = 0; i < n; i++) {
         if (!slot_kept(c, t, keep, i)) continue;
@@ -290,6 +373,7 @@ void kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep) {
     }
     t->n_tokens = w;
     release_tail(c, t);
+    return NX_STATUS_OK;
 }
 
 void kv_truncate(struct kv_cache *c, struct kv_table *t, int64_t n) {

@@ -13,8 +13,10 @@
  * n_head_kv * budget instead of a per-head budget.
  *
  * Buffers: per thread, one worst-case view (keys as floats, positions per head, accumulators,
- * window), the keep mask and the policy scratch, all sized at init from max_tokens. kv_evict_layer only
- * touches its layer's tables and its thread's buffers, so layers run in parallel.
+ * window), the keep mask and the policy scratch, all sized at init from max_tokens, in one
+ * struct kv_evict_bufs a context shares between its sequences' evictors. kv_evict_layer only
+ * touches its layer's tables (of its sequence) and its thread's buffers, so layers run in
+ * parallel.
  */
 #include "kv/kv_evict.h"
 
@@ -37,48 +39,57 @@ struct evict_buf {
     uint8_t **rows;              /* (n_head_kv) their keep rows */
 };
 
+struct kv_evict_bufs {
+    int n_threads;
+    int32_t window;
+    int64_t max_tokens;
+    struct evict_buf *bufs; /* (n_threads) */
+};
+
 struct kv_evictor {
     struct kv_cache *kv;
     struct kv_evict_params p;
     float *ring;       /* (n_layer, window, n_head * head_dim) */
     int32_t *ring_pos; /* (n_layer, window) */
-    struct evict_buf *bufs; /* (n_threads) */
     int64_t min_keep;
     int64_t rounds;
     atomic_llong evicted;
+    atomic_llong skipped;
     double seconds;
 };
+
+/* Sequence e's table (layer, head). */
+static struct kv_table *seq_table(const struct kv_evictor *e, int layer, int head) {
+    return kv_seq_table(e->kv, e->p.seq, layer, head);
+}
 
 static size_t qrow(const struct kv_evictor *e) {
     return (size_t)e->p.n_head * (size_t)e->kv->p.head_dim;
 }
 
-nx_status kv_evict_init(struct kv_cache *kv, const struct kv_evict_params *p,
-                        struct kv_evictor **out) {
+nx_status kv_evict_bufs_init(const struct kv_cache *kv, int32_t n_head, int32_t window,
+                             int n_threads, int64_t max_tokens, struct kv_evict_bufs **out) {
     *out = NULL;
-    if (!p->policy || p->window < 1 || p->n_head < kv->p.n_head_kv || p->n_threads < 1 ||
-        p->max_tokens < 1)
+    if (window < 1 || n_head < kv->p.n_head_kv || n_threads < 1 || max_tokens < 1)
         return NX_STATUS_INVALID_ARG;
-    struct kv_evictor *e = nx_calloc(1, sizeof *e);
+    struct kv_evict_bufs *e = nx_calloc(1, sizeof *e);
     if (!e) return NX_STATUS_NOMEM;
-    e->kv = kv;
-    e->p = *p;
-    e->min_keep = kv_policy_min_keep(p->policy, &p->pp);
-    size_t nl = (size_t)kv->p.n_layer, W = (size_t)p->window, hd = (size_t)kv->p.head_dim;
-    size_t nkv = (size_t)kv->p.n_head_kv, mt = (size_t)p->max_tokens;
-    e->ring = nx_calloc(nl * W * qrow(e), sizeof(float));
-    e->ring_pos = nx_malloc(nl * W * sizeof(int32_t));
-    e->bufs = nx_calloc((size_t)p->n_threads, sizeof *e->bufs);
-    if (!e->ring || !e->ring_pos || !e->bufs) goto nomem;
-    struct kv_layer_view worst = {.layer = 0, .n_layer = kv->p.n_layer, .n_head = p->n_head,
+    e->n_threads = n_threads;
+    e->window = window;
+    e->max_tokens = max_tokens;
+    size_t W = (size_t)window, hd = (size_t)kv->p.head_dim, qr = (size_t)n_head * hd;
+    size_t nkv = (size_t)kv->p.n_head_kv, mt = (size_t)max_tokens;
+    e->bufs = nx_calloc((size_t)n_threads, sizeof *e->bufs);
+    if (!e->bufs) goto nomem;
+    struct kv_layer_view worst = {.layer = 0, .n_layer = kv->p.n_layer, .n_head = n_head,
                                   .n_head_kv = kv->p.n_head_kv, .head_dim = kv->p.head_dim,
-                                  .n_tokens = p->max_tokens, .n_win = p->window};
-    for (int t = 0; t < p->n_threads; t++) {
+                                  .n_tokens = max_tokens, .n_win = window};
+    for (int t = 0; t < n_threads; t++) {
         struct evict_buf *b = &e->bufs[t];
         b->k = nx_malloc(nkv * mt * hd * sizeof(float));
         b->pos = nx_malloc(nkv * mt * sizeof(int32_t));
         b->acc = nx_malloc(nkv * mt * sizeof(float));
-        b->win_q = nx_malloc(W * qrow(e) * sizeof(float));
+        b->win_q = nx_malloc(W * qr * sizeof(float));
         b->win_pos = nx_malloc(W * sizeof(int32_t));
         b->keep = nx_malloc(nkv * mt);
         b->scratch_bytes = kv_policy_scratch_bytes(&worst);
@@ -89,18 +100,17 @@ nx_status kv_evict_init(struct kv_cache *kv, const struct kv_evict_params *p,
             !b->views || !b->rows)
             goto nomem;
     }
-    kv_evict_reset(e);
     *out = e;
     return NX_STATUS_OK;
 nomem:
-    kv_evict_free(e);
+    kv_evict_bufs_free(e);
     return NX_STATUS_NOMEM;
 }
 
-void kv_evict_free(struct kv_evictor *e) {
+void kv_evict_bufs_free(struct kv_evict_bufs *e) {
     if (!e) return;
     if (e->bufs)
-        for (int t = 0; t < e->p.n_threads; t++) {
+        for (int t = 0; t < e->n_threads; t++) {
             struct evict_buf *b = &e->bufs[t];
             nx_free(b->k);
             nx_free(b->pos);
@@ -113,6 +123,36 @@ void kv_evict_free(struct kv_evictor *e) {
             nx_free(b->rows);
         }
     nx_free(e->bufs);
+    nx_free(e);
+}
+
+int kv_evict_bufs_threads(const struct kv_evict_bufs *b) { return b->n_threads; }
+
+nx_status kv_evict_init(struct kv_cache *kv, const struct kv_evict_params *p,
+                        struct kv_evictor **out) {
+    *out = NULL;
+    if (!p->policy || p->window < 1 || p->n_head < kv->p.n_head_kv || p->seq < 0 ||
+        p->seq >= kv->p.n_seq)
+        return NX_STATUS_INVALID_ARG;
+    struct kv_evictor *e = nx_calloc(1, sizeof *e);
+    if (!e) return NX_STATUS_NOMEM;
+    e->kv = kv;
+    e->p = *p;
+    e->min_keep = kv_policy_min_keep(p->policy, &p->pp);
+    size_t nl = (size_t)kv->p.n_layer, W = (size_t)p->window;
+    e->ring = nx_calloc(nl * W * qrow(e), sizeof(float));
+    e->ring_pos = nx_malloc(nl * W * sizeof(int32_t));
+    if (!e->ring || !e->ring_pos) {
+        kv_evict_free(e);
+        return NX_STATUS_NOMEM;
+    }
+    kv_evict_reset(e);
+    *out = e;
+    return NX_STATUS_OK;
+}
+
+void kv_evict_free(struct kv_evictor *e) {
+    if (!e) return;
     nx_free(e->ring);
     nx_free(e->ring_pos);
     nx_free(e);
@@ -143,7 +183,6 @@ int64_t kv_evict_budget(const struct kv_evictor *e, int64_t seen) {
     return b < e->min_keep ? e->min_keep : b;
 }
 
-int kv_evict_threads(const struct kv_evictor *e) { return e->p.n_threads; }
 
 bool kv_evict_due(const struct kv_evictor *e, int64_t seen, bool prompt_chunk) {
     if (strcmp(e->p.policy->name, "full") == 0) return false;
@@ -156,7 +195,7 @@ bool kv_evict_due(const struct kv_evictor *e, int64_t seen, bool prompt_chunk) {
         struct kv_layer_view v = {.layer = il, .n_layer = kv->p.n_layer, .n_tokens = seen};
         int64_t lk = kv_policy_layer_keep(e->p.policy, &v, budget, &e->p.pp), total = 0;
         for (int h = 0; h < kv->p.n_head_kv; h++) {
-            int64_t n = kv->tables[(size_t)il * (size_t)kv->p.n_head_kv + (size_t)h].n_tokens;
+            int64_t n = seq_table(e, il, h)->n_tokens;
             if (!e->p.policy->select_ragged && n > lk + slack) return true;
             total += n;
         }
@@ -208,8 +247,9 @@ static int32_t gather_window(const struct kv_evictor *e, int layer, int g0, int 
     return n;
 }
 
-static bool heads_aligned(const struct kv_cache *kv, int layer) {
-    const struct kv_table *t0 = &kv->tables[(size_t)layer * (size_t)kv->p.n_head_kv];
+static bool heads_aligned(const struct kv_evictor *e, int layer) {
+    const struct kv_cache *kv = e->kv;
+    const struct kv_table *t0 = seq_table(e, layer, 0);
     for (int h = 1; h < kv->p.n_head_kv; h++) {
         const struct kv_table *t = t0 + h;
         if (t->n_tokens != t0->n_tokens) return false;
@@ -221,12 +261,13 @@ static bool heads_aligned(const struct kv_cache *kv, int layer) {
 
 /* A layer whose heads diverged, for a policy that allocates across heads: every head's view at
  * once, held to the layer total. */
-static void evict_ragged(struct kv_evictor *e, int layer, int64_t budget, int ith) {
+static void evict_ragged(struct kv_evictor *e, struct kv_evict_bufs *eb, int layer,
+                         int64_t budget, int ith) {
     struct kv_cache *kv = e->kv;
-    struct evict_buf *b = &e->bufs[ith];
+    struct evict_buf *b = &eb->bufs[ith];
     const int nkv = kv->p.n_head_kv, hd = kv->p.head_dim, G = e->p.n_head / nkv;
-    const size_t mt = (size_t)e->p.max_tokens, W = (size_t)e->p.window;
-    struct kv_table *tabs = kv_table_at(kv, layer, 0);
+    const size_t mt = (size_t)eb->max_tokens, W = (size_t)e->p.window;
+    struct kv_table *tabs = seq_table(e, layer, 0);
     struct kv_policy_params pp = e->p.pp;
     pp.eviction_index = (uint64_t)e->rounds;
     struct kv_layer_view *views = b->views;
@@ -249,7 +290,7 @@ static void evict_ragged(struct kv_evictor *e, int layer, int64_t budget, int it
                                           .n_head_kv = 1, .head_dim = hd,
                                           .n_tokens = tabs[h].n_tokens, .pos = pos, .k = k,
                                           .win_q = wq, .win_pos = wp,
-                                          .acc_attn = kv->acc_pool ? acc : NULL};
+                                          .acc_attn = e->p.policy->needs_acc_attn ? acc : NULL};
         views[h].n_win = gather_window(e, layer, h * G, G, wq, wp);
         rows[h] = b->keep + (size_t)h * mt;
     }
@@ -258,22 +299,23 @@ static void evict_ragged(struct kv_evictor *e, int layer, int64_t budget, int it
         return;
     for (int h = 0; h < nkv; h++) {
         int64_t before = tabs[h].n_tokens;
-        kv_compact(kv, &tabs[h], rows[h]);
+        if (kv_compact(kv, &tabs[h], rows[h]) != NX_STATUS_OK) atomic_fetch_add(&e->skipped, 1);
         atomic_fetch_add(&e->evicted, before - tabs[h].n_tokens);
     }
 }
 
-void kv_evict_layer(struct kv_evictor *e, int layer, int64_t budget, int ith) {
+void kv_evict_layer(struct kv_evictor *e, struct kv_evict_bufs *eb, int layer, int64_t budget,
+                    int ith) {
     struct kv_cache *kv = e->kv;
-    struct evict_buf *b = &e->bufs[ith];
+    struct evict_buf *b = &eb->bufs[ith];
     const struct kv_policy *pol = e->p.policy;
     const int nkv = kv->p.n_head_kv, hd = kv->p.head_dim, G = e->p.n_head / nkv;
-    struct kv_table *tabs = kv_table_at(kv, layer, 0);
+    struct kv_table *tabs = seq_table(e, layer, 0);
     struct kv_policy_params pp = e->p.pp;
     pp.eviction_index = (uint64_t)e->rounds;
-    bool aligned = heads_aligned(kv, layer);
+    bool aligned = heads_aligned(e, layer);
     if (!aligned && pol->select_ragged) {
-        evict_ragged(e, layer, budget, ith);
+        evict_ragged(e, eb, layer, budget, ith);
         return;
     }
     int n_views = aligned ? 1 : nkv;
@@ -285,7 +327,7 @@ void kv_evict_layer(struct kv_evictor *e, int layer, int64_t budget, int ith) {
                                      .n_head = aligned ? e->p.n_head : G, .n_head_kv = nh,
                                      .head_dim = hd, .n_tokens = n, .pos = b->pos, .k = b->k,
                                      .win_q = b->win_q, .win_pos = b->win_pos,
-                                     .acc_attn = kv->acc_pool ? b->acc : NULL};
+                                     .acc_attn = pol->needs_acc_attn ? b->acc : NULL};
         if (n == 0) continue;
         /* the layer's budget from the stream length (pyramid layers differ); skip when within */
         struct kv_layer_view lv = {.layer = layer, .n_layer = kv->p.n_layer,
@@ -301,7 +343,8 @@ void kv_evict_layer(struct kv_evictor *e, int layer, int64_t budget, int ith) {
         for (int h = 0; h < nh; h++) {
             struct kv_table *t = &t0[h];
             int64_t before = t->n_tokens;
-            kv_compact(kv, t, b->keep + (size_t)h * (size_t)n);
+            if (kv_compact(kv, t, b->keep + (size_t)h * (size_t)n) != NX_STATUS_OK)
+                atomic_fetch_add(&e->skipped, 1);
             atomic_fetch_add(&e->evicted, before - t->n_tokens);
         }
     }
@@ -315,3 +358,5 @@ void kv_evict_round_done(struct kv_evictor *e, double seconds) {
 int64_t kv_evict_rounds(const struct kv_evictor *e) { return e->rounds; }
 int64_t kv_evict_tokens_evicted(const struct kv_evictor *e) { return atomic_load(&e->evicted); }
 double kv_evict_seconds(const struct kv_evictor *e) { return e->seconds; }
+int64_t kv_evict_skipped(const struct kv_evictor *e) { return atomic_load(&e->skipped); }
+const struct kv_evict_params *kv_evict_params_of(const struct kv_evictor *e) { return &e->p; }

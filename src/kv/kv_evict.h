@@ -1,7 +1,9 @@
 /*
- * kv_evict.h - holds a sequence's KV cache to its budget: decides when to evict, builds the
- * policy's view of each layer (keys as floats, positions, the observation window, cumulative
- * attention), runs the policy and compacts the tables.
+ * kv_evict.h - holds one sequence's KV cache (its tables in a shared pool) to its budget:
+ * decides when to evict, builds the policy's view of each layer (keys as floats, positions,
+ * the observation window, cumulative attention), runs the policy and compacts the tables.
+ * The gather buffers (struct kv_evict_bufs) are shared by every evictor of a context, since
+ * the sequences of a context are evicted one at a time.
  *
  * The forward pass feeds it the post-RoPE queries of the newest tokens (a ring of `window`
  * per layer) and, for policies that need it, cumulative attention in the cache's per-slot
@@ -26,11 +28,19 @@ struct kv_evict_params {
     int regime;        /* NX_KV_REGIME_PREFILL / NX_KV_REGIME_STREAM */
     int32_t window;    /* observation-window queries kept per layer */
     int32_t n_head;    /* query heads */
-    int n_threads;     /* most threads that will call kv_evict_layer at once */
-    int64_t max_tokens; /* most tokens a table can hold */
+    int32_t seq;       /* the sequence whose tables are held to the budget */
 };
 
 struct kv_evictor;
+struct kv_evict_bufs;
+
+/* Buffers for n_threads concurrent kv_evict_layer calls on tables of up to max_tokens tokens,
+ * windows of up to `window` queries of n_head heads. Errors: INVALID_ARG, NOMEM. */
+nx_status kv_evict_bufs_init(const struct kv_cache *kv, int32_t n_head, int32_t window,
+                             int n_threads, int64_t max_tokens, struct kv_evict_bufs **out);
+void kv_evict_bufs_free(struct kv_evict_bufs *b);
+/* Most threads that may call kv_evict_layer at once with these buffers (indices 0 .. n-1). */
+int kv_evict_bufs_threads(const struct kv_evict_bufs *b);
 
 nx_status kv_evict_init(struct kv_cache *kv, const struct kv_evict_params *p,
                         struct kv_evictor **out);
@@ -52,13 +62,15 @@ int64_t kv_evict_budget(const struct kv_evictor *e, int64_t seen);
 /* Whether an eviction round is due after a chunk: prefill regime -> after a multi-token call's
  * chunks; stream regime -> also when a layer holds >= budget + block tokens. */
 bool kv_evict_due(const struct kv_evictor *e, int64_t seen, bool prompt_chunk);
-/* Evict layer `layer` to `budget` using thread ith's buffers. */
-void kv_evict_layer(struct kv_evictor *e, int layer, int64_t budget, int ith);
+/* Evict layer `layer` to `budget` using thread ith's buffers of b (whose window and
+ * max_tokens must cover this evictor's). A table whose compaction needs a private copy of a
+ * shared block and finds no free block keeps its tokens (counted in kv_evict_skipped). */
+void kv_evict_layer(struct kv_evictor *e, struct kv_evict_bufs *b, int layer, int64_t budget,
+                    int ith);
 /* Account one finished round (all layers) that took `seconds`. */
 void kv_evict_round_done(struct kv_evictor *e, double seconds);
-
-/* Most threads that may call kv_evict_layer at once (thread indices 0 .. n-1). */
-int kv_evict_threads(const struct kv_evictor *e);
+int64_t kv_evict_skipped(const struct kv_evictor *e);
+const struct kv_evict_params *kv_evict_params_of(const struct kv_evictor *e);
 int64_t kv_evict_rounds(const struct kv_evictor *e);
 int64_t kv_evict_tokens_evicted(const struct kv_evictor *e);
 double kv_evict_seconds(const struct kv_evictor *e);

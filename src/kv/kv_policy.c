@@ -69,6 +69,53 @@ struct kv_policy_params kv_policy_default_params(void) {
     return p;
 }
 
+/* ---- options by name ---------------------------------------------------------------------- */
+
+nx_status kv_policy_set_option(struct kv_policy_params *pp, const char *name, double v) {
+    if (!name || !isfinite(v)) return NX_STATUS_INVALID_ARG;
+    bool flag = v == 0 || v == 1, whole = v == floor(v);
+    if (strcmp(name, "nexus.walk") == 0) {
+        if (!whole || v < 0 || v > 256) return NX_STATUS_INVALID_ARG;
+        pp->nexus_walk = (int32_t)v;
+    } else if (strcmp(name, "nexus.lambda") == 0) {
+        if (!(v >= 0)) return NX_STATUS_INVALID_ARG;
+        pp->nexus_lambda = (float)v;
+    } else if (strcmp(name, "nexus.eps") == 0) {
+        if (!(v >= 0)) return NX_STATUS_INVALID_ARG;
+        pp->nexus_eps = (float)v;
+    } else if (strcmp(name, "nexus.n") == 0) {
+        if (!whole || v < 1 || v > 100000) return NX_STATUS_INVALID_ARG;
+        pp->nexus_n = (int32_t)v;
+    } else if (strcmp(name, "nexus.w_scale") == 0) {
+        if (!(v > 0)) return NX_STATUS_INVALID_ARG;
+        pp->nexus_w_scale = (float)v;
+    } else if (strcmp(name, "nexus.fresh_draws") == 0) {
+        if (!flag) return NX_STATUS_INVALID_ARG;
+        pp->nexus_fixed_draws = v == 0;
+    } else if (strcmp(name, "nexus.mean_vectors") == 0) {
+        if (!flag) return NX_STATUS_INVALID_ARG;
+        pp->nexus_mean_vectors = v == 1;
+    } else if (strcmp(name, "pool.kernel") == 0) {
+        if (!whole || v < 1 || v > 1024) return NX_STATUS_INVALID_ARG;
+        pp->pool_kernel = (int32_t)v;
+    } else if (strcmp(name, "pool.max") == 0) {
+        if (!flag) return NX_STATUS_INVALID_ARG;
+        pp->pool_max = v == 1;
+    } else if (strcmp(name, "pyramidkv.beta") == 0) {
+        if (!(v > 0)) return NX_STATUS_INVALID_ARG;
+        pp->pyramid_beta = (float)v;
+    } else if (strcmp(name, "adakv.alpha") == 0) {
+        if (!(v >= 0 && v <= 1)) return NX_STATUS_INVALID_ARG;
+        pp->adakv_alpha = (float)v;
+    } else if (strcmp(name, "morphkv.max") == 0) {
+        if (!flag) return NX_STATUS_INVALID_ARG;
+        pp->morph_max = v == 1;
+    } else {
+        return NX_STATUS_INVALID_ARG;
+    }
+    return NX_STATUS_OK;
+}
+
 size_t kv_policy_scratch_bytes(const struct kv_layer_view *view) {
     if (!view) return 0;
     size_t n = view->n_tokens > 0 ? (size_t)view->n_tokens : 0;

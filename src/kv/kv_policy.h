@@ -100,6 +100,11 @@ struct kv_policy {
                                size_t scratch_bytes, uint8_t *const *keep_rows);
 };
 
+/* Set one parameter by its public option name (nexus.h, nx_kv_params_set): "nexus.walk",
+ * "nexus.lambda", "nexus.eps", "nexus.n", "nexus.w_scale", "nexus.fresh_draws",
+ * "nexus.mean_vectors", "pool.kernel", "pool.max", "pyramidkv.beta", "adakv.alpha",
+ * "morphkv.max". INVALID_ARG (pp unchanged) for an unknown name or a value out of range. */
+nx_status kv_policy_set_option(struct kv_policy_params *pp, const char *name, double v);
 /* Policy by name, or NULL. */
 const struct kv_policy *kv_policy_find(const char *name);
 /* Default parameters (paper / EVICTION.md defaults). */

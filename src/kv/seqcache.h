@@ -1,6 +1,6 @@
 /*
- * seqcache.h - the longest-common-prefix sequence cache (nx_seqcache in nexus.h) and the token
- * trie it looks prefixes up in, exposed for the tests.
+ * seqcache.h - the token trie the longest-common-prefix sequence cache (nx_seqcache in
+ * nexus.h, src/model/seqcache.c) looks prefixes up in, exposed for the tests.
  *
  * The trie holds the token sequences of up to 32 slots. Each node is one token; its mask has
  * bit s set when slot s's sequence passes through it (so every slot in a node's mask has the
@@ -44,13 +44,7 @@ void sc_trie_remove(struct sc_trie *t, int slot, const nx_token *tokens, int32_t
 int32_t sc_trie_lookup(const struct sc_trie *t, const nx_token *tokens, int32_t n,
                        uint32_t *mask);
 
-struct nx_ctx;
-struct nx_seqcache;
-/* Longest cached prefix of tokens and the slot holding it (-1 when none), without touching the
-   context or the counters (for the tests). */
-int32_t seqcache_lookup(const struct nx_seqcache *sc, const nx_token *tokens, int32_t n,
-                        int *slot);
-/* The tokens slot s holds (NULL if empty) and their count. */
-const nx_token *seqcache_slot_tokens(const struct nx_seqcache *sc, int s, int32_t *n);
+/* The cache (slots, lookups, room) is src/model/seqcache.c; its test hooks are declared in
+   model/context.h. */
 
 #endif

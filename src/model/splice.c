@@ -91,7 +91,7 @@ nx_status nx_kv_block_compile(nx_ctx *ctx, const nx_token *prefix, int32_t n_pre
     if ((int64_t)m0 + n > nx_ctx_n_ctx(ctx))
         return ctx_set_error(ctx, NX_STATUS_KV_FULL, "compile: m0 %d + %d tokens > n_ctx %d", m0,
                              n, nx_ctx_n_ctx(ctx));
-    nx_ctx_reset(ctx);
+    ctx_seq_clear(ctx, 0);
     ctx_set_n_past(ctx, m0 - n_prefix);
     nx_status st;
     if (n_prefix > 0 && (st = nx_decode(ctx, prefix, n_prefix, false))) return st;
@@ -259,9 +259,10 @@ static void norm_range(nx_pos *p0, nx_pos *p1) {
     if (*p1 < 0) *p1 = INT32_MAX;
 }
 
-nx_status nx_seq_rm(nx_ctx *ctx, nx_pos p0, nx_pos p1) {
+static nx_status seq_rm(nx_ctx *ctx, int seq, nx_pos p0, nx_pos p1) {
     const struct nx_model *m = ctx_model(ctx);
     struct kv_cache *kv = ctx_kv_cache(ctx);
+    struct kv_table *tabs = kv_seq_tables(kv, seq);
     norm_range(&p0, &p1);
     if (p0 > p1) return ctx_set_error(ctx, NX_STATUS_INVALID_ARG, "seq_rm: p0 %d > p1 %d", p0, p1);
     const int nt = m->hp.n_layer * m->hp.n_head_kv;
@@ -270,7 +271,7 @@ nx_status nx_seq_rm(nx_ctx *ctx, nx_pos p0, nx_pos p1) {
     /* pass 1: private copies of shared blocks that a compaction would write (nothing changes
        logically, so a failure leaves the sequence as it was) */
     for (int ti = 0; ti < nt; ti++) {
-        struct kv_table *t = &kv->tables[ti];
+        struct kv_table *t = &tabs[ti];
         int64_t i0 = lower_index(kv, t, p0), i1 = lower_index(kv, t, p1);
         if (i1 < t->n_tokens) tail_empty = false;
         if (i0 < i1 && i1 < t->n_tokens && kv_table_unshare(kv, t, i0))
@@ -280,7 +281,7 @@ nx_status nx_seq_rm(nx_ctx *ctx, nx_pos p0, nx_pos p1) {
     uint8_t *keep = nx_malloc((size_t)(max_n > 0 ? max_n : 1));
     if (!keep) return ctx_set_error(ctx, NX_STATUS_NOMEM, "seq_rm: out of memory");
     for (int ti = 0; ti < nt; ti++) {
-        struct kv_table *t = &kv->tables[ti];
+        struct kv_table *t = &tabs[ti];
         int64_t i0 = lower_index(kv, t, p0), i1 = lower_index(kv, t, p1);
         if (i0 >= i1) continue;
         if (i1 == t->n_tokens) {
@@ -291,23 +292,27 @@ nx_status nx_seq_rm(nx_ctx *ctx, nx_pos p0, nx_pos p1) {
             keep[i] = i < i0 || i >= i1;
             if (!keep[i]) kv_block_pin(kv, kv_slot_block(kv, t, i))[i % kv->p.block] = 0;
         }
-        kv_compact(kv, t, keep);
+        /* pass 1 gave the table private blocks from i0 on: the compaction cannot fail */
+        nx_status cst = kv_compact(kv, t, keep);
+        NX_ASSERT(cst == NX_STATUS_OK);
+        (void)cst;
     }
     nx_free(keep);
-    int32_t n_past = nx_ctx_n_past(ctx);
-    ctx_evict_forget_from(ctx, p0);
-    ctx_set_n_past(ctx, tail_empty && p0 < n_past ? p0 : n_past);
+    int32_t n_past = ctx_seq_n_past(ctx, seq);
+    ctx_seq_evict_forget_from(ctx, seq, p0);
+    ctx_seq_set_n_past(ctx, seq, tail_empty && p0 < n_past ? p0 : n_past);
     return NX_STATUS_OK;
 }
 
-nx_status nx_seq_shift(nx_ctx *ctx, nx_pos p0, nx_pos p1, nx_pos delta) {
+static nx_status seq_shift(nx_ctx *ctx, int seq, nx_pos p0, nx_pos p1, nx_pos delta) {
     const struct nx_model *m = ctx_model(ctx);
     struct kv_cache *kv = ctx_kv_cache(ctx);
+    struct kv_table *tabs = kv_seq_tables(kv, seq);
     norm_range(&p0, &p1);
     if (p0 > p1) return ctx_set_error(ctx, NX_STATUS_INVALID_ARG, "seq_shift: p0 %d > p1 %d", p0, p1);
     if (delta == 0) return NX_STATUS_OK;
     const int nt = m->hp.n_layer * m->hp.n_head_kv;
-    const int32_t n_past = nx_ctx_n_past(ctx), n_ctx = nx_ctx_n_ctx(ctx);
+    const int32_t n_past = ctx_seq_n_past(ctx, seq), n_ctx = nx_ctx_n_ctx(ctx);
     const bool to_end = p1 >= n_past;
     int64_t new_n_past = to_end && n_past >= p0 ? (int64_t)n_past + delta : n_past;
     if (new_n_past < 0 || new_n_past > n_ctx)
@@ -316,7 +321,7 @@ nx_status nx_seq_shift(nx_ctx *ctx, nx_pos p0, nx_pos p1, nx_pos delta) {
                              (long long)new_n_past, n_ctx);
     /* pass 1: check order and range in every table, and unshare what will be rewritten */
     for (int ti = 0; ti < nt; ti++) {
-        struct kv_table *t = &kv->tables[ti];
+        struct kv_table *t = &tabs[ti];
         int64_t i0 = lower_index(kv, t, p0), i1 = lower_index(kv, t, p1);
         if (i0 >= i1) {
             if (t->n_tokens > 0 && pos_at(kv, t, t->n_tokens - 1) >= new_n_past)
@@ -344,7 +349,7 @@ nx_status nx_seq_shift(nx_ctx *ctx, nx_pos p0, nx_pos p1, nx_pos delta) {
         return ctx_set_error(ctx, NX_STATUS_NOMEM, "seq_shift: out of memory");
     }
     for (int ti = 0; ti < nt; ti++) {
-        struct kv_table *t = &kv->tables[ti];
+        struct kv_table *t = &tabs[ti];
         int64_t i0 = lower_index(kv, t, p0), i1 = lower_index(kv, t, p1);
         for (int64_t i = i0; i < i1; i++) {
             int32_t blk = kv_slot_block(kv, t, i);
@@ -356,8 +361,116 @@ nx_status nx_seq_shift(nx_ctx *ctx, nx_pos p0, nx_pos p1, nx_pos delta) {
     }
     nx_free(tmp);
     nx_free(rr.cs);
-    ctx_evict_forget_from(ctx, NX_MIN(p0, p0 + delta) < 0 ? 0 : NX_MIN(p0, p0 + delta));
-    ctx_set_n_past(ctx, (int32_t)new_n_past);
+    ctx_seq_evict_forget_from(ctx, seq, NX_MIN(p0, p0 + delta) < 0 ? 0 : NX_MIN(p0, p0 + delta));
+    ctx_seq_set_n_past(ctx, seq, (int32_t)new_n_past);
+    return NX_STATUS_OK;
+}
+
+nx_status nx_seq_rm(nx_ctx *ctx, nx_pos p0, nx_pos p1) { return seq_rm(ctx, 0, p0, p1); }
+nx_status nx_seq_shift(nx_ctx *ctx, nx_pos p0, nx_pos p1, nx_pos delta) {
+    return seq_shift(ctx, 0, p0, p1, delta);
+}
+
+static bool seq_ok(nx_ctx *ctx, nx_seq_id seq) { return seq >= 0 && seq < ctx_n_seq(ctx); }
+
+nx_status nx_kv_seq_rm(nx_ctx *ctx, nx_seq_id seq, nx_pos p0, nx_pos p1) {
+    if (!seq_ok(ctx, seq))
+        return ctx_set_error(ctx, NX_STATUS_INVALID_ARG, "seq_rm: sequence %d out of range", seq);
+    if (p0 < 0 && p1 < 0) {
+        ctx_seq_clear(ctx, seq);
+        return NX_STATUS_OK;
+    }
+    return seq_rm(ctx, seq, p0, p1);
+}
+
+nx_status nx_kv_seq_shift(nx_ctx *ctx, nx_seq_id seq, nx_pos p0, nx_pos p1, nx_pos delta) {
+    if (!seq_ok(ctx, seq))
+        return ctx_set_error(ctx, NX_STATUS_INVALID_ARG, "seq_shift: sequence %d out of range",
+                             seq);
+    return seq_shift(ctx, seq, p0, p1, delta);
+}
+
+nx_status nx_kv_seq_keep(nx_ctx *ctx, nx_seq_id seq) {
+    if (!seq_ok(ctx, seq))
+        return ctx_set_error(ctx, NX_STATUS_INVALID_ARG, "seq_keep: sequence %d out of range",
+                             seq);
+    for (int s = 0; s < ctx_n_seq(ctx); s++)
+        if (s != seq) ctx_seq_clear(ctx, s);
+    return NX_STATUS_OK;
+}
+
+/* Append rows i0..i1 of table st (cache skv) to table dt (cache dkv, after a reserve),
+   converting between KV types; tmp/kb/vb: head_dim floats and a row of dkv's type each. */
+static void copy_rows(const struct kv_cache *skv, const struct kv_table *st, int64_t i0,
+                      int64_t i1, struct kv_cache *dkv, struct kv_table *dt, int hd, float *tmp,
+                      unsigned char *kb, unsigned char *vb) {
+    const bool same = skv->p.type == dkv->p.type;
+    for (int64_t i = i0; i < i1; i++) {
+        int32_t blk = kv_slot_block(skv, st, i);
+        size_t slot = (size_t)(i % skv->p.block);
+        const unsigned char *k = kv_block_k(skv, blk) + slot * skv->row_bytes;
+        const unsigned char *v = kv_block_v(skv, blk) + slot * skv->row_bytes;
+        if (!same) {
+            kern_load_kv(skv->p.type, hd, k, tmp);
+            kern_store_kv(dkv->p.type, hd, tmp, kb);
+            kern_load_kv(skv->p.type, hd, v, tmp);
+            kern_store_kv(dkv->p.type, hd, tmp, vb);
+            k = kb;
+            v = vb;
+        }
+        kv_append_raw(dkv, dt, kv_block_pos(skv, blk)[slot], k, v, kv_block_pin(skv, blk)[slot]);
+    }
+}
+
+nx_status nx_kv_seq_cp(nx_ctx *ctx, nx_seq_id src, nx_seq_id dst, nx_pos p0, nx_pos p1) {
+    if (!seq_ok(ctx, src) || !seq_ok(ctx, dst) || src == dst)
+        return ctx_set_error(ctx, NX_STATUS_INVALID_ARG,
+                             "seq_cp: sequences %d -> %d (need two different ids in [0, %d))",
+                             src, dst, ctx_n_seq(ctx));
+    norm_range(&p0, &p1);
+    if (p0 > p1) return ctx_set_error(ctx, NX_STATUS_INVALID_ARG, "seq_cp: p0 %d > p1 %d", p0, p1);
+    struct kv_cache *kv = ctx_kv_cache(ctx);
+    struct kv_table *stabs = kv_seq_tables(kv, src), *dtabs = kv_seq_tables(kv, dst);
+    const int nt = (int)kv->n_tables_seq, hd = ctx_model(ctx)->hp.head_dim;
+    int32_t first = INT32_MAX, last = -1;
+    int64_t most = 0;
+    bool share = true;
+    for (int ti = 0; ti < nt; ti++) {
+        const struct kv_table *t = &stabs[ti];
+        int64_t i0 = lower_index(kv, t, p0), i1 = lower_index(kv, t, p1);
+        most = NX_MAX(most, i1 - i0);
+        if (i1 > i0) {
+            first = NX_MIN(first, pos_at(kv, t, i0));
+            last = NX_MAX(last, pos_at(kv, t, i1 - 1));
+        }
+        if (i0 != 0 || dtabs[ti].n_tokens != 0) share = false;
+    }
+    if (last < 0) return NX_STATUS_OK; /* nothing in the range */
+    if (ctx_seq_n_past(ctx, dst) > first)
+        return ctx_set_error(ctx, NX_STATUS_INVALID_ARG,
+                             "seq_cp: sequence %d already reaches position %d > %d", dst,
+                             ctx_seq_n_past(ctx, dst), first);
+    if (share) {
+        /* dst takes references to src's blocks: nothing is copied until one of them writes */
+        for (int ti = 0; ti < nt; ti++) {
+            struct kv_table *t = &stabs[ti];
+            kv_table_share_prefix(kv, &dtabs[ti], t->blocks, lower_index(kv, t, p1));
+        }
+        kv_seq_peak_update(kv, dst);
+    } else {
+        if (kv_cache_reserve_seq(kv, dst, most))
+            return ctx_set_error(ctx, NX_STATUS_KV_FULL,
+                                 "seq_cp: the KV pool cannot hold %lld tokens", (long long)most);
+        float *tmp = nx_malloc(sizeof(float) * (size_t)hd);
+        if (!tmp) return ctx_set_error(ctx, NX_STATUS_NOMEM, "seq_cp: out of memory");
+        for (int ti = 0; ti < nt; ti++) {
+            const struct kv_table *t = &stabs[ti];
+            copy_rows(kv, t, lower_index(kv, t, p0), lower_index(kv, t, p1), kv, &dtabs[ti], hd,
+                      tmp, NULL, NULL);
+        }
+        nx_free(tmp);
+    }
+    ctx_seq_set_n_past(ctx, dst, last + 1);
     return NX_STATUS_OK;
 }
 

@@ -73,12 +73,12 @@ static int argmax(const float *l, int n) {
 static nx_ctx *make(const nx_model *m, const struct eval_params *ep, const char *policy,
                     float density, int regime) {
     struct nx_ctx_params cp = ep->base ? *ep->base : nx_ctx_default_params();
-    cp.kv_budget = 0;
+    cp.kv.budget = 0;
     cp.n_ctx = ep->stream_len + 1;
     cp.n_threads = cp.n_threads_batch = ep->threads;
-    cp.kv_policy = policy;
-    cp.kv_density = density;
-    cp.kv_regime = regime;
+    cp.kv.policy = policy;
+    cp.kv.density = density;
+    cp.kv.regime = regime;
     nx_ctx *c = NULL;
     char err[256];
     if (nx_ctx_init(m, &cp, &c, err, sizeof err)) fprintf(stderr, "eval: %s: %s\n", policy, err);
@@ -224,7 +224,7 @@ static int write_json(const struct eval_params *ep, const struct eval_result *re
                 acc_mean(&r->nll), acc_sd(&r->nll), r->rec.n ? acc_mean(&r->rec) : 0.0,
                 acc_sd(&r->rec), r->rec.n, streams, ep->stream_len,
                 (unsigned long long)ep->seed, ep->text_file ? "file" : "sampled",
-                b ? b->kv_block : 32, b ? b->kv_sink : 32, b ? b->kv_recent : 32,
+                b ? b->kv_block : 32, b ? b->kv.sink : 32, b ? b->kv.recent : 32,
                 ep->recall_blocks, acc_mean(&r->kvf), acc_sd(&r->kvf), i + 1 < n ? "," : "");
     }
     fprintf(o.f, "]\n");

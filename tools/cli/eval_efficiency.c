@@ -59,10 +59,10 @@ static int run_policy(const nx_model *m, const struct effi_params *ep, const cha
     struct nx_ctx_params cp = ep->base ? *ep->base : nx_ctx_default_params();
     cp.n_ctx = ep->prompt + maxlen + 1;
     cp.n_threads = cp.n_threads_batch = ep->threads;
-    cp.kv_policy = policy;
-    cp.kv_budget = 0;
-    cp.kv_density = strcmp(policy, "full") ? ep->density : 0;
-    cp.kv_regime = ep->regime;
+    cp.kv.policy = policy;
+    cp.kv.budget = 0;
+    cp.kv.density = strcmp(policy, "full") ? ep->density : 0;
+    cp.kv.regime = ep->regime;
     nx_ctx *c = NULL;
     char err[256];
     if (nx_ctx_init(m, &cp, &c, err, sizeof err)) {

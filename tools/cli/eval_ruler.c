@@ -116,10 +116,10 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
                 struct nx_ctx_params cp = rp->base ? *rp->base : nx_ctx_default_params();
                 cp.n_ctx = n + smp.max_new + 1;
                 cp.n_threads = cp.n_threads_batch = rp->threads;
-                cp.kv_policy = cfgs[c].policy;
-                cp.kv_budget = 0;
-                cp.kv_density = strcmp(cfgs[c].policy, "full") ? cfgs[c].density : 0;
-                cp.kv_regime = cfgs[c].regime;
+                cp.kv.policy = cfgs[c].policy;
+                cp.kv.budget = 0;
+                cp.kv.density = strcmp(cfgs[c].policy, "full") ? cfgs[c].density : 0;
+                cp.kv.regime = cfgs[c].regime;
                 nx_ctx *ctx = NULL;
                 char *pred = NULL;
                 if (nx_ctx_init(m, &cp, &ctx, err, sizeof err)) {

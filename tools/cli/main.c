@@ -62,6 +62,11 @@ static double parse_double(const char *flag, const char *v) {
     return x;
 }
 
+/* A policy option (nx_kv_params_set) from a flag; an out-of-range value is fatal. */
+static void kv_opt(struct nx_kv_params *kv, const char *flag, const char *name, double v) {
+    if (nx_kv_params_set(kv, name, v) != NX_STATUS_OK) die("%s: value %g out of range", flag, v);
+}
+
 static const char *need_arg(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) die("%s needs a value", argv[*i]);
     return argv[++*i];
@@ -104,43 +109,43 @@ static bool common_flag(struct common_opts *o, int argc, char **argv, int *i) {
     } else if (!strcmp(a, "--mmap"))
         o->use_mmap = true;
     else if (!strcmp(a, "--kv-policy"))
-        o->cp.kv_policy = need_arg(argc, argv, i);
+        o->cp.kv.policy = need_arg(argc, argv, i);
     else if (!strcmp(a, "--kv-density"))
-        o->cp.kv_density = (float)parse_double(a, need_arg(argc, argv, i));
+        o->cp.kv.density = (float)parse_double(a, need_arg(argc, argv, i));
     else if (!strcmp(a, "--kv-budget"))
-        o->cp.kv_budget = (int32_t)parse_long(a, need_arg(argc, argv, i), 1, INT32_MAX);
+        o->cp.kv.budget = (int32_t)parse_long(a, need_arg(argc, argv, i), 1, INT32_MAX);
     else if (!strcmp(a, "--kv-regime")) {
         const char *v = need_arg(argc, argv, i);
         if (!strcmp(v, "prefill"))
-            o->cp.kv_regime = NX_KV_REGIME_PREFILL;
+            o->cp.kv.regime = NX_KV_REGIME_PREFILL;
         else if (!strcmp(v, "stream"))
-            o->cp.kv_regime = NX_KV_REGIME_STREAM;
+            o->cp.kv.regime = NX_KV_REGIME_STREAM;
         else
             die("--kv-regime: expected prefill or stream, got '%s'", v);
     } else if (!strcmp(a, "--kv-block"))
         o->cp.kv_block = (int32_t)parse_long(a, need_arg(argc, argv, i), 1, 4096);
     else if (!strcmp(a, "--kv-sink"))
-        o->cp.kv_sink = (int32_t)parse_long(a, need_arg(argc, argv, i), 0, 1 << 20);
+        o->cp.kv.sink = (int32_t)parse_long(a, need_arg(argc, argv, i), 0, 1 << 20);
     else if (!strcmp(a, "--kv-recent"))
-        o->cp.kv_recent = (int32_t)parse_long(a, need_arg(argc, argv, i), 0, 1 << 20);
+        o->cp.kv.recent = (int32_t)parse_long(a, need_arg(argc, argv, i), 0, 1 << 20);
     else if (!strcmp(a, "--kv-window"))
-        o->cp.kv_window = (int32_t)parse_long(a, need_arg(argc, argv, i), 1, 256);
+        o->cp.kv.window = (int32_t)parse_long(a, need_arg(argc, argv, i), 1, 256);
     else if (!strcmp(a, "--kv-seed"))
-        o->cp.kv_seed = (uint64_t)parse_long(a, need_arg(argc, argv, i), 0, LONG_MAX);
+        o->cp.kv.seed = (uint64_t)parse_long(a, need_arg(argc, argv, i), 0, LONG_MAX);
     else if (!strcmp(a, "--nexus-walk"))
-        o->cp.nexus_walk = (int32_t)parse_long(a, need_arg(argc, argv, i), 0, 256);
+        kv_opt(&o->cp.kv, a, "nexus.walk", (double)parse_long(a, need_arg(argc, argv, i), 0, 256));
     else if (!strcmp(a, "--nexus-lambda"))
-        o->cp.nexus_lambda = (float)parse_double(a, need_arg(argc, argv, i));
+        kv_opt(&o->cp.kv, a, "nexus.lambda", parse_double(a, need_arg(argc, argv, i)));
     else if (!strcmp(a, "--nexus-eps"))
-        o->cp.nexus_eps = (float)parse_double(a, need_arg(argc, argv, i));
+        kv_opt(&o->cp.kv, a, "nexus.eps", parse_double(a, need_arg(argc, argv, i)));
     else if (!strcmp(a, "--nexus-n"))
-        o->cp.nexus_n = (int32_t)parse_long(a, need_arg(argc, argv, i), 1, 100000);
+        kv_opt(&o->cp.kv, a, "nexus.n", (double)parse_long(a, need_arg(argc, argv, i), 1, 100000));
     else if (!strcmp(a, "--nexus-w-scale"))
-        o->cp.nexus_w_scale = (float)parse_double(a, need_arg(argc, argv, i));
+        kv_opt(&o->cp.kv, a, "nexus.w_scale", parse_double(a, need_arg(argc, argv, i)));
     else if (!strcmp(a, "--nexus-fresh-draws"))
-        o->cp.nexus_fresh_draws = true;
+        kv_opt(&o->cp.kv, a, "nexus.fresh_draws", 1);
     else if (!strcmp(a, "--nexus-mean-vectors"))
-        o->cp.nexus_mean_vectors = true;
+        kv_opt(&o->cp.kv, a, "nexus.mean_vectors", 1);
     else if (!strcmp(a, "--ref-kernels"))
         o->ref_kernels = true;
     else
@@ -323,7 +328,7 @@ static int cmd_run(int argc, char **argv) {
     fprintf(stderr,
             "kv cache (%s): peak %.2f MiB, final %.2f MiB (pool %.2f MiB), %lld tokens cached, "
             "%lld eviction rounds, %lld token slots evicted, %.3f s evicting\n",
-            o.cp.kv_policy ? o.cp.kv_policy : "full", (double)ks.bytes_peak / 1048576.0,
+            o.cp.kv.policy ? o.cp.kv.policy : "full", (double)ks.bytes_peak / 1048576.0,
             (double)ks.bytes_current / 1048576.0, (double)ks.bytes_pool / 1048576.0,
             (long long)ks.tokens_cached, (long long)ks.evictions, (long long)ks.tokens_evicted,
             ks.evict_seconds);

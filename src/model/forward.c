@@ -1,0 +1,304 @@
+/*
+ * forward.c - DESIGN: the decoder's forward pass over one step of up to n_batch tokens, of
+ * any sequences of the context (continuous batching), in straight-line code (llama2.c style)
+ * run by every pool thread at once (forward_worker). The weights are read once per step for
+ * all the step's tokens.
+ *
+ * Work is split deterministically: token rows for norms/quantization, output rows for matrix
+ * products (claimed in chunks, see mm_phase), (token, head) pairs for RoPE, (sequence, KV
+ * head) units for appending keys and values to that sequence's tables, and (token, KV head)
+ * units for attention; barriers separate dependent steps. Each output element is computed by
+ * exactly one thread in a fixed order, so the logits depend neither on the thread count nor on
+ * which other sequences share the step: a token's row goes through the same kernels whatever
+ * the batch (kern_matmul's columns are independent), and its attention reads only its own
+ * sequence's table, up to its own position (the cached tokens plus the step's earlier entries
+ * of the sequence, appended in order before attention runs).
+ *
+ * Keys are stored after RoPE at their absolute positions; attention walks the table's blocks,
+ * the G query heads of a KV head together. For a sequence with an eviction budget the pass
+ * feeds its evictor the newest queries and, for H2O, accumulated attention in the table's
+ * per-slot accumulators (one thread owns a KV head's tokens then, so the sums keep their
+ * order).
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "core/threadpool.h"
+#include "kern/kern.h"
+#include "kern/quant.h"
+#include "kern/types.h"
+#include "model/ctx_impl.h"
+#include "model/model.h"
+#include "model/ops.h"
+
+/* Prepare activation rows [t0,t1) of src (row length k, stride lds floats) for weight type wt. */
+static void prep_rows(struct nx_ctx *c, unsigned char *xq, enum nx_type wt, const float *src,
+                      int64_t lds, int64_t k, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) kern_quantize_act(wt, src + t * lds, xq + t * c->xq_row, k);
+}
+
+/*
+ * Matrix-product phases with dynamic scheduling: the rows of every product in a phase are cut
+ * into chunks that threads claim from one shared atomic counter, so a slower thread takes fewer
+ * chunks instead of making the others wait at the barrier. Which thread computes a chunk does
+ * not change its values (kernels are pure per element), so results stay thread-count
+ * independent. The counter is never reset inside a pass: every thread advances its private
+ * `base` by (chunks in the phase + nth), which is exactly how far the counter moves (each thread
+ * makes one failing claim), so all threads agree on where the next phase starts.
+ */
+enum mm_post { MM_STORE, MM_ADD_RESIDUAL, MM_SWIGLU };
+
+struct mm_job {
+    const struct nx_weight *w;
+    const unsigned char *xq;
+    float *y;
+    int64_t ldy;
+    enum mm_post post;
+    const struct nx_weight *w2; /* MM_SWIGLU: the up projection (same rows as w = gate) */
+    const unsigned char *xq2;
+    float *y2;
+};
+
+static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs, int nj, int64_t n,
+                     int nth) {
+    int64_t chunk[4], count[4], total = 0;
+    for (int j = 0; j < nj; j++) {
+        int64_t rows = jobs[j].w->ne1;
+        /* decode: ~8 chunks per thread for balance; prefill: ~3, since each kernel call
+           re-arranges its activation panel (a fixed cost per call) */
+        int64_t per_thread = n > 1 ? 3 : 8;
+        int64_t ch = nx_align_up((size_t)(rows / ((int64_t)nth * per_thread) + 1), 16);
+        if (ch < 16) ch = 16;
+        chunk[j] = ch;
+        count[j] = (rows + ch - 1) / ch;
+        total += count[j];
+    }
+    for (;;) {
+        int64_t t = atomic_fetch_add_explicit(&c->chunk_ctr, 1, memory_order_relaxed) - *base;
+        if (t >= total) break;
+        int j = 0;
+        while (t >= count[j]) t -= count[j++];
+        const struct mm_job *jb = &jobs[j];
+        const struct nx_weight *w = jb->w;
+        int64_t r0 = t * chunk[j], r1 = NX_MIN(r0 + chunk[j], w->ne1);
+        kern_matmul(w->type, w->ne0, w->data, w->row_bytes, r0, r1, jb->xq, c->xq_row, n, jb->y,
+                    jb->ldy);
+        if (jb->post == MM_ADD_RESIDUAL) {
+            for (int64_t i = 0; i < n; i++)
+                for (int64_t r = r0; r < r1; r++) c->x[i * jb->ldy + r] += jb->y[i * jb->ldy + r];
+        } else if (jb->post == MM_SWIGLU) {
+            const struct nx_weight *u = jb->w2;
+            kern_matmul(u->type, u->ne0, u->data, u->row_bytes, r0, r1, jb->xq2, c->xq_row, n,
+                        jb->y2, jb->ldy);
+            for (int64_t i = 0; i < n; i++) {
+                kern_swiglu(jb->y + i * jb->ldy + r0, jb->y2 + i * jb->ldy + r0, r1 - r0);
+            }
+        }
+    }
+    *base += total + nth;
+}
+
+/* x += W . src for the batch: prepare this thread's activation rows [t0, t1) of src (row
+ * length W->ne0), then the product into tmp (n, n_embd) with the residual add per chunk. */
+static void residual_matmul(struct nx_ctx *c, const struct nx_weight *w, const float *src,
+                            float *tmp, int64_t *base, int64_t t0, int64_t t1, int nth) {
+    prep_rows(c, c->xq_a, w->type, src, w->ne0, w->ne0, t0, t1);
+    nx_pool_barrier(c->pool);
+    struct mm_job j = {w, c->xq_a, tmp, w->ne1, MM_ADD_RESIDUAL, 0, 0, 0};
+    mm_phase(c, base, &j, 1, c->job_n, nth);
+    nx_pool_barrier(c->pool);
+}
+
+static void forward_worker(void *arg, int ith, int nth) {
+    struct nx_ctx *c = arg;
+    const struct nx_model *m = c->model;
+    const struct nx_hparams *hp = &m->hp;
+    struct nx_pool *pool = c->pool;
+    const int64_t n = c->job_n;
+    const int64_t n_embd = hp->n_embd, hd = hp->head_dim;
+    const int64_t qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd;
+    const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2;
+    const int gqa = hp->n_head / hp->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    int64_t t0, t1;
+    op_split(n, 1, ith, nth, &t0, &t1);
+    int64_t base = 0; /* this thread's view of where the chunk counter's current phase starts */
+
+    /* embeddings and the RoPE table for this batch */
+    for (int64_t t = t0; t < t1; t++) {
+        const struct nx_weight *e = &m->tok_embd;
+        quant_dequantize_row_ref(e->type, (const unsigned char *)e->data +
+                                              (size_t)c->job_tok[t] * e->row_bytes,
+                                 c->x + t * n_embd, n_embd);
+        op_rope_table(c->rope_cs + t * half * 2, (double)c->job_pos[t], m->rope_inv_freq, half);
+    }
+    nx_pool_barrier(pool);
+
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct nx_layer *L = &m->layers[il];
+        bool k_sep = L->wk.type != L->wq.type, v_sep = L->wv.type != L->wq.type;
+        bool kv_same = L->wk.type == L->wv.type;
+
+        /* attention norm, activations for q/k/v */
+        for (int64_t t = t0; t < t1; t++)
+            op_rmsnorm(c->xn + t * n_embd, c->x + t * n_embd, L->attn_norm, n_embd, hp->rms_eps);
+        prep_rows(c, c->xq_a, L->wq.type, c->xn, n_embd, n_embd, t0, t1);
+        if (k_sep || v_sep)
+            prep_rows(c, c->xq_b, k_sep ? L->wk.type : L->wv.type, c->xn, n_embd, n_embd, t0, t1);
+        nx_pool_barrier(pool);
+        if (v_sep && k_sep && !kv_same) {
+            /* three different weight types: q and k first, then v with its own activations */
+            struct mm_job qk[2] = {{&L->wq, c->xq_a, c->q, qd, MM_STORE, 0, 0, 0},
+                                   {&L->wk, c->xq_b, c->k, kvd, MM_STORE, 0, 0, 0}};
+            mm_phase(c, &base, qk, 2, n, nth);
+            nx_pool_barrier(pool);
+            prep_rows(c, c->xq_b, L->wv.type, c->xn, n_embd, n_embd, t0, t1);
+            nx_pool_barrier(pool);
+            struct mm_job vj = {&L->wv, c->xq_b, c->v, kvd, MM_STORE, 0, 0, 0};
+            mm_phase(c, &base, &vj, 1, n, nth);
+        } else {
+            struct mm_job qkv[3] = {
+                {&L->wq, c->xq_a, c->q, qd, MM_STORE, 0, 0, 0},
+                {&L->wk, k_sep ? c->xq_b : c->xq_a, c->k, kvd, MM_STORE, 0, 0, 0},
+                {&L->wv, v_sep ? c->xq_b : c->xq_a, c->v, kvd, MM_STORE, 0, 0, 0}};
+            mm_phase(c, &base, qkv, 3, n, nth);
+        }
+        nx_pool_barrier(pool);
+
+        /* q: bias, norm, RoPE per (token, head); k/v: per KV head, tokens appended in order */
+        {
+            int64_t units = n * hp->n_head + (int64_t)c->job_nbseq * hp->n_head_kv;
+            int64_t u0, u1;
+            op_split(units, 1, ith, nth, &u0, &u1);
+            for (int64_t u = u0; u < u1; u++) {
+                if (u < n * hp->n_head) {
+                    int64_t t = u / hp->n_head, h = u % hp->n_head;
+                    float *qh = c->q + t * qd + h * hd;
+                    if (L->bq)
+                        for (int64_t i = 0; i < hd; i++) qh[i] += L->bq[h * hd + i];
+                    if (L->q_norm) op_rmsnorm(qh, qh, L->q_norm, hd, hp->rms_eps);
+                    op_rope_apply(qh, c->rope_cs + t * half * 2, hp->n_rot, hp->rope_neox);
+                    const struct ctx_seq *sq = &c->seqs[c->job_seq[t]];
+                    if (sq->ev && c->job_tail[t] < sq->kv.window) {
+                        int32_t pos = c->job_pos[t];
+                        memcpy(kv_evict_window_slot(sq->ev, il, pos) + h * hd, qh,
+                               sizeof(float) * (size_t)hd);
+                        if (h == 0) kv_evict_window_mark(sq->ev, il, pos);
+                    }
+                    continue;
+                }
+                int64_t su = u - n * hp->n_head, h = su % hp->n_head_kv;
+                int32_t seq = c->job_bseq[su / hp->n_head_kv];
+                struct kv_table *tab = kv_seq_table(c->kv, seq, il, (int)h);
+                for (int64_t t = 0; t < n; t++) {
+                    if (c->job_seq[t] != seq) continue;
+                    float *kh = c->k + t * kvd + h * hd;
+                    float *vh = c->v + t * kvd + h * hd;
+                    if (L->bk)
+                        for (int64_t i = 0; i < hd; i++) kh[i] += L->bk[h * hd + i];
+                    if (L->bv)
+                        for (int64_t i = 0; i < hd; i++) vh[i] += L->bv[h * hd + i];
+                    if (L->k_norm) op_rmsnorm(kh, kh, L->k_norm, hd, hp->rms_eps);
+                    op_rope_apply(kh, c->rope_cs + t * half * 2, hp->n_rot, hp->rope_neox);
+                    kv_append(c->kv, tab, c->job_pos[t], kh, vh);
+                }
+            }
+        }
+        nx_pool_barrier(pool);
+
+        /* causal attention per (token, KV head), the gqa query heads of the group together;
+           output into xn (n, qd) */
+        {
+            const struct kv_cache *kv = c->kv;
+            const int64_t B = kv->p.block;
+            float *sc = c->scores + (size_t)ith * (size_t)gqa * (size_t)c->max_tokens;
+            float *acc = c->att_tmp + (size_t)ith * (size_t)gqa * (size_t)hd;
+            /* with accumulators, one thread owns all tokens of a KV head (no shared writes);
+               otherwise units are dealt round-robin, so early (short) and late (long) rows of a
+               prompt are shared evenly */
+            int64_t u0 = ith, u1 = n * hp->n_head_kv, ustep = nth;
+            if (c->job_acc) {
+                op_split(n * hp->n_head_kv, n, ith, nth, &u0, &u1);
+                ustep = 1;
+            }
+            for (int64_t u = u0; u < u1; u += ustep) {
+                int64_t t = c->job_acc ? u % n : u / hp->n_head_kv;
+                int64_t kvh = c->job_acc ? u / n : u % hp->n_head_kv;
+                const struct ctx_seq *sq = &c->seqs[c->job_seq[t]];
+                const struct kv_table *tab =
+                    &kv->tables[(size_t)c->job_seq[t] * (size_t)kv->n_tables_seq +
+                                (size_t)il * hp->n_head_kv + kvh];
+                /* the sequence's cached tokens and its entries up to t (causal) */
+                int64_t ntok = tab->n_tokens - c->job_tail[t];
+                const float *qg = c->q + t * qd + kvh * gqa * hd;
+                float *out = c->xn + t * qd + kvh * gqa * hd;
+                for (int64_t j0 = 0; j0 < ntok; j0 += B) {
+                    int32_t b = tab->blocks[j0 / B];
+                    kern_attn_scores(kv->p.type, hd, kv_block_k(kv, b), kv->row_bytes,
+                                     NX_MIN(B, ntok - j0), qg, gqa, scale, sc + j0, c->max_tokens);
+                }
+                for (int g = 0; g < gqa; g++) kern_softmax(sc + (size_t)g * c->max_tokens, ntok);
+                if (sq->acc_attn) {
+                    for (int64_t j0 = 0; j0 < ntok; j0 += B) {
+                        float *acc_b = kv_block_acc(kv, tab->blocks[j0 / B]);
+                        for (int64_t j = j0; j < NX_MIN(j0 + B, ntok); j++)
+                            for (int g = 0; g < gqa; g++)
+                                acc_b[j - j0] += sc[(size_t)g * c->max_tokens + j];
+                    }
+                }
+                memset(out, 0, sizeof(float) * (size_t)(gqa * hd));
+                for (int64_t j0 = 0; j0 < ntok; j0 += B) {
+                    int32_t b = tab->blocks[j0 / B];
+                    kern_attn_values(kv->p.type, hd, kv_block_v(kv, b), kv->row_bytes,
+                                     NX_MIN(B, ntok - j0), sc + j0, c->max_tokens, gqa, acc);
+                    for (int64_t i = 0; i < gqa * hd; i++) out[i] += acc[i];
+                }
+            }
+        }
+        nx_pool_barrier(pool);
+        residual_matmul(c, &L->wo, c->xn, c->ffa, &base, t0, t1, nth);
+
+        /* feed-forward: down(silu(gate x) * up x) */
+        for (int64_t t = t0; t < t1; t++)
+            op_rmsnorm(c->xn + t * n_embd, c->x + t * n_embd, L->ffn_norm, n_embd, hp->rms_eps);
+        prep_rows(c, c->xq_a, L->gate.type, c->xn, n_embd, n_embd, t0, t1);
+        if (L->up.type != L->gate.type)
+            prep_rows(c, c->xq_b, L->up.type, c->xn, n_embd, n_embd, t0, t1);
+        nx_pool_barrier(pool);
+        {
+            struct mm_job gj = {&L->gate, c->xq_a, c->ffa, n_ff, MM_SWIGLU, &L->up,
+                                L->up.type != L->gate.type ? c->xq_b : c->xq_a, c->ffb};
+            mm_phase(c, &base, &gj, 1, n, nth);
+        }
+        nx_pool_barrier(pool);
+        residual_matmul(c, &L->down, c->ffa, c->ffb, &base, t0, t1, nth);
+    }
+
+    /* output: final norm and logits for tokens [out0, n) */
+    int64_t nout = c->job_nout;
+    int64_t o0, o1;
+    op_split(nout, 1, ith, nth, &o0, &o1);
+    for (int64_t t = o0; t < o1; t++)
+        op_rmsnorm(c->xn + t * n_embd, c->x + (int64_t)c->job_out[t] * n_embd, m->output_norm,
+                   n_embd, hp->rms_eps);
+    prep_rows(c, c->xq_a, m->output.type, c->xn, n_embd, n_embd, o0, o1);
+    nx_pool_barrier(pool);
+    if (nout > 0) {
+        struct mm_job lj = {&m->output, c->xq_a, c->job_logits, hp->n_vocab, MM_STORE, 0, 0, 0};
+        mm_phase(c, &base, &lj, 1, nout, nth);
+    }
+}
+
+void ctx_pool_run(struct nx_ctx *c, void (*fn)(void *, int, int), void *arg, int nth) {
+    struct nx_pool *pool = nx_pool_shared_lock();
+    c->pool = pool;
+    nx_pool_run(pool, fn, arg, NX_MIN(nth, nx_pool_size(pool)));
+    c->pool = NULL;
+    nx_pool_shared_unlock();
+}
+
+void forward_run(struct nx_ctx *c, int nth) {
+    atomic_store(&c->chunk_ctr, 0);
+    ctx_pool_run(c, forward_worker, c, nth);
+}
