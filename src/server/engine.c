@@ -11,12 +11,16 @@
 enum slot_phase { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_GENERATE };
 
 struct slot {
-    nx_ctx *ctx;
-    nx_token *toks;      /* (n_ctx) the tokens the context's KV cache holds, in order */
+    nx_seq_id seq;       /* the slot's sequence in the engine's context */
+    nx_token *toks;      /* (n_ctx) the tokens the sequence's KV cache holds, in order */
     int32_t n_toks;
+    int64_t evictions_at_reset; /* the sequence's eviction count when it was last emptied */
     struct srv_job *job; /* NULL when idle */
     enum slot_phase phase;
     int32_t n_done;      /* prompt tokens already in the cache */
+    nx_token pending;    /* GENERATE: the sampled token the next step decodes */
+    int32_t logits_at;   /* index of this slot's logits in the last batch, -1 when none */
+    bool in_batch;       /* the slot has entries in the batch being built */
     nx_sampler *smp;
     struct srv_text text;
     bool text_ready;
@@ -27,8 +31,10 @@ struct slot {
 struct srv_engine {
     const nx_model *model;
     struct srv_engine_params p;
+    nx_ctx *ctx;         /* one context, a sequence per slot (engine thread only) */
+    struct nx_batch batch;
     int32_t n_ctx;
-    int32_t n_batch;
+    int32_t rr;          /* the slot whose prompt is served first in the next step */
     struct slot *slots;
     float *lp_tmp;       /* (n_vocab) scratch for log-probabilities (engine thread only) */
 
@@ -220,13 +226,19 @@ static void admit(struct srv_engine *e) {
 
 static nx_status slot_start(struct srv_engine *e, struct slot *s, char *msg, size_t len) {
     struct srv_job *j = s->job;
-    if (nx_ctx_truncate(s->ctx, s->n_done) != NX_STATUS_OK) {
-        /* a cache whose tokens were evicted cannot be cut at any position: start afresh */
-        nx_ctx_reset(s->ctx);
-        s->n_done = 0;
-        j->n_cached = 0;
+    /* Reuse the cached prefix only while the sequence holds it exactly: once its policy has
+       evicted, the cache is a compressed history and reusing it would make the output depend
+       on which slot the request landed in. */
+    struct nx_kv_stats ks;
+    nx_seq_kv_stats(e->ctx, s->seq, &ks);
+    if (ks.evictions != s->evictions_at_reset) s->n_done = j->n_cached = 0;
+    if (nx_kv_seq_rm(e->ctx, s->seq, s->n_done, -1) != NX_STATUS_OK) {
+        nx_kv_seq_rm(e->ctx, s->seq, -1, -1);
+        s->n_done = j->n_cached = 0;
     }
+    if (s->n_done == 0) s->evictions_at_reset = ks.evictions;
     s->n_toks = s->n_done;
+    s->logits_at = -1;
     struct nx_sampler_params sp = nx_sampler_default_params();
     sp.temp = j->req.temperature;
     sp.top_k = 0;
@@ -304,42 +316,16 @@ static bool job_add_text(struct srv_job *j, const char *s, size_t n) {
     return ok;
 }
 
-/* One unit of work for a busy slot: a prompt chunk, or one generated token. */
-static void slot_step(struct srv_engine *e, struct slot *s) {
+/* Sample the slot's next token from its logits of the last batch and decide whether the
+   generation goes on (the token then becomes the slot's pending token). */
+static void slot_sample(struct srv_engine *e, struct slot *s) {
     struct srv_job *j = s->job;
-    char msg[256];
-    if (atomic_load(&j->cancel)) {
-        slot_release(e, s, NULL, NX_STATUS_ABORTED, "cancelled");
+    const float *logits = nx_get_logits_ith(e->ctx, s->logits_at);
+    s->logits_at = -1;
+    if (!logits) {
+        slot_release(e, s, NULL, NX_STATUS_INVALID_ARG, "internal error: no logits");
         return;
     }
-    if (j->deadline > 0 && nx_time_s() > j->deadline) {
-        /* a request past its deadline ends like one that hit its token cap */
-        slot_release(e, s, "length", NX_STATUS_OK, NULL);
-        return;
-    }
-    if (s->phase == SLOT_PREFILL && !s->smp) {
-        nx_status st = slot_start(e, s, msg, sizeof msg);
-        if (st) {
-            slot_release(e, s, NULL, st, msg);
-            return;
-        }
-    }
-    double t0 = nx_time_s();
-    if (s->phase == SLOT_PREFILL) {
-        int32_t n = NX_MIN(e->n_batch, j->n_prompt - s->n_done);
-        nx_status st = nx_decode(s->ctx, j->prompt + s->n_done, n, false);
-        if (st) {
-            snprintf(msg, sizeof msg, "decode failed: %s", nx_ctx_last_error(s->ctx));
-            slot_release(e, s, NULL, st, msg);
-            return;
-        }
-        memcpy(s->toks + s->n_toks, j->prompt + s->n_done, sizeof(nx_token) * (size_t)n);
-        s->n_toks += n;
-        s->n_done += n;
-        if (s->n_done == j->n_prompt) s->phase = SLOT_GENERATE;
-        return;
-    }
-    const float *logits = nx_get_logits(s->ctx, -1);
     nx_token t = nx_sampler_sample(s->smp, logits);
     if (j->n_gen == 0) {
         j->t_first = nx_time_s();
@@ -372,18 +358,97 @@ static void slot_step(struct srv_engine *e, struct slot *s) {
         slot_release(e, s, "stop", NX_STATUS_OK, NULL);
         return;
     }
-    if (j->n_gen >= j->req.max_tokens) {
+    if (j->n_gen >= j->req.max_tokens || s->n_toks + 1 >= e->n_ctx) {
         slot_release(e, s, "length", NX_STATUS_OK, NULL);
         return;
     }
-    nx_status st = nx_decode(s->ctx, &t, 1, false);
+    s->pending = t;
+    s->phase = SLOT_GENERATE;
+}
+
+/*
+ * One engine step: every generating slot contributes its pending token, prefilling slots
+ * fill the rest of the batch with prompt chunks (in slot order, starting after the slot that
+ * was served first last time, so no prompt starves), one forward pass runs them all, and the
+ * slots whose logits came back sample their next token.
+ */
+static void engine_step(struct srv_engine *e) {
+    char msg[256];
+    for (int i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        struct srv_job *j = s->job;
+        if (!j) continue;
+        if (atomic_load(&j->cancel)) {
+            slot_release(e, s, NULL, NX_STATUS_ABORTED, "cancelled");
+            continue;
+        }
+        if (j->deadline > 0 && nx_time_s() > j->deadline) {
+            /* a request past its deadline ends like one that hit its token cap */
+            slot_release(e, s, "length", NX_STATUS_OK, NULL);
+            continue;
+        }
+        if (s->phase == SLOT_PREFILL && !s->smp) {
+            nx_status st = slot_start(e, s, msg, sizeof msg);
+            if (st) slot_release(e, s, NULL, st, msg);
+        }
+    }
+    struct nx_batch *b = &e->batch;
+    nx_batch_clear(b);
+    for (int i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->job || s->phase != SLOT_GENERATE) continue;
+        s->logits_at = b->n_tokens;
+        s->in_batch = true;
+        nx_batch_add(b, s->pending, s->n_toks, s->seq, true);
+    }
+    for (int k = 0; k < e->p.n_slots && b->n_tokens < b->n_max; k++) {
+        struct slot *s = &e->slots[(e->rr + k) % e->p.n_slots];
+        struct srv_job *j = s->job;
+        if (!j || s->phase != SLOT_PREFILL) continue;
+        int32_t n = NX_MIN(b->n_max - b->n_tokens, j->n_prompt - s->n_done);
+        s->in_batch = n > 0;
+        for (int32_t t = 0; t < n; t++) {
+            bool last = s->n_done + t == j->n_prompt - 1;
+            if (last) s->logits_at = b->n_tokens;
+            nx_batch_add(b, j->prompt[s->n_done + t], s->n_done + t, s->seq, last);
+        }
+    }
+    e->rr = (e->rr + 1) % e->p.n_slots;
+    if (b->n_tokens == 0) return;
+    double t0 = nx_time_s();
+    nx_status st = nx_decode_batch(e->ctx, b);
+    double dt = nx_time_s() - t0;
     if (st) {
-        snprintf(msg, sizeof msg, "decode failed: %s", nx_ctx_last_error(s->ctx));
-        slot_release(e, s, NULL, st, msg);
+        /* the batch changed nothing: end every job that had a token in it */
+        snprintf(msg, sizeof msg, "%s: %s", st == NX_STATUS_KV_FULL ? "the KV pool is full"
+                                                                    : "decode failed",
+                 nx_ctx_last_error(e->ctx));
+        for (int i = 0; i < e->p.n_slots; i++)
+            if (e->slots[i].job && e->slots[i].in_batch) {
+                e->slots[i].in_batch = false;
+                slot_release(e, &e->slots[i], NULL, st, msg);
+            }
         return;
     }
-    s->toks[s->n_toks++] = t;
-    srv_metrics_step(nx_time_s() - t0);
+    srv_metrics_step(dt);
+    /* account what the batch appended, then sample */
+    for (int i = 0; i < e->p.n_slots; i++) e->slots[i].in_batch = false;
+    for (int32_t k = 0; k < b->n_tokens; k++) {
+        struct slot *s = &e->slots[b->seq_id[k]];
+        s->toks[s->n_toks++] = b->token[k];
+        if (s->phase == SLOT_PREFILL) s->n_done++;
+    }
+    for (int i = 0; i < e->p.n_slots; i++) {
+        struct slot *s = &e->slots[i];
+        if (!s->job || s->logits_at < 0) continue;
+        slot_sample(e, s);
+    }
+    for (int i = 0; i < e->p.n_slots; i++) {
+        struct nx_kv_stats ks;
+        nx_seq_kv_stats(e->ctx, e->slots[i].seq, &ks);
+        atomic_store(&e->slots[i].kv_bytes, (long long)ks.bytes_current);
+        atomic_store(&e->slots[i].evictions, (long long)ks.evictions);
+    }
 }
 
 static void *engine_main(void *arg) {
@@ -401,15 +466,7 @@ static void *engine_main(void *arg) {
         bool stop = e->stop;
         pthread_mutex_unlock(&e->mu);
         if (stop) break;
-        for (int i = 0; i < e->p.n_slots; i++)
-            if (e->slots[i].job) {
-            struct slot *s = &e->slots[i];
-            slot_step(e, s);
-            struct nx_kv_stats ks;
-            nx_ctx_kv_stats(s->ctx, &ks);
-            atomic_store(&s->kv_bytes, (long long)ks.bytes_current);
-            atomic_store(&s->evictions, (long long)ks.evictions);
-        }
+        engine_step(e);
     }
     for (int i = 0; i < e->p.n_slots; i++)
         if (e->slots[i].job) slot_release(e, &e->slots[i], NULL, NX_STATUS_ABORTED,
@@ -445,19 +502,23 @@ nx_status srv_engine_init(const nx_model *model, const struct srv_engine_params 
     e->lp_tmp = nx_malloc(sizeof(float) * (SRV_TOP_MAX + 1));
     nx_status st = NX_STATUS_NOMEM;
     if (!e->slots || !e->queue || !e->lp_tmp) goto fail;
+    struct nx_ctx_params cp = p->ctx;
+    cp.n_ctx = p->n_ctx;
+    cp.n_seq_max = p->n_slots;
+    cp.n_threads = cp.n_threads_batch = p->n_threads;
+    if (cp.n_batch <= 0) cp.n_batch = 512;
+    if (cp.n_batch < p->n_slots) cp.n_batch = p->n_slots; /* every slot decodes each step */
+    st = nx_ctx_init(model, &cp, &e->ctx, err, errlen);
+    if (st) goto fail;
+    e->n_ctx = nx_ctx_n_ctx(e->ctx);
+    st = nx_batch_init(cp.n_batch, &e->batch);
+    if (st) goto fail;
+    st = NX_STATUS_NOMEM;
     for (int i = 0; i < p->n_slots; i++) {
-        struct nx_ctx_params cp = p->ctx;
-        cp.n_ctx = p->n_ctx;
-        cp.n_threads = cp.n_threads_batch = p->n_threads;
-        st = nx_ctx_init(model, &cp, &e->slots[i].ctx, err, errlen);
-        if (st) goto fail;
-        e->n_ctx = nx_ctx_n_ctx(e->slots[i].ctx);
-        e->n_batch = cp.n_batch > 0 ? cp.n_batch : 512;
+        e->slots[i].seq = i;
+        e->slots[i].logits_at = -1;
         e->slots[i].toks = nx_malloc(sizeof(nx_token) * (size_t)e->n_ctx);
-        if (!e->slots[i].toks) {
-            st = NX_STATUS_NOMEM;
-            goto fail;
-        }
+        if (!e->slots[i].toks) goto fail;
     }
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         snprintf(err, errlen, "cannot start the engine thread");
@@ -487,10 +548,9 @@ void srv_engine_free(struct srv_engine *e) {
     if (!e) return;
     srv_engine_halt(e);
     if (e->slots)
-        for (int i = 0; i < e->p.n_slots; i++) {
-            nx_ctx_free(e->slots[i].ctx);
-            nx_free(e->slots[i].toks);
-        }
+        for (int i = 0; i < e->p.n_slots; i++) nx_free(e->slots[i].toks);
+    nx_batch_free(&e->batch);
+    nx_ctx_free(e->ctx);
     nx_free(e->slots);
     nx_free(e->queue);
     nx_free(e->lp_tmp);

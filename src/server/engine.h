@@ -7,14 +7,15 @@
  * count). The engine writes released text, token records and the final state into the job
  * under the job's mutex and signals its condition variable; the HTTP side reads what is new.
  * A job whose client went away is cancelled (srv_job_cancel) and its slot freed at the
- * engine's next step. Each slot owns one context and keeps the tokens its KV cache holds, so
- * a new request reuses the longest common prefix of the slot it is given (the free slot with
- * the longest such prefix is chosen). Every request samples with its own generator, seeded
- * from the request (or from a server counter when it has no seed), so its output does not
- * depend on what else the server is doing: contexts are independent and the engine's logits
- * are batch- and chunk-invariant.
- * Interim (issue 11/13): slots step one after another, each with its own context; with the
- * multi-sequence engine they decode in one batched forward pass.
+ * engine's next step. The engine owns one context with a sequence per slot (one shared KV
+ * pool); each step is one batched forward pass (nx_decode_batch) over every generating slot's
+ * next token plus prompt chunks of the slots still prefilling, so the weights are read once
+ * for all of them (continuous batching). Each slot keeps the tokens its sequence holds, so a
+ * new request reuses the longest common prefix of the slot it is given (the free slot with the
+ * longest such prefix is chosen; a sequence whose policy has evicted is not reused, since its
+ * cache is then a compressed history). Every request samples with its own generator, seeded
+ * from the request (or from a server counter when it has no seed); a sequence's logits do not
+ * depend on what else is in the batch, so a request's output does not depend on the load.
  */
 #ifndef NX_SERVER_ENGINE_H
 #define NX_SERVER_ENGINE_H

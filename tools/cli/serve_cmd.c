@@ -79,10 +79,10 @@ int serve_main(int argc, char **argv) {
         else if (!strcmp(a, "--api-key")) p.api_key = v;
         else if (!strcmp(a, "--cors")) p.cors_origin = v;
         else if (!strcmp(a, "--name")) p.model_name = v;
-        else if (!strcmp(a, "--kv-policy")) p.engine.ctx.kv_policy = v;
+        else if (!strcmp(a, "--kv-policy")) p.engine.ctx.kv.policy = v;
         else if (!strcmp(a, "--kv-regime")) {
-            if (!strcmp(v, "prefill")) p.engine.ctx.kv_regime = NX_KV_REGIME_PREFILL;
-            else if (!strcmp(v, "stream")) p.engine.ctx.kv_regime = NX_KV_REGIME_STREAM;
+            if (!strcmp(v, "prefill")) p.engine.ctx.kv.regime = NX_KV_REGIME_PREFILL;
+            else if (!strcmp(v, "stream")) p.engine.ctx.kv.regime = NX_KV_REGIME_STREAM;
             else {
                 fprintf(stderr, "nexus serve: --kv-regime: expected prefill or stream\n");
                 return 2;
@@ -124,8 +124,8 @@ int serve_main(int argc, char **argv) {
             case 8: p.max_conns = (int)x; break;
             case 9: p.request_timeout_s = x; break;
             case 10: p.idle_timeout_s = (int)x; break;
-            case 11: p.engine.ctx.kv_density = (float)x; break;
-            default: p.engine.ctx.kv_budget = (int32_t)x; break;
+            case 11: p.engine.ctx.kv.density = (float)x; break;
+            default: p.engine.ctx.kv.budget = (int32_t)x; break;
             }
         }
     }
