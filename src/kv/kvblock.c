@@ -513,7 +513,11 @@ static nx_status verify(const unsigned char *map, size_t size, struct nx_err *er
     if (!all_zero(map + tok_end, (size_t)h.k_off - tok_end) ||
         !all_zero(map + h.k_off + h.kv_bytes, (size_t)(h.v_off - h.k_off - h.kv_bytes)))
         return nx_err_set(err, NX_STATUS_FORMAT, "corrupt: nonzero bytes in the section padding");
-    if (checksum_of(&h, map + KVB_HDR, map + h.k_off, map + h.v_off) != h.checksum)
+    bool sum_ok = checksum_of(&h, map + KVB_HDR, map + h.k_off, map + h.v_off) == h.checksum;
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+    sum_ok = true; /* the fuzz build (make fuzz) lets mutated files past the checksum */
+#endif
+    if (!sum_ok)
         return nx_err_set(err, NX_STATUS_FORMAT, "checksum mismatch: the block file is corrupt");
     return NX_STATUS_OK;
 }
