@@ -18,7 +18,15 @@ CFLAGS_BASE = -std=c11 -D_GNU_SOURCE -g $(OPT) -Wall -Wextra -Wshadow -Wstrict-p
 ifeq ($(NATIVE),1)
 CFLAGS_BASE += -march=native
 endif
-ifneq ($(SAN),)
+ifeq ($(FUZZ),1)
+# the fuzz build (make fuzz): clang, coverage for libFuzzer, ASan + UBSan, into build-fuzz/
+BUILD    = build-fuzz
+CC       = clang
+OPT      = -O1
+CFLAGS_BASE += -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
+               -fno-omit-frame-pointer -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -DNX_LIBFUZZER \
+               -Wno-missing-field-initializers
+else ifneq ($(SAN),)
 BUILD    = build-san
 CFLAGS_BASE += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS  += -fsanitize=$(SAN)
@@ -40,6 +48,11 @@ TSUP_SRC  = $(sort $(wildcard tests/support/*.c))
 TSUP_OBJ  = $(TSUP_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC  = $(sort $(wildcard tests/test_*.c))
 TEST_BIN  = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+# fuzz targets (fuzz/targets/<name>.c) and their support code; see "Fuzzing" below
+FUZZ_SUP_SRC = $(sort $(wildcard fuzz/*.c))
+FUZZ_SUP_OBJ = $(FUZZ_SUP_SRC:%.c=$(BUILD)/%.o)
+FUZZ_TGT_SRC = $(sort $(wildcard fuzz/targets/*.c))
+FUZZ_TGT_OBJ = $(FUZZ_TGT_SRC:%.c=$(BUILD)/%.o)
 # tools/cli objects other than main.o are linkable into tests (e.g. the model writer)
 CLI_LIBOBJ = $(filter-out $(BUILD)/tools/cli/main.o,$(CLI_OBJ))
 
@@ -80,6 +93,10 @@ $(BUILD)/nexus: $(CLI_OBJ) $(BUILD)/libnexus.a
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TSUP_OBJ) $(CLI_LIBOBJ) $(BUILD)/libnexus.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# The regression replay links every fuzz target, built normally (fuzz.h registers them by name).
+$(BUILD)/tests/test_fuzz_regress: $(FUZZ_TGT_OBJ) $(FUZZ_SUP_OBJ)
+$(BUILD)/fuzz/%.o $(BUILD)/tests/test_fuzz_regress.o: ALL_CFLAGS += -Ifuzz
+
 # The main job: greedy generation from BOS on the default model.
 run: all
 	$(BUILD)/nexus run -m $(MODEL) -n 128
@@ -102,7 +119,11 @@ $(NPM_STAMP):
 	@touch $@
 
 # The whole suite; ends with "N passed, N failed". The public header must also compile as C++.
-test: all $(NPM_STAMP)
+# (plus, in the plain build, a short smoke of every fuzz target: build/tests/test_fuzz_smoke)
+ifeq ($(SAN)$(FUZZ),)
+FUZZ_SMOKE = $(BUILD)/tests/test_fuzz_smoke
+endif
+test: all $(NPM_STAMP) $(FUZZ_SMOKE)
 	@if command -v $(CXX) >/dev/null 2>&1; then $(CXX) -std=c++11 -Wall -Werror -fsyntax-only -x c++ include/nexus.h || exit 1; fi
 	@BUILD=$(BUILD) sh tests/run.sh
 
@@ -120,8 +141,68 @@ install: all
 	install -m 644 include/nexus.h $(DESTDIR)$(PREFIX)/include/
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
+
+# ---- Fuzzing (README "Fuzzing") -----------------------------------------------------------
+# One file per target: fuzz/targets/<name>.c with NX_FUZZ_TARGET(<name>) (fuzz/fuzz.h), one
+# row here: name:dictionary (fuzz/dict/<d>.dict, "-" for none):max input length in bytes.
+# Seeds: fuzz/seeds.sh <name> <dir> (from the test fixtures and ../shared). Regression inputs
+# in tests/fuzz-regress/<name>/ are replayed by build/tests/test_fuzz_regress (make test).
+FUZZ_TABLE = gguf_model:gguf:400000 \
+             tok_spm:text:4096 \
+             tok_llama3:text:4096 \
+             tok_qwen2:text:4096 \
+             tok_gpt2:text:4096 \
+             tok_bert:text:4096 \
+             tok_stories:text:4096 \
+             hftok_json:json:65536 \
+             hftok_encode:text:4096 \
+             safetensors:safetensors:65536 \
+             model2vec:safetensors:400000 \
+             kvblock:-:65536 \
+             mcp_client:jsonrpc:65536 \
+             mcp_config:json:16384 \
+             registry:json:65536
+FUZZ_NAMES  = $(foreach t,$(FUZZ_TABLE),$(word 1,$(subst :, ,$(t))))
+FUZZ_BIN    = $(FUZZ_NAMES:%=build-fuzz/bin/fuzz_%)
+FUZZ_DEB_PKGS = clang libclang-rt-dev
+FUZZ_TIME  ?= 3600
+FUZZ_RUNS  ?= 10000000
+
+.PHONY: fuzz fuzz-deps fuzz-build fuzz-run fuzz-smoke
+# Installs clang when missing, builds every target into build-fuzz/bin/ and its seed corpus
+# into build-fuzz/corpus/<name>/.
+fuzz: fuzz-build $(BUILD)/nexus
+	@for n in $(FUZZ_NAMES); do [ -d build-fuzz/seeds/$$n ] || sh fuzz/seeds.sh $$n build-fuzz/seeds/$$n || exit 1; done
+fuzz-deps: .deps-fuzz.stamp
+.deps-fuzz.stamp: Makefile
+	@missing=""; for p in $(FUZZ_DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing || exit 1; \
+	fi; touch $@
+fuzz-build: .deps-fuzz.stamp .deps.stamp
+	@$(MAKE) --no-print-directory FUZZ=1 fuzz-bins
+.PHONY: fuzz-bins
+fuzz-bins: $(FUZZ_BIN)
+build-fuzz/bin/fuzz_%: $(BUILD)/fuzz/targets/%.o $(FUZZ_SUP_OBJ) $(BUILD)/libnexus.a
+	@mkdir -p $(dir $@)
+	$(CC) -fsanitize=fuzzer,address,undefined -o $@ $^ $(LDLIBS)
+# Every target in turn (one process at a time, nice 19) for FUZZ_RUNS executions or FUZZ_TIME
+# seconds each, whichever first; logs in build-fuzz/logs/, corpora in build-fuzz/corpus/.
+fuzz-run: fuzz
+	@for t in $(FUZZ_TABLE); do sh fuzz/run.sh $$(echo $$t | tr : ' ') $(FUZZ_TIME) $(FUZZ_RUNS) || exit 1; done
+# A few seconds of every target; `make test` runs it as build/tests/test_fuzz_smoke (a wrapper
+# that tests/run.sh picks up like any test binary).
+fuzz-smoke: fuzz
+	@FUZZ_TABLE="$(FUZZ_TABLE)" sh tests/fuzz_smoke.sh
+$(BUILD)/tests/test_fuzz_smoke: fuzz tests/fuzz_smoke.sh
+	@mkdir -p $(dir $@)
+	@printf '#!/bin/sh\n# generated by make: the fuzz smoke with the Makefile'"'"'s target table\nFUZZ_TABLE="%s" exec sh tests/fuzz_smoke.sh\n' "$(FUZZ_TABLE)" > $@
+	@chmod +x $@
 
 .SECONDARY:
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TSUP_OBJ:.o=.d) $(TEST_BIN:=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TSUP_OBJ:.o=.d) $(TEST_BIN:=.d) \
+         $(FUZZ_SUP_OBJ:.o=.d) $(FUZZ_TGT_OBJ:.o=.d)

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/fileio.h"
+
 int nx_outfile_open(struct nx_outfile *o, const char *path, char *err, size_t errlen) {
     memset(o, 0, sizeof *o);
     if (!path || !*path || strlen(path) >= sizeof o->path) {
@@ -27,13 +29,22 @@ int nx_outfile_commit(struct nx_outfile *o, char *err, size_t errlen) {
         if (err && errlen) snprintf(err, errlen, "'%s' is not open", o->path);
         return -1;
     }
-    int bad = ferror(o->f) || fflush(o->f) != 0 || fsync(fileno(o->f)) != 0;
-    int e = errno;
-    if (fclose(o->f) != 0) bad = 1;
+    /* the first failing step names the error; the temporary file never survives one */
+    const char *step = NULL;
+    int e = 0;
+    if (ferror(o->f))
+        step = "write", e = EIO;
+    else if (nx_io_fflush(o->f) != 0)
+        step = "write", e = errno;
+    else if (nx_io_fsync(fileno(o->f)) != 0)
+        step = "fsync", e = errno;
+    if (nx_io_fclose(o->f) != 0 && !step) step = "close", e = errno;
     o->f = NULL;
-    if (bad || rename(o->tmp, o->path) != 0) {
-        if (!bad) e = errno;
-        if (err && errlen) snprintf(err, errlen, "cannot write '%s': %s", o->path, strerror(e));
+    if (!step && nx_io_rename(o->tmp, o->path) != 0) step = "rename", e = errno;
+    if (step) {
+        if (err && errlen)
+            snprintf(err, errlen, "cannot write '%s' (%s of '%s'): %s", o->path, step, o->tmp,
+                     strerror(e));
         unlink(o->tmp);
         return -1;
     }

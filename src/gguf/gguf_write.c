@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/fileio.h"
 #include "gguf/gguf.h"
 #include "kern/types.h"
 
@@ -315,7 +316,7 @@ struct wbuf {
 static void wb_flush(struct wbuf *b) {
     size_t done = 0;
     while (done < b->n && !b->err_no) {
-        ssize_t k = write(b->fd, b->buf + done, b->n - done);
+        ssize_t k = nx_io_write(b->fd, b->buf + done, b->n - done);
         if (k < 0) {
             if (errno == EINTR) continue;
             b->err_no = errno;
@@ -397,7 +398,7 @@ static void write_body(const struct gguf_writer *w, struct wbuf *b, const uint64
             wb_flush(b); /* large data goes straight to the file */
             size_t done = 0;
             while (done < t->nbytes && !b->err_no) {
-                ssize_t k = write(b->fd, t->data + done, t->nbytes - done);
+                ssize_t k = nx_io_write(b->fd, t->data + done, t->nbytes - done);
                 if (k < 0 && errno == EINTR) continue;
                 if (k <= 0) b->err_no = k < 0 ? errno : EIO;
                 else done += (size_t)k;
@@ -476,16 +477,16 @@ nx_status gguf_writer_write(struct gguf_writer *w, const char *path, struct nx_e
     } else if (fchmod(b.fd, 0644) != 0) {
         e = errno;
         step = "chmod";
-    } else if (fsync(b.fd) != 0) {
+    } else if (nx_io_fsync(b.fd) != 0) {
         e = errno;
         step = "fsync";
     }
-    if (close(b.fd) != 0 && !e) {
+    if (nx_io_close(b.fd) != 0 && !e) {
         e = errno;
         step = "close";
     }
     b.fd = -1;
-    if (!e && rename(tmp, path) != 0) {
+    if (!e && nx_io_rename(tmp, path) != 0) {
         e = errno;
         step = "rename";
     }
@@ -497,7 +498,7 @@ nx_status gguf_writer_write(struct gguf_writer *w, const char *path, struct nx_e
     }
     /* make the rename durable; failure here leaves a complete file, so only report it */
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0) {
+    if (dfd < 0 || nx_io_fsync(dfd) != 0) {
         e = errno;
         st = nx_err_set(err, NX_STATUS_IO, "wrote '%s' but cannot fsync directory '%s': %s",
                         path, dir, strerror_r(e, eb, sizeof eb));

@@ -17,6 +17,9 @@
  *   sets may do so (the reference table always sets them), and every SIMD set requires AVX2,
  *   FMA and F16C.
  */
+#if defined(__clang__)
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -29,11 +32,21 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static const struct kern_table *g_table = &kern_table_ref;
 static atomic_bool g_force_ref;
 
+/* clang (14) does not know "f16c" in __builtin_cpu_supports: ask CPUID leaf 1 (ECX bit 29). */
+static bool cpu_f16c(void) {
+#if defined(__clang__)
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+#else
+    return __builtin_cpu_supports("f16c");
+#endif
+}
+
 bool kern_cpu_supports(const char *name) {
     __builtin_cpu_init();
     if (strcmp(name, "ref") == 0) return true;
     bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                __builtin_cpu_supports("f16c");
+                cpu_f16c();
     if (strcmp(name, "avx2") == 0) return avx2;
     if (strcmp(name, "avx512") == 0) {
         return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/fileio.h"
 #include "core/nx_base.h"
 #include "kern/kern.h"
 #include "kern/types.h"
@@ -360,7 +361,7 @@ static bool write_all(int fd, const void *p, size_t n, size_t *written) {
     const unsigned char *s = p;
     while (n > 0) {
         size_t chunk = NX_MIN(n, (size_t)1 << 16);
-        ssize_t w = write(fd, s, chunk);
+        ssize_t w = nx_io_write(fd, s, chunk);
         if (w < 0) {
             if (errno == EINTR) continue;
             return false;
@@ -436,13 +437,13 @@ nx_status nx_kv_block_save(const nx_kv_block *b, const char *path, char *errbuf,
               write_all(fd, b->k, (size_t)L.kv_bytes, &written) &&
               write_zeros(fd, (size_t)(L.v_off - L.k_off - L.kv_bytes), &written) &&
               write_all(fd, b->v, (size_t)L.kv_bytes, &written);
-    if (!ok || fsync(fd) != 0) {
+    if (!ok || nx_io_fsync(fd) != 0) {
         st = nx_err_set(&e, NX_STATUS_IO, "cannot write '%s': %s", tmp, strerror(errno));
         close(fd);
         unlink(tmp);
         goto out;
     }
-    if (close(fd) != 0 || rename(tmp, path) != 0) {
+    if (nx_io_close(fd) != 0 || nx_io_rename(tmp, path) != 0) {
         st = nx_err_set(&e, NX_STATUS_IO, "cannot move the block into place at '%s': %s", path,
                         strerror(errno));
         unlink(tmp);
@@ -451,7 +452,7 @@ nx_status nx_kv_block_save(const nx_kv_block *b, const char *path, char *errbuf,
     /* make the rename durable */
     int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY);
     if (dfd >= 0) {
-        fsync(dfd);
+        nx_io_fsync(dfd);
         close(dfd);
     }
 out:
@@ -512,7 +513,11 @@ static nx_status verify(const unsigned char *map, size_t size, struct nx_err *er
     if (!all_zero(map + tok_end, (size_t)h.k_off - tok_end) ||
         !all_zero(map + h.k_off + h.kv_bytes, (size_t)(h.v_off - h.k_off - h.kv_bytes)))
         return nx_err_set(err, NX_STATUS_FORMAT, "corrupt: nonzero bytes in the section padding");
-    if (checksum_of(&h, map + KVB_HDR, map + h.k_off, map + h.v_off) != h.checksum)
+    bool sum_ok = checksum_of(&h, map + KVB_HDR, map + h.k_off, map + h.v_off) == h.checksum;
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+    sum_ok = true; /* the fuzz build (make fuzz) lets mutated files past the checksum */
+#endif
+    if (!sum_ok)
         return nx_err_set(err, NX_STATUS_FORMAT, "checksum mismatch: the block file is corrupt");
     return NX_STATUS_OK;
 }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/nx_base.h"
 #include "mcp/mcp_impl.h"
@@ -372,7 +373,9 @@ static int initialize(mcp_client *c, char *err, size_t errlen) {
     return MCP_OK;
 }
 
-int mcp_start(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen) {
+/* A client with p's settings and no process or pipes yet. */
+static int client_new(const struct mcp_server_params *p, mcp_client **out, char *err,
+                      size_t errlen) {
     if (out) *out = NULL;
     if (!p || !out) return mcp_seterr(err, errlen, MCP_EARG, "bad argument");
     if (p->era != MCP_ERA_AUTO && p->era != MCP_ERA_LEGACY && p->era != MCP_ERA_MODERN)
@@ -389,7 +392,31 @@ int mcp_start(const struct mcp_server_params *p, mcp_client **out, char *err, si
                                               : (c->timeout_ms < 2000 ? c->timeout_ms : 2000);
     c->max_line = p->max_line ? p->max_line : MCP_DEFAULT_MAX_LINE;
     c->max_pages = p->max_pages ? p->max_pages : MCP_DEFAULT_MAX_PAGES;
-    int st = mcp_proc_spawn(c, p, err, errlen);
+    *out = c;
+    return MCP_OK;
+}
+
+int mcp_start_fds(const struct mcp_server_params *p, int fd_in, int fd_out, mcp_client **out,
+                  char *err, size_t errlen) {
+    int st = client_new(p, out, err, errlen);
+    if (st) {
+        if (fd_in >= 0) close(fd_in);
+        if (fd_out >= 0) close(fd_out);
+        return st;
+    }
+    (*out)->fd_in = fd_in;
+    (*out)->fd_out = fd_out;
+    (*out)->reaped = true; /* no process: nothing to wait for or signal */
+    return MCP_OK;
+}
+
+int mcp_start(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen) {
+    if (out) *out = NULL;
+    if (!out) return mcp_seterr(err, errlen, MCP_EARG, "bad argument");
+    mcp_client *c;
+    int st = client_new(p, &c, err, errlen);
+    if (st) return st;
+    st = mcp_proc_spawn(c, p, err, errlen);
     if (st) {
         free(c);
         return st;

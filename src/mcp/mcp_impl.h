@@ -96,6 +96,12 @@ void mcp_proc_eof(mcp_client *c);
 int mcp_start(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen);
 int mcp_handshake(mcp_client *c, char *err, size_t errlen);
 
+/* mcp_start without a process, for tests and fuzzing: the server's output is read from fd_out
+ * (a pipe or a file), the client's messages go to fd_in; the client owns both descriptors from
+ * here on (closed by mcp_close; also on failure). pid stays 0, so nothing is ever signalled. */
+int mcp_start_fds(const struct mcp_server_params *p, int fd_in, int fd_out, mcp_client **out,
+                  char *err, size_t errlen);
+
 /* Handles one line from the server (mcp_client.c). */
 void mcp_handle_line(mcp_client *c, const char *line, size_t len);
 

@@ -154,7 +154,10 @@ static int norm_parse(struct norm *n, json_t *j, char *err, size_t errlen) {
         n->sub = calloc(json_array_size(a) + 1, sizeof(*n->sub));
         if (!n->sub) return hf_errf(err, errlen, "out of memory"), -1;
         for (size_t i = 0; i < json_array_size(a); i++) {
-            if (norm_parse(&n->sub[i], json_array_get(a, i), err, errlen) != 0) return -1;
+            if (norm_parse(&n->sub[i], json_array_get(a, i), err, errlen) != 0) {
+                norm_free(&n->sub[i]); /* not counted in n_sub: its partial parse is ours */
+                return -1;
+            }
             n->n_sub++;
         }
     } else if (strcmp(type, "BertNormalizer") == 0) {
@@ -443,7 +446,10 @@ static int pre_parse(struct pre *p, json_t *j, char *err, size_t errlen) {
         p->sub = calloc(json_array_size(a) + 1, sizeof(*p->sub));
         if (!p->sub) return hf_errf(err, errlen, "out of memory"), -1;
         for (size_t i = 0; i < json_array_size(a); i++) {
-            if (pre_parse(&p->sub[i], json_array_get(a, i), err, errlen) != 0) return -1;
+            if (pre_parse(&p->sub[i], json_array_get(a, i), err, errlen) != 0) {
+                pre_free(&p->sub[i]); /* not counted in n_sub: its partial parse is ours */
+                return -1;
+            }
             p->n_sub++;
         }
     } else if (strcmp(type, "Metaspace") == 0) {
