@@ -384,6 +384,28 @@ NX_API nx_status nx_kv_seq_shift(nx_ctx *ctx, nx_seq_id seq, nx_pos p0, nx_pos p
 NX_API nx_status nx_kv_seq_cp(nx_ctx *ctx, nx_seq_id src, nx_seq_id dst, nx_pos p0, nx_pos p1);
 NX_API nx_status nx_kv_seq_keep(nx_ctx *ctx, nx_seq_id seq);
 
+/*
+ * Sequence state files: park a sequence on disk and resume it (a server's idle sessions).
+ * nx_seq_state_save writes everything sequence seq holds (every table's tokens: positions,
+ * pins, attention accumulators, key and value rows in the cache's type; its next position)
+ * with the model's fingerprint and a checksum, atomically (temporary file, fsync, rename: a
+ * crash never leaves a partial file at path). The sequence is not changed. Errors: IO,
+ * INVALID_ARG (bad id), NOMEM; message in err.
+ * nx_seq_state_load replaces sequence seq with a saved state: the file is read and verified
+ * whole first (magic, version, checksum, every count and position against this context, the
+ * model's fingerprint and KV layout), and only then is the sequence emptied and filled; its
+ * eviction policy stays as set, and the policy's observation window starts empty. Afterwards
+ * the sequence decodes exactly as the saved one would have (bit-identical logits) as long as
+ * its policy does not evict before the window has refilled. Errors: IO (cannot read), FORMAT
+ * (not a state file, truncated, corrupt: err says which), INVALID_ARG (another model or KV
+ * layout, bad id) with the sequence unchanged; KV_FULL (the pool cannot hold it) with the
+ * sequence left empty.
+ */
+NX_API nx_status nx_seq_state_save(nx_ctx *ctx, nx_seq_id seq, const char *path, char *err,
+                                   size_t errlen);
+NX_API nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, char *err,
+                                   size_t errlen);
+
 /* ---------------------------------------------------------------------------------------------
  * Sampling. A sampler owns its RNG; same seed and same logits give the same tokens.
  * Order: repetition penalty, then (temp <= 0: greedy argmax) top-k, temperature, top-p, min-p.
