@@ -389,7 +389,8 @@ NX_API nx_status nx_kv_seq_keep(nx_ctx *ctx, nx_seq_id seq);
  * nx_seq_state_save writes everything sequence seq holds (every table's tokens: positions,
  * pins, attention accumulators, key and value rows in the cache's type; its next position)
  * with the model's fingerprint and a checksum, atomically (temporary file, fsync, rename: a
- * crash never leaves a partial file at path). The sequence is not changed. Errors: IO,
+ * crash never leaves a partial file at path), and user[0..user_len) of the caller's own (a
+ * server's token history; may be NULL when user_len is 0). The sequence is not changed. IO,
  * INVALID_ARG (bad id), NOMEM; message in err.
  * nx_seq_state_load replaces sequence seq with a saved state: the file is read and verified
  * whole first (magic, version, checksum, every count and position against this context, the
@@ -398,12 +399,14 @@ NX_API nx_status nx_kv_seq_keep(nx_ctx *ctx, nx_seq_id seq);
  * the sequence decodes exactly as the saved one would have (bit-identical logits) as long as
  * its policy does not evict before the window has refilled. Errors: IO (cannot read), FORMAT
  * (not a state file, truncated, corrupt: err says which), INVALID_ARG (another model or KV
- * layout, bad id) with the sequence unchanged; KV_FULL (the pool cannot hold it) with the
+ * layout, bad id, caller data longer than user_cap) with the sequence unchanged; KV_FULL (the pool cannot hold it) with the
  * sequence left empty.
  */
-NX_API nx_status nx_seq_state_save(nx_ctx *ctx, nx_seq_id seq, const char *path, char *err,
+NX_API nx_status nx_seq_state_save(nx_ctx *ctx, nx_seq_id seq, const char *path,
+                                   const void *user, size_t user_len, char *err,
                                    size_t errlen);
-NX_API nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, char *err,
+NX_API nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, void *user,
+                                   size_t user_cap, size_t *user_len, char *err,
                                    size_t errlen);
 
 /* ---------------------------------------------------------------------------------------------

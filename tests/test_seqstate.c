@@ -70,7 +70,7 @@ static void roundtrip(const struct nx_kv_params *kv, int n_prompt, int n_after) 
     ASSERT_EQ(feed(c, 0, t, n_prompt, NULL), NX_STATUS_OK);
     char path[512], err[512];
     test_tmp_path("seq.state", path, sizeof path);
-    ASSERT_EQ(nx_seq_state_save(c, 0, path, err, sizeof err), NX_STATUS_OK);
+    ASSERT_EQ(nx_seq_state_save(c, 0, path, NULL, 0, err, sizeof err), NX_STATUS_OK);
     struct nx_kv_stats before;
     nx_seq_kv_stats(c, 0, &before);
     if (kv) { /* the saved state really is a compressed history */
@@ -80,7 +80,7 @@ static void roundtrip(const struct nx_kv_params *kv, int n_prompt, int n_after) 
     /* continue the original, then the reloaded copy in the other sequence */
     float a[512], b[512];
     ASSERT_EQ(feed(c, 0, t + n_prompt, n_after, a), NX_STATUS_OK);
-    ASSERT_EQ(nx_seq_state_load(c, 1, path, err, sizeof err), NX_STATUS_OK);
+    ASSERT_EQ(nx_seq_state_load(c, 1, path, NULL, 0, NULL, err, sizeof err), NX_STATUS_OK);
     ASSERT_EQ(nx_seq_n_past(c, 1), n_prompt);
     struct nx_kv_stats loaded;
     nx_seq_kv_stats(c, 1, &loaded);
@@ -110,7 +110,7 @@ TEST(bad_files_are_refused_and_leave_the_sequence_unchanged) {
     char path[512], bad[512], err[512];
     test_tmp_path("good.state", path, sizeof path);
     test_tmp_path("bad.state", bad, sizeof bad);
-    ASSERT_EQ(nx_seq_state_save(c, 0, path, err, sizeof err), NX_STATUS_OK);
+    ASSERT_EQ(nx_seq_state_save(c, 0, path, NULL, 0, err, sizeof err), NX_STATUS_OK);
     FILE *f = fopen(path, "rb");
     fseek(f, 0, SEEK_END);
     long n = ftell(f);
@@ -126,7 +126,7 @@ TEST(bad_files_are_refused_and_leave_the_sequence_unchanged) {
         f = fopen(bad, "wb");
         fwrite(buf, 1, (size_t)cuts[i], f);
         fclose(f);
-        nx_status st = nx_seq_state_load(c, 1, bad, err, sizeof err);
+        nx_status st = nx_seq_state_load(c, 1, bad, NULL, 0, NULL, err, sizeof err);
         ASSERT_EQ(st, NX_STATUS_FORMAT);
         ASSERT_TRUE(strstr(err, "bad.state") != NULL);
         refused++;
@@ -137,7 +137,7 @@ TEST(bad_files_are_refused_and_leave_the_sequence_unchanged) {
         f = fopen(bad, "wb");
         fwrite(buf, 1, (size_t)n, f);
         fclose(f);
-        nx_status st = nx_seq_state_load(c, 1, bad, err, sizeof err);
+        nx_status st = nx_seq_state_load(c, 1, bad, NULL, 0, NULL, err, sizeof err);
         buf[at] ^= (unsigned char)(1u << (k % 8));
         ASSERT_TRUE(st == NX_STATUS_FORMAT || st == NX_STATUS_INVALID_ARG);
         refused++;
@@ -150,10 +150,30 @@ TEST(bad_files_are_refused_and_leave_the_sequence_unchanged) {
     ASSERT_EQ(feed(c2, 0, t, 41, b), NX_STATUS_OK);
     ASSERT_TRUE(memcmp(a, b, sizeof a) == 0);
     nx_ctx_free(c2);
-    ASSERT_EQ(nx_seq_state_load(c, 1, "/nonexistent/x.state", err, sizeof err), NX_STATUS_IO);
-    ASSERT_EQ(nx_seq_state_load(c, 7, path, err, sizeof err), NX_STATUS_INVALID_ARG);
+    ASSERT_EQ(nx_seq_state_load(c, 1, "/nonexistent/x.state", NULL, 0, NULL, err, sizeof err), NX_STATUS_IO);
+    ASSERT_EQ(nx_seq_state_load(c, 7, path, NULL, 0, NULL, err, sizeof err), NX_STATUS_INVALID_ARG);
     fprintf(stderr, "  %d damaged files refused\n", refused);
     free(buf);
+    nx_ctx_free(c);
+}
+
+TEST(caller_data_round_trips) {
+    nx_ctx *c = make_ctx(NULL);
+    nx_token t[32];
+    tokens(t, 32, 11);
+    ASSERT_EQ(feed(c, 0, t, 32, NULL), NX_STATUS_OK);
+    char path[512], err[512];
+    test_tmp_path("user.state", path, sizeof path);
+    ASSERT_EQ(nx_seq_state_save(c, 0, path, t, sizeof t, err, sizeof err), NX_STATUS_OK);
+    nx_token back[32];
+    size_t len = 0;
+    ASSERT_EQ(nx_seq_state_load(c, 1, path, back, sizeof back - 1, &len, err, sizeof err),
+              NX_STATUS_INVALID_ARG);
+    ASSERT_EQ(nx_seq_n_past(c, 1), 0);
+    ASSERT_EQ(nx_seq_state_load(c, 1, path, back, sizeof back, &len, err, sizeof err),
+              NX_STATUS_OK);
+    ASSERT_EQ(len, sizeof t);
+    ASSERT_TRUE(memcmp(back, t, sizeof t) == 0);
     nx_ctx_free(c);
 }
 
@@ -164,7 +184,7 @@ TEST(file_of_another_model_is_refused) {
     ASSERT_EQ(feed(c, 0, t, 16, NULL), NX_STATUS_OK);
     char path[512], err[512];
     test_tmp_path("s260.state", path, sizeof path);
-    ASSERT_EQ(nx_seq_state_save(c, 0, path, err, sizeof err), NX_STATUS_OK);
+    ASSERT_EQ(nx_seq_state_save(c, 0, path, NULL, 0, err, sizeof err), NX_STATUS_OK);
     nx_model *other = NULL;
     ASSERT_EQ(nx_model_load("../shared/models/llama-2-tiny-random/llama-2-tiny-random.gguf",
                             NULL, &other, err, sizeof err), NX_STATUS_OK);
@@ -172,7 +192,7 @@ TEST(file_of_another_model_is_refused) {
     cp.n_ctx = 64;
     nx_ctx *oc = NULL;
     ASSERT_EQ(nx_ctx_init(other, &cp, &oc, err, sizeof err), NX_STATUS_OK);
-    ASSERT_EQ(nx_seq_state_load(oc, 0, path, err, sizeof err), NX_STATUS_INVALID_ARG);
+    ASSERT_EQ(nx_seq_state_load(oc, 0, path, NULL, 0, NULL, err, sizeof err), NX_STATUS_INVALID_ARG);
     ASSERT_TRUE(strstr(err, "another model") != NULL);
     nx_ctx_free(oc);
     nx_model_free(other);
@@ -200,15 +220,15 @@ TEST(failed_writes_leave_nothing_behind) {
     for (size_t i = 0; i < NX_ARRAY_LEN(ops); i++) {
         nx_io_reset();
         nx_io_fail_nth(ops[i], 1, EIO);
-        ASSERT_EQ(nx_seq_state_save(c, 0, path, err, sizeof err), NX_STATUS_IO);
+        ASSERT_EQ(nx_seq_state_save(c, 0, path, NULL, 0, err, sizeof err), NX_STATUS_IO);
         ASSERT_TRUE(access(path, F_OK) != 0);
         ASSERT_EQ(count_files(test_tmpdir()), files0);
     }
     nx_io_reset();
     nx_io_short_writes(true);
-    ASSERT_EQ(nx_seq_state_save(c, 0, path, err, sizeof err), NX_STATUS_OK);
+    ASSERT_EQ(nx_seq_state_save(c, 0, path, NULL, 0, err, sizeof err), NX_STATUS_OK);
     nx_io_reset();
-    ASSERT_EQ(nx_seq_state_load(c, 1, path, err, sizeof err), NX_STATUS_OK);
+    ASSERT_EQ(nx_seq_state_load(c, 1, path, NULL, 0, NULL, err, sizeof err), NX_STATUS_OK);
     nx_ctx_free(c);
 }
 

@@ -19,6 +19,7 @@
  *  16  64  model fingerprint (struct kv_fingerprint)
  *  80   4  n_layer      84 4 n_head_kv      88 4 head_dim      92 4 next position (n_past)
  *  96   8  n_layer * n_head_kv token counts (int64 each)
+ *   then 8 bytes: the caller's data length u, and u bytes of it (a server's token history)
  *   then per table: positions (int32 x n), pins (uint8 x n), accumulators (float x n),
  *   key rows (n x row bytes), value rows (n x row bytes)
  *   last 8: kv_hash64 of everything before
@@ -110,8 +111,8 @@ static nx_status write_atomic(const char *path, const unsigned char *buf, size_t
     return NX_STATUS_OK;
 }
 
-nx_status nx_seq_state_save(nx_ctx *ctx, nx_seq_id seq, const char *path, char *err,
-                            size_t errlen) {
+nx_status nx_seq_state_save(nx_ctx *ctx, nx_seq_id seq, const char *path, const void *user,
+                            size_t user_len, char *err, size_t errlen) {
     if (!ctx || !path || seq < 0 || seq >= ctx_n_seq(ctx))
         return fail(err, errlen, NX_STATUS_INVALID_ARG, "no such sequence: %d", (int)seq);
     struct kv_cache *kv = ctx_kv_cache(ctx);
@@ -119,7 +120,8 @@ nx_status nx_seq_state_save(nx_ctx *ctx, nx_seq_id seq, const char *path, char *
     const int64_t nt = kv->n_tables_seq, B = kv->p.block;
     const size_t row = kv->row_bytes;
     struct kv_table *tabs = kv_seq_tables(kv, seq);
-    size_t total = SEQST_HEAD + (size_t)nt * 8 + 8;
+    if (user_len && !user) return fail(err, errlen, NX_STATUS_INVALID_ARG, "no user data");
+    size_t total = SEQST_HEAD + (size_t)nt * 8 + 8 + user_len + 8;
     for (int64_t t = 0; t < nt; t++)
         total += (size_t)tabs[t].n_tokens * (4 + 1 + 4 + 2 * row);
     struct writer w = {nx_malloc(total), 0, total};
@@ -137,6 +139,9 @@ nx_status nx_seq_state_save(nx_ctx *ctx, nx_seq_id seq, const char *path, char *
     put(&w, &fp, sizeof fp);
     put(&w, dims, sizeof dims);
     for (int64_t t = 0; t < nt; t++) put(&w, &tabs[t].n_tokens, 8);
+    uint64_t ulen = user_len;
+    put(&w, &ulen, 8);
+    if (user_len) put(&w, user, user_len);
     for (int64_t t = 0; t < nt; t++) {
         const struct kv_table *tb = &tabs[t];
         for (int pass = 0; pass < 5; pass++)
@@ -160,8 +165,8 @@ nx_status nx_seq_state_save(nx_ctx *ctx, nx_seq_id seq, const char *path, char *
     return st;
 }
 
-nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, char *err,
-                            size_t errlen) {
+nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, void *user,
+                            size_t user_cap, size_t *user_len, char *err, size_t errlen) {
     if (!ctx || !path || seq < 0 || seq >= ctx_n_seq(ctx))
         return fail(err, errlen, NX_STATUS_INVALID_ARG, "no such sequence: %d", (int)seq);
     struct kv_cache *kv = ctx_kv_cache(ctx);
@@ -210,10 +215,20 @@ nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, char *
              "heads, head size %d)", path, type, dims[0], dims[1], dims[2]);
         goto done;
     }
-    if (n < head + 8 || dims[3] < 0 || dims[3] > nx_ctx_n_ctx(ctx)) {
+    uint64_t ulen = 0;
+    if (n >= head + 8) memcpy(&ulen, buf + head, 8);
+    if (n < head + 16 || dims[3] < 0 || dims[3] > nx_ctx_n_ctx(ctx) || ulen > n - head - 16) {
         fail(err, errlen, st, "%s: header out of range", path);
         goto done;
     }
+    if (ulen > user_cap) {
+        st = NX_STATUS_INVALID_ARG;
+        fail(err, errlen, st, "%s: %llu bytes of caller data, room for %zu", path,
+             (unsigned long long)ulen, user_cap);
+        goto done;
+    }
+    const unsigned char *udata = buf + head + 8;
+    head += 8 + (size_t)ulen;
     int64_t *counts = nx_malloc(sizeof(int64_t) * (size_t)nt);
     if (!counts) {
         st = fail(err, errlen, NX_STATUS_NOMEM, "out of memory");
@@ -283,6 +298,8 @@ nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, char *
     }
     kv_seq_peak_update(kv, seq);
     ctx_seq_set_n_past(ctx, seq, dims[3]);
+    if (ulen) memcpy(user, udata, (size_t)ulen);
+    if (user_len) *user_len = (size_t)ulen;
     nx_free(counts);
     st = NX_STATUS_OK;
 done:
