@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include "nexus.h"
 #include "server/server.h"
 #include "server/textout.h"
+#include "support/tmpdir.h"
 #include "test.h"
 
 #define MODEL "../shared/models/stories260K/stories260K.gguf"
@@ -613,6 +615,207 @@ TEST(server_no_leak_after_stop) {
     resp_free(&r);
     srv_stop(s);
     ASSERT_EQ(nx_alloc_bytes(), before);
+}
+
+
+/* ---- sessions ---- */
+
+static long long metric(int port, const char *name) {
+    struct resp r = req(port, "GET", "/metrics", "", NULL);
+    char key[128];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *g = strstr(r.body, key);
+    long long v = g ? atoll(g + strlen(key)) : -1;
+    resp_free(&r);
+    return v;
+}
+
+static char *turn(int port, const char *session, const char *prompt, int n, const char *extra,
+                  int *cached) {
+    json_t *b = json_pack("{s:s, s:i, s:i}", "prompt", prompt, "max_tokens", n, "temperature", 0);
+    if (session) json_object_set_new(b, "session", json_string(session));
+    if (extra) json_object_update(b, json_loads(extra, 0, NULL));
+    char *body = json_dumps(b, 0);
+    json_decref(b);
+    struct resp r = post(port, "/v1/completions", body);
+    free(body);
+    char *t = r.status == 200 ? resp_text(&r) : NULL;
+    if (r.status != 200) fprintf(stderr, "  turn: %d %s\n", r.status, r.body);
+    const char *c = strstr(r.body, "\"cached_tokens\":");
+    if (cached) *cached = c ? atoi(c + 16) : -1;
+    resp_free(&r);
+    return t;
+}
+
+/* A conversation bound to a session reuses its KV across turns; dense, its answers equal the
+   same prompts run without a session. */
+TEST(session_turns_reuse_kv_and_match_plain_runs) {
+    struct srv_params p = params();
+    p.engine.sessions.max_resident = 2;
+    struct srv_server *s = start(&p);
+    int port = srv_port(s);
+    char convo[4096] = "Once upon a time, there was a little dog.";
+    int cached_total = 0;
+    for (int k = 0; k < 4; k++) {
+        int cached;
+        char *a = turn(port, "conv-1", convo, 12, NULL, &cached);
+        char *ref = turn(port, NULL, convo, 12, NULL, NULL);
+        ASSERT_TRUE(a && ref && !strcmp(a, ref));
+        if (k > 0) ASSERT_TRUE(cached > 10);
+        cached_total += cached;
+        strncat(convo, a, sizeof convo - strlen(convo) - 1);
+        strncat(convo, " Then the dog ran to the park.", sizeof convo - strlen(convo) - 1);
+        free(a);
+        free(ref);
+    }
+    ASSERT_EQ(metric(port, "nexus_sessions{state=\"resident\"}"), 1);
+    srv_stop(s);
+}
+
+static void rm_dir(const char *dir) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "  cannot remove %s\n", dir);
+}
+
+static int count_nxs(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s 2>/dev/null | grep -c '\\.nxs$'", dir);
+    FILE *f = popen(cmd, "r");
+    int n = 0;
+    if (fscanf(f, "%d", &n) != 1) n = -1;
+    pclose(f);
+    return n;
+}
+
+/* With one resident session, a second one parks the first on disk; its next turn restores it
+   and answers exactly as a server that never parked it. */
+TEST(session_parked_on_disk_and_restored) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/sessions", test_tmpdir());
+    mkdir(dir, 0755);
+    struct srv_params p = params();
+    p.engine.sessions.max_resident = 1;
+    p.engine.sessions.dir = dir;
+    struct srv_server *s = start(&p);
+    struct srv_params p2 = params();
+    p2.engine.sessions.max_resident = 4;
+    struct srv_server *ref = start(&p2);
+    const char *a1 = "Tom had a red ball.", *b1 = "Lily saw a big bird.";
+    char *x = turn(srv_port(s), "A", a1, 10, NULL, NULL);
+    char *y = turn(srv_port(ref), "A", a1, 10, NULL, NULL);
+    ASSERT_TRUE(x && y && !strcmp(x, y));
+    char *u = turn(srv_port(s), "B", b1, 10, NULL, NULL); /* parks A */
+    free(u);
+    ASSERT_EQ(count_nxs(dir), 1);
+    ASSERT_EQ(metric(srv_port(s), "nexus_sessions{state=\"parked\"}"), 1);
+    char a2[512];
+    snprintf(a2, sizeof a2, "%s%s He played all day.", a1, x);
+    int cached;
+    char *x2 = turn(srv_port(s), "A", a2, 10, NULL, &cached); /* restores A, parks B */
+    char *y2 = turn(srv_port(ref), "A", a2, 10, NULL, NULL);
+    ASSERT_TRUE(x2 && y2 && !strcmp(x2, y2));
+    ASSERT_TRUE(cached > 5);
+    ASSERT_EQ(metric(srv_port(s), "nexus_session_events_total{event=\"restore\"}"), 1);
+    free(x);
+    free(y);
+    free(x2);
+    free(y2);
+    srv_stop(ref);
+    srv_stop(s);
+    rm_dir(dir);
+}
+
+/* Under an eviction budget a session's KV stops growing while its conversation does. */
+TEST(session_kv_stays_bounded_under_eviction) {
+    struct srv_params p = params();
+    p.engine.sessions.max_resident = 2;
+    p.engine.n_ctx = 2048;
+    struct srv_server *s = start(&p);
+    int port = srv_port(s);
+    char convo[16384] = "Once upon a time";
+    long long bytes[2][8];
+    const char *extra[2] = {NULL, "{\"kv_policy\":\"nexus\",\"kv_budget\":96}"};
+    for (int v = 0; v < 2; v++) {
+        convo[16] = 0;
+        for (int k = 0; k < 8; k++) {
+            char *a = turn(port, v ? "evict" : "dense", convo, 4, extra[v], NULL);
+            ASSERT_TRUE(a != NULL);
+            free(a);
+            for (int w = 0; w < 12; w++)
+                strncat(convo, " the little girl went to the park with her dog",
+                        sizeof convo - strlen(convo) - 1);
+            bytes[v][k] = metric(port, "nexus_session_kv_bytes");
+        }
+    }
+    /* dense grows by every turn; the evicting session's own bytes (total minus the dense
+       session's final size) stop near its budget */
+    ASSERT_TRUE(bytes[0][7] > 4 * bytes[0][1]);
+    long long ev_last = bytes[1][7] - bytes[0][7], ev_mid = bytes[1][3] - bytes[0][7];
+    fprintf(stderr, "  session KV bytes: dense %lld -> %lld; nexus(96) %lld -> %lld\n",
+            bytes[0][1], bytes[0][7], ev_mid, ev_last);
+    ASSERT_TRUE(ev_last < bytes[0][7] / 3);
+    ASSERT_TRUE(ev_last <= ev_mid * 2);
+    srv_stop(s);
+}
+
+TEST(session_ids_are_checked) {
+    struct srv_params p = params();
+    p.engine.sessions.max_resident = 1;
+    struct srv_server *s = start(&p);
+    int port = srv_port(s);
+    const char *bad[] = {"\"../etc/passwd\"", "\"a/b\"", "\"\"", "5", "\"a b\"",
+                         "\"0123456789012345678901234567890123456789012345678901234567890123x\""};
+    for (size_t i = 0; i < NX_ARRAY_LEN(bad); i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"prompt\":\"x\",\"session\":%s}", bad[i]);
+        struct resp r = post(port, "/v1/completions", body);
+        ASSERT_EQ(r.status, 400);
+        ASSERT_TRUE(!strcmp(err_field(&r, "param"), "session"));
+        resp_free(&r);
+    }
+    struct resp r = req(port, "POST", "/v1/completions", "X-Session-Id: ../../x\r\n",
+                        "{\"prompt\":\"x\"}");
+    ASSERT_EQ(r.status, 400);
+    resp_free(&r);
+    r = post(port, "/v1/completions", "{\"prompt\":\"x\",\"kv_policy\":\"nexus\"}");
+    ASSERT_EQ(r.status, 400);
+    ASSERT_TRUE(!strcmp(err_field(&r, "param"), "kv_policy"));
+    resp_free(&r);
+    r = post(port, "/v1/completions", "{\"prompt\":\"x\",\"session\":\"s1\",\"kv_policy\":\"bogus\"}");
+    ASSERT_EQ(r.status, 400);
+    resp_free(&r);
+    r = req(port, "POST", "/v1/completions", "X-Session-Id: hdr-1\r\n",
+            "{\"prompt\":\"Once\",\"max_tokens\":2}");
+    ASSERT_EQ(r.status, 200);
+    resp_free(&r);
+    srv_stop(s);
+    /* a server without sessions says so */
+    struct srv_params q = params();
+    s = start(&q);
+    r = post(srv_port(s), "/v1/completions", "{\"prompt\":\"x\",\"session\":\"s1\"}");
+    ASSERT_EQ(r.status, 400);
+    ASSERT_TRUE(strstr(r.body, "--sessions") != NULL);
+    resp_free(&r);
+    srv_stop(s);
+}
+
+TEST(session_idle_parked_after_timeout) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/idle", test_tmpdir());
+    mkdir(dir, 0755);
+    struct srv_params p = params();
+    p.engine.sessions.max_resident = 2;
+    p.engine.sessions.dir = dir;
+    p.engine.sessions.idle_s = 0.3;
+    struct srv_server *s = start(&p);
+    char *a = turn(srv_port(s), "idle-1", "Once upon a time", 4, NULL, NULL);
+    free(a);
+    usleep(1600 * 1000);
+    ASSERT_EQ(metric(srv_port(s), "nexus_sessions{state=\"parked\"}"), 1);
+    ASSERT_EQ(count_nxs(dir), 1);
+    srv_stop(s);
+    rm_dir(dir);
 }
 
 TEST(zz_free_model) {

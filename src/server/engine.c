@@ -2,6 +2,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/nx_base.h"
@@ -11,10 +12,9 @@
 enum slot_phase { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_GENERATE };
 
 struct slot {
-    nx_seq_id seq;       /* the slot's sequence in the engine's context */
-    nx_token *toks;      /* (n_ctx) the tokens the sequence's KV cache holds, in order */
-    int32_t n_toks;
-    int64_t evictions_at_reset; /* the sequence's eviction count when it was last emptied */
+    struct srv_seqinfo own; /* the slot's own sequence (requests without a session) */
+    struct srv_seqinfo *cur; /* the sequence the running job uses: own, or its session's */
+    struct srv_session *sess; /* the running job's session, or NULL */
     struct srv_job *job; /* NULL when idle */
     enum slot_phase phase;
     int32_t n_done;      /* prompt tokens already in the cache */
@@ -33,6 +33,8 @@ struct srv_engine {
     struct srv_engine_params p;
     nx_ctx *ctx;         /* one context, a sequence per slot (engine thread only) */
     struct nx_batch batch;
+    int32_t *batch_slot; /* (n_batch) the slot of each batch entry */
+    struct srv_sessions *sessions; /* NULL when sessions are off */
     int32_t n_ctx;
     int32_t rr;          /* the slot whose prompt is served first in the next step */
     struct slot *slots;
@@ -40,8 +42,8 @@ struct srv_engine {
 
     pthread_mutex_t mu;  /* guards queue, stop, slot->job pointers seen by stats */
     pthread_cond_t cv;
-    struct srv_job **queue; /* ring (queue_max) */
-    int32_t q_head, q_len;
+    struct srv_job **queue; /* (queue_max) waiting jobs, oldest first */
+    int32_t q_len;
     bool stop;
     pthread_t thread;
     bool thread_started;
@@ -79,6 +81,7 @@ nx_status srv_job_create(struct srv_engine *e, struct srv_gen_request *req, cons
     atomic_init(&j->cancel, false);
     j->req = *req;
     memset(req, 0, sizeof *req);
+    if (j->req.kv_policy[0]) j->req.kv.policy = j->req.kv_policy; /* it pointed into *req */
     size_t len = strlen(text);
     int32_t n = nx_tokenize(e->model, text, len, NULL, 0, true, true);
     int32_t need = n < 0 ? -n : n;
@@ -128,8 +131,7 @@ nx_status srv_engine_submit(struct srv_engine *e, struct srv_job *j) {
         return NX_STATUS_KV_FULL;
     }
     atomic_fetch_add(&j->refs, 1);
-    e->queue[(e->q_head + e->q_len) % e->p.queue_max] = j;
-    e->q_len++;
+    e->queue[e->q_len++] = j;
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     return NX_STATUS_OK;
@@ -182,8 +184,11 @@ static void slot_release(struct srv_engine *e, struct slot *s, const char *finis
     atomic_fetch_add(&e->prompt_cached, j->n_cached);
     atomic_fetch_add(&e->gen_tokens, j->n_gen);
     srv_metrics_tokens(j->n_prompt, j->n_cached, j->n_gen);
+    if (s->sess) srv_sessions_release(e->sessions, e->ctx, s->sess);
     pthread_mutex_lock(&e->mu);
     s->job = NULL;
+    s->sess = NULL;
+    s->cur = &s->own;
     s->phase = SLOT_IDLE;
     pthread_mutex_unlock(&e->mu);
     job_finish(j, finish, error, msg);
@@ -195,27 +200,65 @@ static int32_t common_prefix(const nx_token *a, int32_t na, const nx_token *b, i
     return i;
 }
 
-/* Give queued jobs to idle slots: each job to the idle slot whose cache shares the longest
-   prefix with its prompt. Called with e->mu held. */
+/* Remove queue entry i (e->mu held). */
+static void queue_take(struct srv_engine *e, int32_t i) {
+    memmove(e->queue + i, e->queue + i + 1, sizeof *e->queue * (size_t)(e->q_len - i - 1));
+    e->q_len--;
+}
+
+/* Give queued jobs to idle slots, oldest first: a job without a session to the idle slot whose
+   sequence shares the longest prefix with its prompt; a job with one to any idle slot, on its
+   session's sequence (a session busy with another turn keeps its job waiting). Called on the
+   engine thread with e->mu held (session parking and restoring use the context, which only
+   this thread touches). */
 static void admit(struct srv_engine *e) {
-    while (e->q_len > 0) {
-        struct srv_job *j = e->queue[e->q_head];
+    for (int32_t q = 0; q < e->q_len;) {
+        struct srv_job *j = e->queue[q];
         int best = -1;
         int32_t best_len = -1;
         for (int i = 0; i < e->p.n_slots; i++) {
             struct slot *s = &e->slots[i];
             if (s->job) continue;
-            int32_t l = common_prefix(s->toks, s->n_toks, j->prompt, j->n_prompt);
+            int32_t l = j->req.session[0] ? 0 : common_prefix(s->own.toks, s->own.n_toks,
+                                                               j->prompt, j->n_prompt);
             if (l > best_len) {
                 best = i;
                 best_len = l;
             }
         }
         if (best < 0) return;
-        e->q_head = (e->q_head + 1) % e->p.queue_max;
-        e->q_len--;
         struct slot *s = &e->slots[best];
+        struct srv_session *sess = NULL;
+        if (j->req.session[0]) {
+            nx_status st;
+            char msg[256];
+            if (!e->sessions) {
+                queue_take(e, q);
+                job_finish(j, NULL, NX_STATUS_INVALID_ARG,
+                           "sessions are off on this server (start it with --sessions N)");
+                continue;
+            }
+            sess = srv_sessions_acquire(e->sessions, e->ctx, j->req.session,
+                                        j->req.has_kv ? &j->req.kv : NULL, &st, msg,
+                                        sizeof msg);
+            if (!sess && st) {
+                queue_take(e, q);
+                job_finish(j, NULL, st, msg);
+                continue;
+            }
+            if (!sess) { /* busy: leave it queued, look at the next one */
+                q++;
+                continue;
+            }
+            struct srv_seqinfo *si = srv_session_seqinfo(sess);
+            best_len = common_prefix(si->toks, si->n_toks, j->prompt, j->n_prompt);
+            s->cur = si;
+        } else {
+            s->cur = &s->own;
+        }
+        queue_take(e, q);
         s->job = j;
+        s->sess = sess;
         s->phase = SLOT_PREFILL;
         /* the last prompt token is always decoded, so its logits are fresh */
         int32_t keep = NX_MIN(best_len, j->n_prompt - 1);
@@ -229,15 +272,17 @@ static nx_status slot_start(struct srv_engine *e, struct slot *s, char *msg, siz
     /* Reuse the cached prefix only while the sequence holds it exactly: once its policy has
        evicted, the cache is a compressed history and reusing it would make the output depend
        on which slot the request landed in. */
+    struct srv_seqinfo *si = s->cur;
     struct nx_kv_stats ks;
-    nx_seq_kv_stats(e->ctx, s->seq, &ks);
-    if (ks.evictions != s->evictions_at_reset) s->n_done = j->n_cached = 0;
-    if (nx_kv_seq_rm(e->ctx, s->seq, s->n_done, -1) != NX_STATUS_OK) {
-        nx_kv_seq_rm(e->ctx, s->seq, -1, -1);
+    nx_seq_kv_stats(e->ctx, si->seq, &ks);
+    /* a session reuses its compressed history: that is what it is for */
+    if (!s->sess && ks.evictions != si->evictions_at_reset) s->n_done = j->n_cached = 0;
+    if (nx_kv_seq_rm(e->ctx, si->seq, s->n_done, -1) != NX_STATUS_OK) {
+        nx_kv_seq_rm(e->ctx, si->seq, -1, -1);
         s->n_done = j->n_cached = 0;
     }
-    if (s->n_done == 0) s->evictions_at_reset = ks.evictions;
-    s->n_toks = s->n_done;
+    if (s->n_done == 0) si->evictions_at_reset = ks.evictions;
+    si->n_toks = s->n_done;
     s->logits_at = -1;
     struct nx_sampler_params sp = nx_sampler_default_params();
     sp.temp = j->req.temperature;
@@ -358,7 +403,7 @@ static void slot_sample(struct srv_engine *e, struct slot *s) {
         slot_release(e, s, "stop", NX_STATUS_OK, NULL);
         return;
     }
-    if (j->n_gen >= j->req.max_tokens || s->n_toks + 1 >= e->n_ctx) {
+    if (j->n_gen >= j->req.max_tokens || s->cur->n_toks + 1 >= e->n_ctx) {
         slot_release(e, s, "length", NX_STATUS_OK, NULL);
         return;
     }
@@ -399,10 +444,12 @@ static void engine_step(struct srv_engine *e) {
         if (!s->job || s->phase != SLOT_GENERATE) continue;
         s->logits_at = b->n_tokens;
         s->in_batch = true;
-        nx_batch_add(b, s->pending, s->n_toks, s->seq, true);
+        e->batch_slot[b->n_tokens] = i;
+        nx_batch_add(b, s->pending, s->cur->n_toks, s->cur->seq, true);
     }
     for (int k = 0; k < e->p.n_slots && b->n_tokens < b->n_max; k++) {
-        struct slot *s = &e->slots[(e->rr + k) % e->p.n_slots];
+        int si = (e->rr + k) % e->p.n_slots;
+        struct slot *s = &e->slots[si];
         struct srv_job *j = s->job;
         if (!j || s->phase != SLOT_PREFILL) continue;
         int32_t n = NX_MIN(b->n_max - b->n_tokens, j->n_prompt - s->n_done);
@@ -410,7 +457,8 @@ static void engine_step(struct srv_engine *e) {
         for (int32_t t = 0; t < n; t++) {
             bool last = s->n_done + t == j->n_prompt - 1;
             if (last) s->logits_at = b->n_tokens;
-            nx_batch_add(b, j->prompt[s->n_done + t], s->n_done + t, s->seq, last);
+            e->batch_slot[b->n_tokens] = si;
+            nx_batch_add(b, j->prompt[s->n_done + t], s->n_done + t, s->cur->seq, last);
         }
     }
     e->rr = (e->rr + 1) % e->p.n_slots;
@@ -434,8 +482,8 @@ static void engine_step(struct srv_engine *e) {
     /* account what the batch appended, then sample */
     for (int i = 0; i < e->p.n_slots; i++) e->slots[i].in_batch = false;
     for (int32_t k = 0; k < b->n_tokens; k++) {
-        struct slot *s = &e->slots[b->seq_id[k]];
-        s->toks[s->n_toks++] = b->token[k];
+        struct slot *s = &e->slots[e->batch_slot[k]];
+        s->cur->toks[s->cur->n_toks++] = b->token[k];
         if (s->phase == SLOT_PREFILL) s->n_done++;
     }
     for (int i = 0; i < e->p.n_slots; i++) {
@@ -445,7 +493,7 @@ static void engine_step(struct srv_engine *e) {
     }
     for (int i = 0; i < e->p.n_slots; i++) {
         struct nx_kv_stats ks;
-        nx_seq_kv_stats(e->ctx, e->slots[i].seq, &ks);
+        nx_seq_kv_stats(e->ctx, e->slots[i].cur->seq, &ks);
         atomic_store(&e->slots[i].kv_bytes, (long long)ks.bytes_current);
         atomic_store(&e->slots[i].evictions, (long long)ks.evictions);
     }
@@ -461,7 +509,15 @@ static void *engine_main(void *arg) {
             bool busy = false;
             for (int i = 0; i < e->p.n_slots; i++) busy |= e->slots[i].job != NULL;
             if (busy) break;
-            pthread_cond_wait(&e->cv, &e->mu);
+            if (e->sessions) { /* wake up now and then to park idle sessions */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_sec += 1;
+                pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+                srv_sessions_tick(e->sessions, e->ctx);
+            } else {
+                pthread_cond_wait(&e->cv, &e->mu);
+            }
         }
         bool stop = e->stop;
         pthread_mutex_unlock(&e->mu);
@@ -473,9 +529,8 @@ static void *engine_main(void *arg) {
                                           "the server is shutting down");
     pthread_mutex_lock(&e->mu);
     while (e->q_len > 0) {
-        struct srv_job *j = e->queue[e->q_head];
-        e->q_head = (e->q_head + 1) % e->p.queue_max;
-        e->q_len--;
+        struct srv_job *j = e->queue[0];
+        queue_take(e, 0);
         pthread_mutex_unlock(&e->mu);
         job_finish(j, NULL, NX_STATUS_ABORTED, "the server is shutting down");
         pthread_mutex_lock(&e->mu);
@@ -504,7 +559,8 @@ nx_status srv_engine_init(const nx_model *model, const struct srv_engine_params 
     if (!e->slots || !e->queue || !e->lp_tmp) goto fail;
     struct nx_ctx_params cp = p->ctx;
     cp.n_ctx = p->n_ctx;
-    cp.n_seq_max = p->n_slots;
+    int32_t n_sess = NX_MAX(p->sessions.max_resident, 0);
+    cp.n_seq_max = p->n_slots + n_sess;
     cp.n_threads = cp.n_threads_batch = p->n_threads;
     if (cp.n_batch <= 0) cp.n_batch = 512;
     if (cp.n_batch < p->n_slots) cp.n_batch = p->n_slots; /* every slot decodes each step */
@@ -514,11 +570,23 @@ nx_status srv_engine_init(const nx_model *model, const struct srv_engine_params 
     st = nx_batch_init(cp.n_batch, &e->batch);
     if (st) goto fail;
     st = NX_STATUS_NOMEM;
+    e->batch_slot = nx_malloc(sizeof(int32_t) * (size_t)cp.n_batch);
+    if (!e->batch_slot) goto fail;
     for (int i = 0; i < p->n_slots; i++) {
-        e->slots[i].seq = i;
-        e->slots[i].logits_at = -1;
-        e->slots[i].toks = nx_malloc(sizeof(nx_token) * (size_t)e->n_ctx);
-        if (!e->slots[i].toks) goto fail;
+        struct slot *s = &e->slots[i];
+        s->own.seq = i;
+        s->cur = &s->own;
+        s->logits_at = -1;
+        s->own.toks = nx_malloc(sizeof(nx_token) * (size_t)e->n_ctx);
+        if (!s->own.toks) goto fail;
+    }
+    if (n_sess > 0) {
+        struct srv_sessions_params sp = p->sessions;
+        sp.seq0 = p->n_slots;
+        sp.n_ctx = e->n_ctx;
+        sp.kv = cp.kv;
+        st = srv_sessions_init(&sp, &e->sessions, err, errlen);
+        if (st) goto fail;
     }
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         snprintf(err, errlen, "cannot start the engine thread");
@@ -548,7 +616,9 @@ void srv_engine_free(struct srv_engine *e) {
     if (!e) return;
     srv_engine_halt(e);
     if (e->slots)
-        for (int i = 0; i < e->p.n_slots; i++) nx_free(e->slots[i].toks);
+        for (int i = 0; i < e->p.n_slots; i++) nx_free(e->slots[i].own.toks);
+    srv_sessions_free(e->sessions);
+    nx_free(e->batch_slot);
     nx_batch_free(&e->batch);
     nx_ctx_free(e->ctx);
     nx_free(e->slots);
@@ -570,6 +640,7 @@ void srv_engine_stats(struct srv_engine *e, struct srv_engine_stats *out) {
         out->evictions += atomic_load(&e->slots[i].evictions);
     }
     pthread_mutex_unlock(&e->mu);
+    if (e->sessions) srv_sessions_stats(e->sessions, &out->sessions);
     out->prompt_tokens = atomic_load(&e->prompt_tokens);
     out->prompt_tokens_cached = atomic_load(&e->prompt_cached);
     out->gen_tokens = atomic_load(&e->gen_tokens);

@@ -27,6 +27,7 @@
 
 #include "nexus.h"
 #include "server/oai.h"
+#include "server/sessions.h"
 #include "server/textout.h"
 
 #define SRV_TOP_MAX 20
@@ -71,6 +72,8 @@ struct srv_engine_params {
     int32_t n_ctx;        /* context of each slot */
     int32_t n_threads;
     struct nx_ctx_params ctx; /* KV type and eviction policy of every slot */
+    struct srv_sessions_params sessions; /* max_resident 0: no sessions (seq0, n_ctx and kv
+                                            are filled in by the engine) */
 };
 
 struct srv_engine;
@@ -101,6 +104,7 @@ struct srv_engine_stats {
     int64_t prompt_tokens, prompt_tokens_cached, gen_tokens;
     int64_t kv_bytes[64];   /* per slot (first 64) */
     int64_t evictions;
+    struct srv_sessions_stats sessions;
 };
 void srv_engine_stats(struct srv_engine *e, struct srv_engine_stats *out);
 

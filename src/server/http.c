@@ -17,6 +17,7 @@
 #include "core/nx_base.h"
 #include "server/metrics.h"
 #include "server/server.h"
+#include "server/sessions.h"
 
 struct srv_server {
     struct srv_params p;
@@ -456,6 +457,15 @@ static enum MHD_Result handle_gen(struct conn *cs) {
     cs->kind = cs->ep == SRV_EP_CHAT ? SRV_KIND_CHAT : SRV_KIND_COMPLETION;
     nx_status st = srv_parse_gen(body, cs->kind, &S->p.lim, &req, err, sizeof err, &param);
     json_decref(body);
+    const char *hsid = MHD_lookup_connection_value(cs->c, MHD_HEADER_KIND, "X-Session-Id");
+    if (!st && hsid && !req.session[0]) {
+        if (!srv_session_id_valid(hsid)) {
+            srv_gen_request_free(&req);
+            return send_error(cs, 400, "X-Session-Id", NULL,
+                              "X-Session-Id must be 1-64 characters of A-Z a-z 0-9 - _");
+        }
+        snprintf(req.session, sizeof req.session, "%s", hsid);
+    }
     if (st == NX_STATUS_NOMEM) return send_error(cs, 500, NULL, NULL, "out of memory");
     if (st) return send_error(cs, 400, param, st == NX_STATUS_UNSUPPORTED ? "unsupported" : NULL,
                               "%s", err);
@@ -512,6 +522,10 @@ static enum MHD_Result handle_gen(struct conn *cs) {
     pthread_mutex_unlock(&j->mu);
     if (j->error == NX_STATUS_ABORTED)
         return send_error(cs, 503, NULL, NULL, "%s", j->errmsg);
+    if (j->error == NX_STATUS_INVALID_ARG)
+        return send_error(cs, 400, "session", NULL, "%s", j->errmsg);
+    if (j->error == NX_STATUS_KV_FULL)
+        return send_error(cs, 429, NULL, "too_many_sessions", "%s", j->errmsg);
     if (j->error) return send_error(cs, 500, NULL, NULL, "%s", j->errmsg);
     return send_json(cs, 200, final_json(cs, j));
 }

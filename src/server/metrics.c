@@ -154,6 +154,21 @@ char *srv_metrics_render(const struct srv_engine_stats *es) {
                 "# TYPE nexus_kv_bytes gauge\n");
         for (int s = 0; s < es->n_slots && s < 64; s++)
             put(&o, "nexus_kv_bytes{slot=\"%d\"} %lld\n", s, (long long)es->kv_bytes[s]);
+        put(&o, "# HELP nexus_sessions Sessions by where their KV cache is.\n"
+                "# TYPE nexus_sessions gauge\nnexus_sessions{state=\"resident\"} %lld\n"
+                "nexus_sessions{state=\"parked\"} %lld\n"
+                "# HELP nexus_session_kv_bytes KV bytes of the resident sessions.\n"
+                "# TYPE nexus_session_kv_bytes gauge\nnexus_session_kv_bytes %lld\n"
+                "# HELP nexus_session_events_total Sessions parked, restored, forgotten.\n"
+                "# TYPE nexus_session_events_total counter\n"
+                "nexus_session_events_total{event=\"park\"} %lld\n"
+                "nexus_session_events_total{event=\"restore\"} %lld\n"
+                "nexus_session_events_total{event=\"forget\"} %lld\n"
+                "nexus_session_events_total{event=\"restore_failure\"} %lld\n",
+            (long long)es->sessions.resident, (long long)es->sessions.parked,
+            (long long)es->sessions.resident_bytes, (long long)es->sessions.parks,
+            (long long)es->sessions.restores, (long long)es->sessions.forgotten,
+            (long long)es->sessions.restore_failures);
         put(&o, "# HELP nexus_kv_evictions_total Eviction rounds over all slots.\n"
                 "# TYPE nexus_kv_evictions_total counter\nnexus_kv_evictions_total %lld\n",
             (long long)es->evictions);

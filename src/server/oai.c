@@ -7,6 +7,7 @@
 #include "core/alloc.h"
 #include "core/nx_base.h"
 #include "server/oai.h"
+#include "server/sessions.h"
 
 static nx_status fail(nx_status st, char *err, size_t errlen, const char **param,
                       const char *name, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
@@ -215,6 +216,36 @@ static nx_status parse_gen(json_t *body, enum srv_kind kind, const struct srv_li
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return BAD("stream_options", "'stream_options' must be an object");
         if ((st = get_bool(so, "include_usage", &r->include_usage, err, errlen, param))) return st;
+    }
+    json_t *sid = json_object_get(body, "session");
+    if (sid && !json_is_null(sid)) {
+        if (!json_is_string(sid) || !srv_session_id_valid(json_string_value(sid)))
+            return BAD("session", "'session' must be 1-64 characters of A-Z a-z 0-9 - _");
+        snprintf(r->session, sizeof r->session, "%s", json_string_value(sid));
+    }
+    r->kv = nx_kv_default_params();
+    json_t *pol = json_object_get(body, "kv_policy");
+    if (pol && !json_is_null(pol)) {
+        if (!json_is_string(pol) || json_string_length(pol) >= sizeof r->kv_policy)
+            return BAD("kv_policy", "'kv_policy' must be a policy name");
+        snprintf(r->kv_policy, sizeof r->kv_policy, "%s", json_string_value(pol));
+        r->has_kv = true;
+    }
+    double dens = -1;
+    long long budget = 0;
+    bool has_budget = false;
+    if ((st = get_number(body, "kv_density", 0, 1, &dens, err, errlen, param))) return st;
+    if ((st = get_int(body, "kv_budget", 1, INT32_MAX, &budget, &has_budget, err, errlen, param)))
+        return st;
+    if (dens >= 0 || has_budget) r->has_kv = true;
+    if (r->has_kv) {
+        if (!r->session[0])
+            return BAD(r->kv_policy[0] ? "kv_policy" : dens >= 0 ? "kv_density" : "kv_budget",
+                       "KV policy fields apply to sessions only (add 'session')");
+        r->kv.policy = r->kv_policy[0] ? r->kv_policy : "full";
+        if (dens >= 0) r->kv.density = (float)dens;
+        if (has_budget) r->kv.budget = (int32_t)budget;
+        r->kv.regime = NX_KV_REGIME_STREAM;
     }
     if (kind == SRV_KIND_CHAT) {
         if ((st = get_bool(body, "logprobs", &r->logprobs, err, errlen, param))) return st;

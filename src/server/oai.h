@@ -44,6 +44,11 @@ struct srv_gen_request {
     bool logprobs;           /* chat: logprobs true; completion: logprobs >= 0 */
     int32_t top_logprobs;    /* alternatives per token (0..20 chat, 0..5 completion) */
     char *model;             /* echoed back; NULL: the server's model name */
+    char session[65];        /* "session": bind to this session ("" = none; id checked) */
+    bool has_kv;             /* "kv_policy" / "kv_density" / "kv_budget" given (sessions only:
+                                the policy of a session the request creates) */
+    struct nx_kv_params kv;  /* kv.policy points at kv_policy */
+    char kv_policy[32];
 };
 
 /*

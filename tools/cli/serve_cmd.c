@@ -24,7 +24,8 @@ static int usage(void) {
             "         [--cors ORIGIN] [--name NAME] [--max-body BYTES] [--max-tokens N]\n"
             "         [--max-messages N] [--max-conns N] [--timeout S] [--idle-timeout S]\n"
             "         [--kv-policy P] [--kv-density D] [--kv-budget N] [--kv-regime R]\n"
-            "         [--kv-type f16|f32] [--mmap]\n"
+            "         [--kv-type f16|f32] [--mmap] [--sessions N] [--session-dir DIR]\n"
+            "         [--session-idle S] [--session-mem BYTES]\n"
             "  the API key may also come from the environment variable NEXUS_API_KEY\n");
     return 2;
 }
@@ -79,6 +80,7 @@ int serve_main(int argc, char **argv) {
         else if (!strcmp(a, "--api-key")) p.api_key = v;
         else if (!strcmp(a, "--cors")) p.cors_origin = v;
         else if (!strcmp(a, "--name")) p.model_name = v;
+        else if (!strcmp(a, "--session-dir")) p.engine.sessions.dir = v;
         else if (!strcmp(a, "--kv-policy")) p.engine.ctx.kv.policy = v;
         else if (!strcmp(a, "--kv-regime")) {
             if (!strcmp(v, "prefill")) p.engine.ctx.kv.regime = NX_KV_REGIME_PREFILL;
@@ -104,7 +106,8 @@ int serve_main(int argc, char **argv) {
                         {"--max-tokens", 1, 1 << 24}, {"--max-messages", 1, 1 << 20},
                         {"--max-conns", 1, 1 << 16}, {"--timeout", 0, 1e6},
                         {"--idle-timeout", 1, 1e6},  {"--kv-density", 0, 1},
-                        {"--kv-budget", 1, INT32_MAX}};
+                        {"--kv-budget", 1, INT32_MAX}, {"--sessions", 0, 4096},
+                        {"--session-idle", 0, 1e9},  {"--session-mem", 0, 1e15}};
             size_t k = 0;
             while (k < sizeof nums / sizeof nums[0] && strcmp(a, nums[k].flag)) k++;
             if (k == sizeof nums / sizeof nums[0]) {
@@ -125,7 +128,10 @@ int serve_main(int argc, char **argv) {
             case 9: p.request_timeout_s = x; break;
             case 10: p.idle_timeout_s = (int)x; break;
             case 11: p.engine.ctx.kv.density = (float)x; break;
-            default: p.engine.ctx.kv.budget = (int32_t)x; break;
+            case 12: p.engine.ctx.kv.budget = (int32_t)x; break;
+            case 13: p.engine.sessions.max_resident = (int)x; break;
+            case 14: p.engine.sessions.idle_s = x; break;
+            default: p.engine.sessions.max_resident_bytes = (int64_t)x; break;
             }
         }
     }
