@@ -589,7 +589,7 @@ typedef struct nx_seqcache nx_seqcache;
 NX_API nx_status nx_seqcache_init(nx_ctx *ctx, int32_t n_slots, nx_seqcache **out);
 NX_API void nx_seqcache_free(nx_seqcache *sc);
 /*
- * Reset the context, reuse the longest cached prefix of tokens[0..n) (at most n - 1 tokens,
+ * Reset sequence 0 (only), reuse the longest cached prefix of tokens[0..n) (at most n - 1 tokens,
  * so the last one is decoded), decode the rest (logits of the last token, or of every decoded
  * token with all_logits: nx_get_logits index i is token n_reused + i). *n_reused (may be NULL)
  * gets the tokens taken from the cache. Errors as nx_decode.
