@@ -269,7 +269,8 @@ struct nx_kv_stats {
     int64_t tokens_cached;   /* tokens in layer 0, KV head 0 now (of sequence 0 for a ctx) */
 };
 NX_API void nx_ctx_kv_stats(const nx_ctx *ctx, struct nx_kv_stats *out);
-/* Statistics of sequence seq (all zero for an id out of range). */
+/* Statistics of sequence seq (all zero for an id out of range); the eviction counters count
+ * from the sequence's last nx_seq_set_kv. */
 NX_API void nx_seq_kv_stats(const nx_ctx *ctx, nx_seq_id seq, struct nx_kv_stats *out);
 NX_API struct nx_ctx_params nx_ctx_default_params(void);
 
@@ -313,7 +314,7 @@ struct nx_batch {
     nx_token *token;
     nx_pos *pos;
     nx_seq_id *seq_id;
-    int8_t *logits;  /* nonzero: keep this entry's logits */
+    int8_t *logits;  /* nonzero: keep this entry's logits (NULL: every entry's) */
 };
 NX_API nx_status nx_batch_init(int32_t n_max, struct nx_batch *out);
 NX_API void nx_batch_free(struct nx_batch *b);
@@ -614,7 +615,7 @@ typedef struct nx_seqcache nx_seqcache;
 NX_API nx_status nx_seqcache_init(nx_ctx *ctx, int32_t n_slots, nx_seqcache **out);
 NX_API void nx_seqcache_free(nx_seqcache *sc);
 /*
- * Reset the context, reuse the longest cached prefix of tokens[0..n) (at most n - 1 tokens,
+ * Reset sequence 0 (only), reuse the longest cached prefix of tokens[0..n) (at most n - 1 tokens,
  * so the last one is decoded), decode the rest (logits of the last token, or of every decoded
  * token with all_logits: nx_get_logits index i is token n_reused + i). *n_reused (may be NULL)
  * gets the tokens taken from the cache. Errors as nx_decode.

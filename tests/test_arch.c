@@ -27,6 +27,7 @@
 #include "kern/kern.h"
 #include "kv/kvblock.h"
 #include "model/model.h"
+#include "model/fingerprint.h"
 #include "nexus.h"
 #include "support/ref_forward.h"
 #include "support/tmpdir.h"

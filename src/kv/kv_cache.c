@@ -1,8 +1,10 @@
 /*
- * kv_cache.c - DESIGN: the pool is four parallel arrays indexed by block id (keys, values,
- * positions, optional accumulators) plus a stack of free ids. Tables own block ids; a block id
- * is in exactly one table or on the free stack (invariant checked by the tests: in-use + free =
- * pool size). Tables are sized at init for the whole pool, so nothing allocates after
+ * kv_cache.c - DESIGN: the pool is parallel arrays indexed by block id (keys, values,
+ * positions, pins, accumulators) plus a stack of free ids, shared by every sequence; each
+ * sequence has its own tables (n_layer * n_head_kv of them, in one array). Tables hold block
+ * ids; a block is on the free stack exactly when nothing references it (invariant checked by
+ * the tests: references recounted from the tables + outside holders, in-use + free = pool
+ * size). Tables are sized at init (for n_ctx tokens each), so nothing allocates after
  * kv_cache_init. Pushes to the free stack take the cache's mutex, since eviction compacts the
  * tables of different layers on different threads. Compaction walks the kept tokens in order
  * and copies each to the next write slot only when it moves; a dropped run that covers whole
@@ -11,7 +13,8 @@
  * Reference counts (for the sequence cache): refs[b] counts the tables holding b plus the
  * holders outside them. Every path that used to push a block on the free stack drops one
  * reference instead; the block is free when the count reaches zero. With no outside holders
- * (ext_refs == 0) every in-use block has exactly one reference, as before.
+ * (ext_refs == 0) and no sequence copies (nx_kv_seq_cp) every in-use block has exactly one
+ * reference, as before.
  */
 #include "kv/kv_cache.h"
 

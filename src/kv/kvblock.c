@@ -28,7 +28,6 @@
 #include "core/nx_base.h"
 #include "kern/kern.h"
 #include "kern/types.h"
-#include "model/model.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "kvblock.c writes and reads little-endian files by memcpy; a big-endian port must swap"
@@ -74,13 +73,7 @@ static inline uint64_t avalanche(uint64_t h) {
 }
 
 /* kv_hash64 in pieces: feeding a byte string in any split gives kv_hash64 of the whole. */
-struct kv_hasher {
-    uint64_t h[4];
-    unsigned char buf[32]; /* the bytes of an unfinished stripe */
-    size_t nbuf, n;
-};
-
-static void kvh_init(struct kv_hasher *s, uint64_t seed) {
+void kvh_init(struct kv_hasher *s, uint64_t seed) {
     s->h[0] = seed ^ 0x243f6a8885a308d3ull, s->h[1] = seed ^ 0x13198a2e03707344ull;
     s->h[2] = seed ^ 0xa4093822299f31d0ull, s->h[3] = seed ^ 0x082efa98ec4e6c89ull;
     s->nbuf = s->n = 0;
@@ -94,7 +87,7 @@ static void kvh_stripe(struct kv_hasher *s, const unsigned char *p) {
     }
 }
 
-static void kvh_update(struct kv_hasher *s, const void *p, size_t n) {
+void kvh_update(struct kv_hasher *s, const void *p, size_t n) {
     const unsigned char *c = p;
     if (n == 0) return;
     s->n += n;
@@ -111,7 +104,7 @@ static void kvh_update(struct kv_hasher *s, const void *p, size_t n) {
     s->nbuf = n;
 }
 
-static uint64_t kvh_final(struct kv_hasher *s) {
+uint64_t kvh_final(struct kv_hasher *s) {
     /* tail: whole words into lanes in turn, then the last bytes zero-padded */
     size_t i = 0;
     int l = 0;
@@ -139,85 +132,9 @@ uint64_t kv_hash64(const void *p, size_t n, uint64_t seed) {
 
 /* ---- fingerprint ---- */
 
-/* Over the weights as the file holds them, so a model loaded with or without mmap (whose
- * in-memory layouts may differ, kern.h) has one fingerprint. */
-static uint64_t hash_weight(uint64_t h, const struct nx_weight *w) {
-    enum nx_type ft = nx_type_in_file(w->type);
-    uint64_t meta[3] = {(uint64_t)ft, (uint64_t)w->ne0, (uint64_t)w->ne1};
-    h = kv_hash64(meta, sizeof meta, h);
-    size_t n = w->row_bytes * (size_t)w->ne1;
-    if (ft == w->type) return kv_hash64(w->data, n, h);
-    /* block by block back to the file layout */
-    struct kv_hasher s;
-    kvh_init(&s, h);
-    size_t bs = nx_type_info_get(ft)->type_size;
-    unsigned char blk[256];
-    NX_ASSERT(bs <= sizeof blk);
-    for (size_t off = 0; off < n; off += bs) {
-        kern_repack(w->type, ft, (const unsigned char *)w->data + off, blk, 1);
-        kvh_update(&s, blk, bs);
-    }
-    return kvh_final(&s);
-}
-static uint64_t hash_vec(uint64_t h, const float *v, int64_t n) {
-    if (!v) return kv_hash64("-", 1, h);
-    return kv_hash64(v, sizeof(float) * (size_t)n, h);
-}
-
-static uint64_t weights_hash(const struct nx_model *m) {
-    const struct nx_hparams *hp = &m->hp;
-    int64_t qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim;
-    uint64_t h = hash_weight(0, &m->tok_embd);
-    h = hash_weight(h, &m->output);
-    h = hash_vec(h, m->output_norm, hp->n_embd);
-    for (int il = 0; il < hp->n_layer; il++) {
-        const struct nx_layer *L = &m->layers[il];
-        h = hash_vec(h, L->attn_norm, hp->n_embd);
-        h = hash_weight(h, &L->wq);
-        h = hash_weight(h, &L->wk);
-        h = hash_weight(h, &L->wv);
-        h = hash_weight(h, &L->wo);
-        h = hash_vec(h, L->bq, qd);
-        h = hash_vec(h, L->bk, kvd);
-        h = hash_vec(h, L->bv, kvd);
-        h = hash_vec(h, L->q_norm, hp->head_dim);
-        h = hash_vec(h, L->k_norm, hp->head_dim);
-        h = hash_vec(h, L->ffn_norm, hp->n_embd);
-        h = hash_weight(h, &L->gate);
-        h = hash_weight(h, &L->up);
-        h = hash_weight(h, &L->down);
-    }
-    return h ? h : 1; /* 0 means "not computed yet" */
-}
-
-void kv_fingerprint_of(const struct nx_model *m, struct kv_fingerprint *fp) {
-    const struct nx_hparams *hp = &m->hp;
-    memset(fp, 0, sizeof *fp);
-    fp->arch = (uint32_t)hp->arch;
-    fp->n_layer = hp->n_layer;
-    fp->n_head = hp->n_head;
-    fp->n_head_kv = hp->n_head_kv;
-    fp->head_dim = hp->head_dim;
-    fp->n_rot = hp->n_rot;
-    fp->n_embd = hp->n_embd;
-    fp->n_vocab = hp->n_vocab;
-    fp->rope_neox = hp->rope_neox;
-    fp->rope_base = hp->rope_base;
-    fp->rope_freq_scale = hp->rope_freq_scale;
-    fp->rope_hash = kv_hash64(m->rope_inv_freq, sizeof(float) * (size_t)(hp->n_rot / 2), 0);
-    /* the model is shared and immutable: racing first users compute the same value */
-    uint64_t wh = __atomic_load_n(&((struct nx_model *)m)->weight_hash, __ATOMIC_ACQUIRE);
-    if (!wh) {
-        wh = weights_hash(m);
-        __atomic_store_n(&((struct nx_model *)m)->weight_hash, wh, __ATOMIC_RELEASE);
-    }
-    fp->weight_hash = wh;
-}
-
-nx_status kv_fingerprint_check(const struct kv_fingerprint *fp, const struct nx_model *m,
+nx_status kv_fingerprint_check(const struct kv_fingerprint *fp, const struct kv_fingerprint *model_fp,
                                struct nx_err *err) {
-    struct kv_fingerprint mine;
-    kv_fingerprint_of(m, &mine);
+    const struct kv_fingerprint mine = *model_fp;
     const char *what = "the model";
 #define CMP_I(f) \
     if (fp->f != mine.f) \
@@ -277,17 +194,17 @@ static bool layout_of(const struct kv_fingerprint *fp, int32_t n, size_t row_byt
 
 static size_t type_size(enum nx_type t) { return t == NX_TYPE_F32 ? 4 : 2; }
 
-nx_status kvblock_alloc(const struct nx_model *m, enum nx_type type, int32_t n, int32_t m0,
+nx_status kvblock_alloc(const struct kv_fingerprint *fp, enum nx_type type, int32_t n, int32_t m0,
                         struct nx_kv_block **out) {
     *out = NULL;
     if (n <= 0 || (type != NX_TYPE_F16 && type != NX_TYPE_F32)) return NX_STATUS_INVALID_ARG;
     struct nx_kv_block *b = nx_calloc(1, sizeof *b);
     if (!b) return NX_STATUS_NOMEM;
-    kv_fingerprint_of(m, &b->fp);
+    b->fp = *fp;
     b->m0 = m0;
     b->n_tokens = n;
     b->type = type;
-    b->row_bytes = (size_t)m->hp.head_dim * type_size(type);
+    b->row_bytes = (size_t)fp->head_dim * type_size(type);
     struct layout L;
     if (!layout_of(&b->fp, n, b->row_bytes, &L)) {
         nx_free(b);
@@ -522,8 +439,8 @@ static nx_status verify(const unsigned char *map, size_t size, struct nx_err *er
     return NX_STATUS_OK;
 }
 
-nx_status nx_kv_block_load(const nx_model *model, const char *path, nx_kv_block **out,
-                           char *errbuf, size_t errlen) {
+nx_status kvblock_open(const char *path, const struct kv_fingerprint *model_fp,
+                       int32_t n_vocab, nx_kv_block **out, char *errbuf, size_t errlen) {
     struct nx_err e = {{0}};
     nx_status st = NX_STATUS_OK;
     *out = NULL;
@@ -552,11 +469,11 @@ nx_status nx_kv_block_load(const nx_model *model, const char *path, nx_kv_block 
     if ((st = verify(map, size, &e))) goto out;
     struct kvb_header h;
     memcpy(&h, map, sizeof h);
-    if (model) {
-        if ((st = kv_fingerprint_check(&h.fp, model, &e))) goto out;
+    if (model_fp) {
+        if ((st = kv_fingerprint_check(&h.fp, model_fp, &e))) goto out;
         const nx_token *t = (const nx_token *)(map + KVB_HDR);
         for (int32_t i = 0; i < h.n_tokens; i++)
-            if (t[i] < 0 || t[i] >= model->hp.n_vocab) {
+            if (t[i] < 0 || t[i] >= n_vocab) {
                 st = nx_err_set(&e, NX_STATUS_FORMAT, "token %d at index %d is out of range",
                                 t[i], i);
                 goto out;

@@ -1,7 +1,7 @@
 /*
  * kvblock.h - compiled KV blocks: the K and V rows of a run of tokens, taken from a context's
  * cache, with everything needed to check they belong to the model they are spliced into. The
- * public face is nx_kv_block in nexus.h; splicing is src/model/splice.c.
+ * public face is nx_kv_block in nexus.h; splicing is the model layer's splice.c.
  *
  * File format (version 1, little-endian; sizes in bytes):
  *
@@ -38,8 +38,6 @@
 
 #include "core/nx_base.h"
 
-struct nx_model;
-
 struct kv_fingerprint {
     uint32_t arch;
     int32_t n_layer, n_head, n_head_kv, head_dim, n_rot, n_embd, n_vocab;
@@ -63,18 +61,31 @@ struct nx_kv_block {
     size_t map_len;       /* 0 when map is a heap buffer */
 };
 
+/* A streaming kv_hash64: init, update with the bytes in pieces, final = kv_hash64 of them all. */
+struct kv_hasher {
+    uint64_t h[4];
+    unsigned char buf[32]; /* the bytes of an unfinished stripe */
+    size_t nbuf, n;
+};
+void kvh_init(struct kv_hasher *s, uint64_t seed);
+void kvh_update(struct kv_hasher *s, const void *p, size_t n);
+uint64_t kvh_final(struct kv_hasher *s);
 /* 64-bit hash of n bytes (not cryptographic; every single-bit change changes it). */
 uint64_t kv_hash64(const void *p, size_t n, uint64_t seed);
-/* The model's fingerprint (computes and caches the weight hash on first use). */
-void kv_fingerprint_of(const struct nx_model *m, struct kv_fingerprint *fp);
-/* OK when fp matches the model; otherwise NX_STATUS_INVALID_ARG with a message naming the
-   first field that differs. */
-nx_status kv_fingerprint_check(const struct kv_fingerprint *fp, const struct nx_model *m,
-                               struct nx_err *err);
+/* OK when fp matches the model's fingerprint (model_fp, from the model layer's
+   kv_fingerprint_of); otherwise NX_STATUS_INVALID_ARG with a message naming the first field
+   that differs. */
+nx_status kv_fingerprint_check(const struct kv_fingerprint *fp,
+                               const struct kv_fingerprint *model_fp, struct nx_err *err);
 
-/* An empty block with owned buffers for n tokens of the model (tokens, K, V uninitialised). */
-nx_status kvblock_alloc(const struct nx_model *m, enum nx_type type, int32_t n, int32_t m0,
-                        struct nx_kv_block **out);
+/* An empty block with owned buffers for n tokens of the model with fingerprint fp (tokens, K,
+   V uninitialised). */
+nx_status kvblock_alloc(const struct kv_fingerprint *fp, enum nx_type type, int32_t n,
+                        int32_t m0, struct nx_kv_block **out);
+/* nx_kv_block_load with the model given as its fingerprint and vocabulary size (model_fp NULL:
+   no model check). */
+nx_status kvblock_open(const char *path, const struct kv_fingerprint *model_fp,
+                       int32_t n_vocab, struct nx_kv_block **out, char *errbuf, size_t errlen);
 /* K / V row of token i of (layer, head). */
 static inline const unsigned char *kvblock_k_row(const struct nx_kv_block *b, int layer, int head,
                                                  int32_t i) {

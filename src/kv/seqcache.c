@@ -1,7 +1,7 @@
 /*
  * seqcache.c - DESIGN: the token trie of the sequence cache (kv/seqcache.h): one node per
  * token in an arena with a free list, a slot mask per node. The cache itself (slots holding
- * block references, lookups, room) is src/model/seqcache.c, next to the context it drives.
+ * block references, lookups, room) is the model layer's seqcache.c, next to the context it drives.
  *
  * (The cache's design, for reference:) warm sequences kept as references to their KV blocks in the context's
  * own pool (kv_cache.h reference counts), so reusing a prefix copies nothing: the live tables

@@ -1,6 +1,6 @@
 /*
  * seqcache.h - the token trie the longest-common-prefix sequence cache (nx_seqcache in
- * nexus.h, src/model/seqcache.c) looks prefixes up in, exposed for the tests.
+ * nexus.h, in the model layer's seqcache.c) looks prefixes up in, exposed for the tests.
  *
  * The trie holds the token sequences of up to 32 slots. Each node is one token; its mask has
  * bit s set when slot s's sequence passes through it (so every slot in a node's mask has the
@@ -44,7 +44,7 @@ void sc_trie_remove(struct sc_trie *t, int slot, const nx_token *tokens, int32_t
 int32_t sc_trie_lookup(const struct sc_trie *t, const nx_token *tokens, int32_t n,
                        uint32_t *mask);
 
-/* The cache (slots, lookups, room) is src/model/seqcache.c; its test hooks are declared in
-   model/context.h. */
+/* The cache (slots, lookups, room) is the model layer's seqcache.c; its test hooks are declared
+   with the context's internal accessors (context.h). */
 
 #endif

@@ -325,11 +325,13 @@ nx_status nx_ctx_init(const nx_model *model, const struct nx_ctx_params *params,
     size_t nb = (size_t)p.n_batch;
     {
         const int64_t B = p.kv_block;
-        int64_t tokens = p.kv_pool_tokens > 0
-                             ? p.kv_pool_tokens
-                             : (int64_t)p.n_seq_max * seq_need_tokens(&p, &p.kv, pol, &pp);
-        /* room for a sequence cache's blocks (nx_seqcache) on top */
-        int64_t per_table = (tokens + B - 1) / B + ((int64_t)p.kv_extra_tokens + B - 1) / B;
+        /* every sequence's need in whole blocks (or the pool asked for), and room for a
+           sequence cache's blocks (nx_seqcache) on top */
+        int64_t per_table =
+            p.kv_pool_tokens > 0
+                ? ((int64_t)p.kv_pool_tokens + B - 1) / B
+                : (int64_t)p.n_seq_max * ((seq_need_tokens(&p, &p.kv, pol, &pp) + B - 1) / B);
+        per_table += ((int64_t)p.kv_extra_tokens + B - 1) / B;
         struct kv_cache_params kp = {.n_layer = hp->n_layer, .n_head_kv = hp->n_head_kv,
                                      .head_dim = hp->head_dim, .type = p.kv_type, .block = p.kv_block,
                                      .with_acc = pol->needs_acc_attn, .n_seq = p.n_seq_max,

@@ -17,7 +17,8 @@
  *   then cls.output (+ bias) -> n_cls_out logits. Then optional L2 normalisation.
  * Matrix products go through kern_matmul (activations quantized to each weight's dot type, so
  * F32/F16/BF16/Q8_0/Q4_0/K-quant weights all work); rows of each product and heads of the
- * attention are split over a thread pool created for the call when n_threads > 1. kern_matmul's
+ * attention are split over the process's shared thread pool when n_threads > 1 (split and RoPE
+ * from model/ops.c, as the decoder). kern_matmul's
  * results do not depend on the split and everything else is computed identically whatever the
  * thread count, so outputs are bit-identical for any n_threads.
  * Thread-safety: reads the model only; every buffer is allocated per call.
@@ -33,6 +34,7 @@
 #include "kern/quant.h"
 #include "kern/types.h"
 #include "model/encoder.h"
+#include "model/ops.h"
 #include "tok/tok.h"
 #include "tok/tok_impl.h"
 
@@ -41,7 +43,7 @@
 struct enc_run {
     const struct nx_model *m;
     const struct nx_encoder *enc;
-    struct nx_pool *pool;
+    bool pool_ref; /* holds a reference to the shared pool */
     int nth;
     int64_t T;
     float *x;      /* (T, E) hidden states */
@@ -54,17 +56,20 @@ struct enc_run {
     float *rope;   /* (T, n_rot/2, 2) cos, sin */
 };
 
-/* Run fn over nth participants: on the pool, or inline when single-threaded. */
+/* Run fn over nth participants: on the process's shared pool, or inline when
+   single-threaded. */
 static void run_par(struct enc_run *r, nx_pool_fn fn, void *arg) {
-    if (r->pool && r->nth > 1)
-        nx_pool_run(r->pool, fn, arg, r->nth);
-    else
+    if (r->pool_ref && r->nth > 1) {
+        struct nx_pool *pool = nx_pool_shared_lock();
+        nx_pool_run(pool, fn, arg, NX_MIN(r->nth, nx_pool_size(pool)));
+        nx_pool_shared_unlock();
+    } else {
         fn(arg, 0, 1);
+    }
 }
 
 static void split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
-    *lo = n * ith / nth;
-    *hi = n * (ith + 1) / nth;
+    op_split(n, 1, ith, nth, lo, hi);
 }
 
 struct mm_job {
@@ -156,15 +161,8 @@ static void apply_rope(struct enc_run *r) {
     for (int64_t t = 0; t < r->T; t++) {
         const float *cs = r->rope + t * half * 2;
         for (int qk = 0; qk < 2; qk++) {
-            for (int64_t h = 0; h < hp->n_head; h++) {
-                float *v = r->qkv + t * 3 * E + qk * E + h * hd;
-                for (int64_t i = 0; i < half; i++) {
-                    float c = cs[2 * i], s = cs[2 * i + 1];
-                    float x0 = v[i], x1 = v[i + half];
-                    v[i] = x0 * c - x1 * s;
-                    v[i + half] = x0 * s + x1 * c;
-                }
-            }
+            for (int64_t h = 0; h < hp->n_head; h++)
+                op_rope_apply(r->qkv + t * 3 * E + qk * E + h * hd, cs, (int)(2 * half), true);
         }
     }
 }
@@ -255,7 +253,7 @@ static void run_free(struct enc_run *r) {
     nx_free_aligned(r->sc);
     nx_free_aligned(r->xq);
     nx_free_aligned(r->rope);
-    nx_pool_free(r->pool);
+    if (r->pool_ref) nx_pool_shared_release();
 }
 
 static nx_status run_init(struct enc_run *r, const struct nx_model *m, int64_t T, int nth) {
@@ -275,7 +273,10 @@ static nx_status run_init(struct enc_run *r, const struct nx_model *m, int64_t T
     r->rope = nx_malloc_aligned(t * (size_t)(m->hp.n_rot / 2 + 1) * 2 * sizeof(float));
     if (!r->x || !r->a || !r->qkv || !r->up || !r->gate || !r->sc || !r->xq || !r->rope)
         return NX_STATUS_NOMEM;
-    if (nth > 1 && nx_pool_init(nth, &r->pool) != NX_STATUS_OK) return NX_STATUS_NOMEM;
+    if (nth > 1) {
+        if (nx_pool_shared_acquire(nth, NULL, 0, 0) != NX_STATUS_OK) return NX_STATUS_NOMEM;
+        r->pool_ref = true;
+    }
     return NX_STATUS_OK;
 }
 

@@ -65,9 +65,10 @@ static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs,
     int64_t chunk[4], count[4], total = 0;
     for (int j = 0; j < nj; j++) {
         int64_t rows = jobs[j].w->ne1;
-        /* decode: ~8 chunks per thread for balance; prefill: ~3, since each kernel call
-           re-arranges its activation panel (a fixed cost per call) */
-        int64_t per_thread = n > 1 ? 3 : 8;
+        /* decode (and small batches of decode steps): ~8 chunks per thread for balance;
+           prefill: ~3, since each kernel call re-arranges its activation panel (a cost per
+           call that grows with the columns) */
+        int64_t per_thread = n > 16 ? 3 : 8;
         int64_t ch = nx_align_up((size_t)(rows / ((int64_t)nth * per_thread) + 1), 16);
         if (ch < 16) ch = 16;
         chunk[j] = ch;

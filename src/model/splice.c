@@ -30,6 +30,7 @@
 #include "kv/kv_cache.h"
 #include "kv/kvblock.h"
 #include "model/context.h"
+#include "model/fingerprint.h"
 #include "model/model.h"
 
 /* ---- rotation ---- */
@@ -104,7 +105,9 @@ nx_status nx_kv_block_compile(nx_ctx *ctx, const nx_token *prefix, int32_t n_pre
                 return ctx_set_error(ctx, NX_STATUS_INVALID_ARG,
                                      "compile: the cache does not hold the block's tokens");
     struct nx_kv_block *b;
-    if ((st = kvblock_alloc(m, kv->p.type, n, m0, &b)))
+    struct kv_fingerprint fp;
+    kv_fingerprint_of(m, &fp);
+    if ((st = kvblock_alloc(&fp, kv->p.type, n, m0, &b)))
         return ctx_set_error(ctx, st, "compile: out of memory for the block");
     memcpy((void *)b->tokens, tokens, sizeof(nx_token) * (size_t)n);
     for (int il = 0; il < nl; il++)
@@ -155,7 +158,9 @@ nx_status nx_ctx_splice(nx_ctx *ctx, const nx_kv_block *b, const struct nx_splic
     if (n_repaired) *n_repaired = 0;
     if (!b) return ctx_set_error(ctx, NX_STATUS_INVALID_ARG, "splice: no block");
     struct nx_err e = {{0}};
-    if (kv_fingerprint_check(&b->fp, m, &e)) return ctx_set_error(ctx, NX_STATUS_INVALID_ARG, "%s", e.msg);
+    struct kv_fingerprint mfp;
+    kv_fingerprint_of(m, &mfp);
+    if (kv_fingerprint_check(&b->fp, &mfp, &e)) return ctx_set_error(ctx, NX_STATUS_INVALID_ARG, "%s", e.msg);
     if (p.repair && (p.repair_p < 1 || !(p.repair_base >= 0) || !(p.repair_k >= 1)))
         return ctx_set_error(ctx, NX_STATUS_INVALID_ARG,
                              "splice: repair parameters out of range (P >= 1, R_base >= 0, K >= 1)");

@@ -7,6 +7,8 @@
  * medians of `reps` runs with min and max. The roofline is the measured read bandwidth divided
  * by the bytes one decode step must read (weights + the K and V rows at the mean depth).
  * Token ids are drawn from a fixed-seed generator: speed does not depend on them.
+ * parallel: N sequences of one context prefilled, then decoded together one batch of N tokens
+ * per step (nx_decode_batch), as llama-batched-bench's -npp / -ntg / -npl.
  */
 #include "bench.h"
 
@@ -164,5 +166,156 @@ int bench_run(nx_model *m, nx_ctx *c, int n_threads, const struct bench_params *
     free(pp);
     free(tg);
     free(toks);
+    return 0;
+}
+
+/* ---- parallel sequences ---- */
+
+/* Policy i of a comma list "POLICY[:DENSITY],..." (cycled) into kv; false on a bad item. */
+static bool policy_item(const char *list, int i, struct nx_kv_params *kv, char *name, size_t cap) {
+    int n = 1;
+    for (const char *q = list; *q; q++) n += *q == ',';
+    i %= n;
+    const char *s = list;
+    while (i-- > 0) s = strchr(s, ',') + 1;
+    size_t len = strcspn(s, ",");
+    if (len == 0 || len >= cap) return false;
+    memcpy(name, s, len);
+    name[len] = 0;
+    char *colon = strchr(name, ':');
+    kv->density = 0;
+    kv->budget = 0;
+    if (colon) {
+        *colon = 0;
+        char *end;
+        kv->density = strtof(colon + 1, &end);
+        if (*end || !(kv->density > 0 && kv->density <= 1)) return false;
+    }
+    kv->policy = name;
+    return true;
+}
+
+int bench_parallel(nx_model *m, const struct nx_ctx_params *base, const struct bench_params *p,
+                   const int *ns, int n_ns, const char *policies) {
+    int32_t nv = nx_model_n_vocab(m);
+    const int fill = p->depth + p->n_prompt;
+    if (fill < 1 || p->n_gen < 1) {
+        fprintf(stderr, "bench --parallel: needs depth + prompt >= 1 and -n >= 1\n");
+        return 1;
+    }
+    if (!p->json)
+        printf("| N | prefill t/s | decode t/s (all) | per sequence | KV MiB per sequence | "
+               "peak RSS MiB |\n|--:|--:|--:|--:|--:|--:|\n");
+    for (int k = 0; k < n_ns; k++) {
+        const int N = ns[k];
+        struct nx_ctx_params cp = *base;
+        cp.n_seq_max = N;
+        cp.n_ctx = fill + p->n_gen + 1;
+        if (cp.n_batch < N) cp.n_batch = N;
+        nx_ctx *c;
+        char err[256];
+        if (nx_ctx_init(m, &cp, &c, err, sizeof err)) {
+            fprintf(stderr, "bench --parallel %d: %s\n", N, err);
+            return 1;
+        }
+        char names[64][32];
+        for (int s = 0; policies && s < N; s++) {
+            struct nx_kv_params kv = cp.kv;
+            if (!policy_item(policies, s, &kv, names[s % 64], sizeof names[0]) ||
+                nx_seq_set_kv(c, s, &kv)) {
+                fprintf(stderr, "bench --parallel: bad policy for sequence %d in '%s': %s\n", s,
+                        policies, nx_ctx_last_error(c));
+                nx_ctx_free(c);
+                return 1;
+            }
+        }
+        int nb = cp.n_batch > 0 ? cp.n_batch : 512;
+        if (nb > cp.n_ctx) nb = cp.n_ctx;
+        struct nx_batch b;
+        nx_token *toks = random_tokens(N * (fill + p->n_gen), nv, 12345);
+        double *pp = calloc((size_t)p->reps, sizeof *pp), *tg = calloc((size_t)p->reps, sizeof *tg);
+        if (!toks || !pp || !tg || nx_batch_init(nb > N ? nb : N, &b)) {
+            fprintf(stderr, "bench: out of memory\n");
+            return 1;
+        }
+        for (int r = 0; r < p->reps; r++) {
+            for (int s = 0; s < N; s++) nx_kv_seq_rm(c, s, -1, -1);
+            /* prefill: the sequences one after another, batches of up to n_batch entries */
+            double t0 = nx_time_s();
+            int s = 0, i = 0;
+            while (s < N) {
+                nx_batch_clear(&b);
+                while (s < N && b.n_tokens < nb) {
+                    nx_batch_add(&b, toks[s * (fill + p->n_gen) + i], i, s, i == fill - 1);
+                    if (++i == fill) s++, i = 0;
+                }
+                if (nx_decode_batch(c, &b)) {
+                    fprintf(stderr, "bench: %s\n", nx_ctx_last_error(c));
+                    return 1;
+                }
+            }
+            pp[r] = (double)N * fill / (nx_time_s() - t0);
+            t0 = nx_time_s();
+            for (int g = 0; g < p->n_gen; g++) {
+                nx_batch_clear(&b);
+                for (s = 0; s < N; s++)
+                    nx_batch_add(&b, toks[s * (fill + p->n_gen) + fill + g], fill + g, s, true);
+                if (nx_decode_batch(c, &b)) {
+                    fprintf(stderr, "bench: %s\n", nx_ctx_last_error(c));
+                    return 1;
+                }
+            }
+            tg[r] = (double)N * p->n_gen / (nx_time_s() - t0);
+            if (!p->json)
+                fprintf(stderr, "  N=%d rep %d/%d: prefill %.1f t/s, decode %.1f t/s\n", N, r + 1,
+                        p->reps, pp[r], tg[r]);
+        }
+        struct stat3 spp = stats(pp, p->reps), stg = stats(tg, p->reps);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        double rss = (double)ru.ru_maxrss * 1024.0;
+        double kv_mean = 0;
+        for (int s = 0; s < N; s++) {
+            struct nx_kv_stats ks;
+            nx_seq_kv_stats(c, s, &ks);
+            kv_mean += (double)ks.bytes_current / N;
+        }
+        if (p->json) {
+            printf("{\"model\":\"%s\",\"threads\":%d,\"kernels\":\"%s\",\"parallel\":%d,"
+                   "\"depth\":%d,\"n_prompt\":%d,\"n_gen\":%d,\"reps\":%d,"
+                   "\"prefill_tps\":%.3f,\"prefill_tps_min\":%.3f,\"prefill_tps_max\":%.3f,"
+                   "\"decode_tps\":%.3f,\"decode_tps_min\":%.3f,\"decode_tps_max\":%.3f,"
+                   "\"decode_tps_per_seq\":%.3f,\"peak_rss_bytes\":%.0f,\"sequences\":[",
+                   nx_model_desc(m), cp.n_threads, nx_kernels_name(), N, p->depth, p->n_prompt,
+                   p->n_gen, p->reps, spp.med, spp.min, spp.max, stg.med, stg.min, stg.max,
+                   stg.med / N, rss);
+            for (int q = 0; q < N; q++) {
+                struct nx_kv_stats ks;
+                nx_seq_kv_stats(c, q, &ks);
+                printf("%s{\"seq\":%d,\"policy\":\"%s\",\"decode_tps\":%.3f,"
+                       "\"kv_bytes\":%zu,\"kv_bytes_peak\":%zu,\"evictions\":%lld,"
+                       "\"evict_seconds\":%.6f}",
+                       q ? "," : "", q, policies ? names[q % 64] : (cp.kv.policy ? cp.kv.policy : "full"),
+                       stg.med / N, ks.bytes_current, ks.bytes_peak, (long long)ks.evictions,
+                       ks.evict_seconds);
+            }
+            printf("]}\n");
+        } else {
+            printf("| %d | %.2f | %.2f | %.2f | %.2f | %.1f |\n", N, spp.med, stg.med, stg.med / N,
+                   kv_mean / 1048576.0, rss / 1048576.0);
+            for (int q = 0; policies && q < N; q++) {
+                struct nx_kv_stats ks;
+                nx_seq_kv_stats(c, q, &ks);
+                printf("|   seq %d (%s) | | | %.2f | %.2f | |\n", q, names[q % 64], stg.med / N,
+                       (double)ks.bytes_current / 1048576.0);
+            }
+        }
+        fflush(stdout);
+        nx_batch_free(&b);
+        free(toks);
+        free(pp);
+        free(tg);
+        nx_ctx_free(c);
+    }
     return 0;
 }

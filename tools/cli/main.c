@@ -465,10 +465,23 @@ static int cmd_tokenize(int argc, char **argv) {
 static int cmd_bench(int argc, char **argv) {
     struct common_opts o = common_defaults();
     struct bench_params bp = bench_default_params();
+    int par[16], n_par = 0;
+    const char *par_policies = NULL;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (common_flag(&o, argc, argv, &i)) continue;
-        if (!strcmp(a, "-p"))
+        if (!strcmp(a, "--parallel")) {
+            /* N or a comma list of N */
+            char *list = (char *)need_arg(argc, argv, &i), *save = NULL;
+            char buf[128];
+            snprintf(buf, sizeof buf, "%s", list);
+            for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (n_par == 16) die("--parallel: at most 16 values");
+                par[n_par++] = (int)parse_long(a, t, 1, 1024);
+            }
+        } else if (!strcmp(a, "--seq-policies"))
+            par_policies = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "-p"))
             bp.n_prompt = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 20);
         else if (!strcmp(a, "-n"))
             bp.n_gen = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 20);
@@ -484,6 +497,14 @@ static int cmd_bench(int argc, char **argv) {
             die("bench: unknown option '%s'", a);
     }
     nx_model *m = load_model(&o);
+    if (n_par > 0) {
+        struct nx_ctx_params cp = o.cp;
+        cp.n_threads = cp.n_threads_batch = o.threads;
+        cp.kv_type = o.kv_type;
+        int rc = bench_parallel(m, &cp, &bp, par, n_par, par_policies);
+        nx_model_free(m);
+        return rc;
+    }
     if (o.ctx == 0) o.ctx = bp.depth + (bp.n_prompt > bp.n_gen ? bp.n_prompt : bp.n_gen) + 1;
     nx_ctx *c = make_ctx(m, &o);
     int rc = bench_run(m, c, o.threads, &bp);
@@ -662,6 +683,7 @@ static void usage(void) {
             "  nexus logits -m MODEL (--prompt TEXT | --tokens 1,2,3) [--top 10] [--no-bos]\n"
             "  nexus tokenize -m MODEL (--text TEXT | --file F) [--bos]\n"
             "  nexus bench -m MODEL [-p 512] [-n 128] [--depth D] [-t N] [-r REPS] [--json]\n"
+            "            [--parallel N[,N...]] [--seq-policies POLICY[:DENSITY],...]\n"
             "  nexus mkmodel -o OUT.gguf [--preset NAME] [--arch A] [--type T] ... (--help)\n"
             "  nexus mcp list|call (--config FILE | --server \"CMD ARGS\") [TOOL JSON] (--help)\n"
             "  nexus embed -m MODEL [--pooling mean|cls|last] [--no-normalize] [-t N] TEXT...\n"
