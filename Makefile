@@ -192,7 +192,7 @@ build-fuzz/bin/fuzz_%: $(BUILD)/fuzz/targets/%.o $(FUZZ_SUP_OBJ) $(BUILD)/libnex
 # seconds each, whichever first; logs in build-fuzz/logs/, corpora in build-fuzz/corpus/.
 fuzz-run: fuzz
 	@for t in $(FUZZ_TABLE); do sh fuzz/run.sh $$(echo $$t | tr : ' ') $(FUZZ_TIME) $(FUZZ_RUNS) || exit 1; done
-# A few seconds of every target; `make test` runs it as build/tests/test_fuzz_smoke (a wrapper
+# About 2 s of every target; `make test` runs it as build/tests/test_fuzz_smoke (a wrapper
 # that tests/run.sh picks up like any test binary).
 fuzz-smoke: fuzz
 	@FUZZ_TABLE="$(FUZZ_TABLE)" sh tests/fuzz_smoke.sh
