@@ -21,7 +21,8 @@ endif
 ifeq ($(FUZZ),1)
 # the fuzz build (make fuzz): clang, coverage for libFuzzer, ASan + UBSan, into build-fuzz/
 BUILD    = build-fuzz
-CC       = clang
+FUZZ_CC ?= clang
+override CC := $(FUZZ_CC)
 OPT      = -O1
 CFLAGS_BASE += -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined \
                -fno-omit-frame-pointer -DFUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION -DNX_LIBFUZZER \
@@ -169,10 +170,12 @@ FUZZ_TIME  ?= 3600
 FUZZ_RUNS  ?= 10000000
 
 .PHONY: fuzz fuzz-deps fuzz-build fuzz-run fuzz-smoke
-# Installs clang when missing, builds every target into build-fuzz/bin/ and its seed corpus
-# into build-fuzz/corpus/<name>/.
+# Installs clang when missing, builds every target into build-fuzz/bin/ and its seeds into
+# build-fuzz/seeds/<name>/ (again when fuzz/seeds.sh or fuzz/seeds/<name>/ changed).
 fuzz: fuzz-build $(BUILD)/nexus
-	@for n in $(FUZZ_NAMES); do [ -d build-fuzz/seeds/$$n ] || sh fuzz/seeds.sh $$n build-fuzz/seeds/$$n || exit 1; done
+	@for n in $(FUZZ_NAMES); do d=build-fuzz/seeds/$$n; \
+	  if [ ! -d $$d ] || [ fuzz/seeds.sh -nt $$d ] || { [ -d fuzz/seeds/$$n ] && [ fuzz/seeds/$$n -nt $$d ]; }; then \
+	    rm -rf $$d; BUILD=$(BUILD) sh fuzz/seeds.sh $$n $$d || exit 1; fi; done
 fuzz-deps: .deps-fuzz.stamp
 .deps-fuzz.stamp: Makefile
 	@missing=""; for p in $(FUZZ_DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
