@@ -2,9 +2,9 @@
 # tests/fuzz_smoke.sh - a few seconds of every libFuzzer target (build-fuzz/bin/fuzz_*, from
 # `make fuzz`) from its seeds, so CI keeps the targets building and running; any crash, hang,
 # leak or sanitizer report fails the target. FUZZ_TABLE (name:dict:max_len ...) comes from the
-# Makefile; FUZZ_SMOKE_SECS (default 2) per target, libFuzzer seed 1 (the same mutations each run). Prints "RESULT passed=N failed=M" for
+# Makefile; FUZZ_SMOKE_SECS (default 1: about 2 s of wall time) per target, libFuzzer seed 1 (the same mutations each run). Prints "RESULT passed=N failed=M" for
 # tests/run.sh. Corpora go to a temporary directory (the seeds are not changed).
-secs=${FUZZ_SMOKE_SECS:-2}
+secs=${FUZZ_SMOKE_SECS:-1}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/nx_fuzz_smoke.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT
 passed=0; failed=0

@@ -33,7 +33,7 @@ NX_FUZZ_TARGET(gguf_model) {
         struct nx_model_params p = nx_model_default_params();
         p.use_mmap = mmap_mode;
         nx_model *m = NULL;
-        char err[256];
+        char err[256] = "";
         nx_status st = nx_model_load(path, &p, &m, err, sizeof err);
         if (st == NX_STATUS_OK) {
             use_model(m);

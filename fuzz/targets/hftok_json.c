@@ -21,7 +21,7 @@ static const char *const texts[] = {
 
 NX_FUZZ_TARGET(hftok_json) {
     int fd;
-    char path[64], err[400];
+    char path[64], err[400] = "";
     if (fuzz_memfile(data, size, &fd, path, sizeof path) != 0) return 0;
     hf_tok *t = hf_tok_load(path, err, sizeof err);
     close(fd);

@@ -31,6 +31,7 @@ NX_FUZZ_TARGET(kvblock) {
     for (int with_model = 0; with_model < 2; with_model++) {
         if (with_model && !model) break;
         nx_kv_block *b = NULL;
+        err[0] = 0;
         nx_status st = nx_kv_block_load(with_model ? model : NULL, path, &b, err, sizeof err);
         if (st != NX_STATUS_OK) {
             if (!err[0] || b) __builtin_trap();

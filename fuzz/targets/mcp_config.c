@@ -14,7 +14,7 @@ NX_FUZZ_TARGET(mcp_config) {
     memcpy(text, data, size);
     text[size] = 0;
     mcp_config *cfg = NULL;
-    char err[400];
+    char err[400] = "";
     int st = mcp_config_parse(text, "/nonexistent/base", &cfg, err, sizeof err);
     if (st == MCP_OK) {
         for (size_t i = 0; i < mcp_config_count(cfg); i++)

@@ -57,6 +57,7 @@ NX_FUZZ_TARGET(model2vec) {
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (write_all(path, data, size)) abort();
+    err[0] = 0;
     rt_embedder *e = rt_embedder_open(dir, err, sizeof err);
     if (!e) {
         if (!err[0]) __builtin_trap();

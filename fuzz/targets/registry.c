@@ -20,6 +20,7 @@ NX_FUZZ_TARGET(registry) {
         r.dup = policy ? RT_DUP_KEEP_FIRST : RT_DUP_ERROR;
         for (int pass = 0; pass < 2; pass++) {
             int n0 = r.n;
+            err[0] = 0;
             int rc = rt_registry_load_file(&r, path, err, sizeof err);
             if (rc < 0 && (r.n != n0 || !err[0])) __builtin_trap();
         }

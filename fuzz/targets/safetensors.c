@@ -9,7 +9,7 @@
 #include "route/safetensors.h"
 
 NX_FUZZ_TARGET(safetensors) {
-    char err[400];
+    char err[400] = "";
     st_file *f = st_open_mem(data, size, err, sizeof err);
     if (!f) {
         if (!err[0]) __builtin_trap();
