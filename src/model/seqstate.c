@@ -40,6 +40,7 @@
 #include "kv/kvblock.h"
 #include "model/context.h"
 #include "model/ctx_impl.h"
+#include "model/fingerprint.h"
 #include "model/model.h"
 
 #define SEQST_MAGIC "NXSEQST1"
@@ -201,7 +202,10 @@ nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, void *
     struct kv_fingerprint fp;
     memcpy(&fp, buf + 16, sizeof fp);
     struct nx_err fe = {0};
-    if (kv_fingerprint_check(&fp, m, &fe) != NX_STATUS_OK) {
+    struct kv_fingerprint mine;
+    memset(&mine, 0, sizeof mine);
+    kv_fingerprint_of(m, &mine);
+    if (kv_fingerprint_check(&fp, &mine, &fe) != NX_STATUS_OK) {
         st = NX_STATUS_INVALID_ARG;
         fail(err, errlen, st, "%s: saved for another model (%s)", path, fe.msg);
         goto done;
