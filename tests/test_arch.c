@@ -31,7 +31,7 @@
 #include "support/ref_forward.h"
 #include "support/tmpdir.h"
 #include "test.h"
-#include "../tools/cli/mkmodel.h"
+#include "model/mkmodel.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Helpers

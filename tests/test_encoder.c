@@ -28,7 +28,7 @@
 #include "support/tmpdir.h"
 #include "test.h"
 #include "../tools/cli/embed_cmd.h"
-#include "../tools/cli/mkmodel.h"
+#include "model/mkmodel.h"
 
 /* ---- models ---- */
 

@@ -4,7 +4,7 @@
 #include <jansson.h>
 #include <unistd.h>
 
-#include "../tools/cli/eval_longbench.h"
+#include "eval/longbench_run.h"
 #include "eval/longbench.h"
 #include "test.h"
 

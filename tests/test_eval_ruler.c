@@ -4,7 +4,7 @@
 #include <jansson.h>
 #include <unistd.h>
 
-#include "../tools/cli/eval_ruler.h"
+#include "eval/ruler_run.h"
 #include "eval/ruler.h"
 #include "test.h"
 

@@ -21,7 +21,7 @@
 #include "route/slb.h"
 #include "support/tmpdir.h"
 #include "test.h"
-#include "../tools/cli/mkmodel.h"
+#include "model/mkmodel.h"
 #include "../tools/cli/route.h"
 
 /* The AVX-512 VNNI kernel, compiled here on the plain-C emulation of its intrinsics. */

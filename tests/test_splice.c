@@ -16,7 +16,7 @@
 #include "kv/kv_cache.h"
 #include "kv/kvblock.h"
 #include "../tools/cli/kv_cmd.h"
-#include "../tools/cli/mkmodel.h"
+#include "model/mkmodel.h"
 #include "model/context.h"
 #include "nexus.h"
 #include "support/tmpdir.h"

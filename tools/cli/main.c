@@ -24,12 +24,12 @@
 #include "bench.h"
 #include "embed_cmd.h"
 #include "kv_cmd.h"
-#include "eval.h"
-#include "eval_efficiency.h"
-#include "eval_ruler.h"
-#include "eval_longbench.h"
+#include "eval/eval.h"
+#include "eval/efficiency.h"
+#include "eval/ruler_run.h"
+#include "eval/longbench_run.h"
 #include "mcp_cmd.h"
-#include "mkmodel.h"
+#include "model/mkmodel.h"
 #include "route.h"
 
 __attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...) {

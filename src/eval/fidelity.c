@@ -21,7 +21,7 @@
  * one JSON record per configuration to --json, and per regime one SVG (KL, top-1 and recall
  * against density, one line per policy) to --svg DIR; files are written atomically.
  */
-#include "eval.h"
+#include "eval/eval.h"
 
 #include <math.h>
 #include <stdio.h>

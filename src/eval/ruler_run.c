@@ -8,13 +8,13 @@
  * and generates greedily up to the task's length or an end-of-generation token. The score is
  * RULER's string_match_all x 100, averaged over samples. Deterministic for a seed.
  */
-#include "eval_ruler.h"
+#include "eval/ruler_run.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval.h"
+#include "eval/eval.h"
 #include "eval/outfile.h"
 #include "eval/progress.h"
 #include "eval/ruler.h"

@@ -10,14 +10,14 @@
  * score is LongBench's metric, max over the answers, mean x 100 per dataset. Records of
  * unsupported datasets (jieba-segmented Chinese metrics) are counted and skipped.
  */
-#include "eval_longbench.h"
+#include "eval/longbench_run.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval.h"
+#include "eval/eval.h"
 #include "eval/longbench.h"
 #include "eval/outfile.h"
 #include "eval/progress.h"

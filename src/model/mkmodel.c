@@ -29,7 +29,7 @@
  *   instead (the fallbacks are types the engine does not load).
  * - Never writes to stdout except in mkmodel_main; the library part reports errors via nx_err.
  */
-#include "mkmodel.h"
+#include "model/mkmodel.h"
 
 #include <errno.h>
 #include <math.h>

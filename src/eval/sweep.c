@@ -1,6 +1,6 @@
 /* eval_common.c - helpers shared by `nexus eval`, `eval-ruler`, `eval-longbench` and
  * `eval-efficiency`: list parsing, tokenizing, reading files, greedy generation. */
-#include "eval.h"
+#include "eval/eval.h"
 
 #include <errno.h>
 #include <limits.h>

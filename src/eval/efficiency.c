@@ -11,7 +11,7 @@
  * figures. "full" ignores the density. Token values do not change the speed of a dense forward
  * pass; they do steer which blocks a policy keeps, which changes nothing in its cost.
  */
-#include "eval_efficiency.h"
+#include "eval/efficiency.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "core/nx_base.h"
-#include "eval.h"
+#include "eval/eval.h"
 #include "eval/outfile.h"
 #include "eval/progress.h"
 #include "eval/svg.h"
