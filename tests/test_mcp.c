@@ -989,31 +989,19 @@ TEST(config_list_tools_fake_servers) {
 
 /* ============================== the CLI ================================================ */
 
-#include "../tools/cli/mcp_cmd.h"
+#include "support/cli.h"
 
-/* Runs `nexus mcp ARGS...` in-process with stdout and stderr captured into out (NUL-ended). */
+/* Runs `nexus mcp ARGS...` as a process (tests/support/cli.h) with stdout and stderr captured
+ * into out (NUL-ended). */
 static int run_cli(char **argv, int argc, char *out, size_t outlen) {
-    const char *d = test_tmpdir();
-    char path[512];
-    snprintf(path, sizeof path, "%s/cli.out", d ? d : "/tmp");
-    fflush(stdout);
-    fflush(stderr);
-    int save_out = dup(1), save_err = dup(2);
-    int fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0600);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    int rc = mcp_cmd_main(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(save_out, 1);
-    dup2(save_err, 2);
-    close(save_out);
-    close(save_err);
-    lseek(fd, 0, SEEK_SET);
-    ssize_t n = read(fd, out, outlen - 1);
-    out[n > 0 ? n : 0] = '\0';
-    close(fd);
-    unlink(path);
+    const char *args[16];
+    int n = 0;
+    for (; n < argc && n < 15; n++) args[n] = argv[n];
+    args[n] = NULL;
+    char *text = NULL;
+    int rc = test_cli(args, true, &text);
+    snprintf(out, outlen, "%s", text ? text : "");
+    free(text);
     return rc;
 }
 

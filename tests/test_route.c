@@ -22,7 +22,7 @@
 #include "support/tmpdir.h"
 #include "test.h"
 #include "model/mkmodel.h"
-#include "../tools/cli/route.h"
+#include "support/cli.h"
 
 /* The AVX-512 VNNI kernel, compiled here on the plain-C emulation of its intrinsics. */
 #define NX_SLB_AVX512_EMULATE
@@ -739,41 +739,12 @@ TEST(router_modes) {
 
 /* ---- CLI entry points on fixtures ---- */
 
-static int run_cli(int (*fn)(int, char **), const char *const *args) {
-    char *argv[64];
-    int argc = 0;
-    argv[argc++] = "nexus";
-    for (; args[argc - 1] && argc < 63; argc++) argv[argc] = (char *)args[argc - 1];
-    argv[argc] = NULL;
-    fflush(stdout);
-    return fn(argc, argv);
-}
-
 #define FX "tests/fixtures/route/"
 
-/* Runs fn with stdout captured; returns its status, *out (free) the text it printed. */
-static int run_capture(int (*fn)(int, char **), const char *const *args, char **out) {
-    const char *path = tmp_path("stdout.txt");
-    fflush(stdout);
-    int saved = dup(1);
-    FILE *f = fopen(path, "wb");
-    if (saved < 0 || !f) abort();
-    dup2(fileno(f), 1);
-    int rc = run_cli(fn, args);
-    fflush(stdout);
-    dup2(saved, 1);
-    close(saved);
-    fclose(f);
-    if (out) {
-        char err[256];
-        size_t len;
-        char *t = nx_read_file(path, NX_READ_FILE_MAX, &len, err, sizeof err);
-        *out = strdup(t ? t : "");
-        nx_free(t);
-    }
-    return rc;
-}
-#define RUN(fn, args) run_capture(fn, args, NULL)
+/* Runs `nexus ARGS...` (tests/support/cli.h) with stdout captured; returns its status, *out
+ * (free) the text it printed. */
+#define run_capture(fn, args, out) test_cli(args, false, out)
+#define RUN(fn, args) test_cli(args, false, NULL)
 
 TEST(eval_routing_custom) {
     const char *out = tmp_path("custom.json");
@@ -938,12 +909,8 @@ TEST(route_gguf_encoder_and_cross_encoder) {
     const char *m2[] = {"mkmodel", "-o", ce, "--arch", "bert", "--rerank", "--layers", "2",
                         "--embd", "64", "--heads", "4", "--ff", "128", "--ctx", "128", "--type",
                         "f32", "--tokenizer", tok, "--threads", "1", "-q", NULL};
-    int n1 = 0, n2 = 0;
-    while (m1[n1]) n1++;
-    while (m2[n2]) n2++;
-    fflush(stdout);
-    ASSERT_EQ(mkmodel_main(n1, (char **)m1), 0);
-    ASSERT_EQ(mkmodel_main(n2, (char **)m2), 0);
+    ASSERT_EQ(RUN(mkmodel_main, m1), 0);
+    ASSERT_EQ(RUN(mkmodel_main, m2), 0);
     const char *a[] = {"route", "--tools", FX "tools.json", "--embedder", "hybrid", "--embed-model",
                        enc, "--rerank-model", ce, "--tau", "1e9", "-k", "3", "read a file", NULL};
     char *text;

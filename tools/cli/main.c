@@ -29,7 +29,7 @@
 #include "eval/ruler_run.h"
 #include "eval/longbench_run.h"
 #include "mcp_cmd.h"
-#include "model/mkmodel.h"
+#include "mkmodel_cmd.h"
 #include "route.h"
 
 __attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...) {
