@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "gen/generate.h"
 #include "eval/metrics.h"
 #include "eval/outfile.h"
 #include "eval/progress.h"
@@ -102,14 +103,18 @@ static int sample_stream(const nx_model *m, const struct eval_params *ep, uint64
         return -1;
     }
     toks[0] = nx_token_bos(m) >= 0 ? nx_token_bos(m) : 0;
+    struct nx_gen_params gp = nx_gen_default_params();
+    gp.max_tokens = ep->stream_len - 1;
+    gp.ignore_eog = true;
+    gp.sampler = s;
+    gp.tokens = toks + 1;
+    gp.tokens_cap = ep->stream_len - 1;
+    struct nx_gen_result gr;
+    struct nx_err err;
     int rc = 0;
-    for (int i = 1; i < ep->stream_len && rc == 0; i++) {
-        if (nx_decode(c, &toks[i - 1], 1, false)) {
-            fprintf(stderr, "eval: sampling: %s\n", nx_ctx_last_error(c));
-            rc = -1;
-        } else {
-            toks[i] = nx_sampler_sample(s, nx_get_logits(c, -1));
-        }
+    if (nx_generate(m, c, toks, 1, &gp, &gr, &err) || gr.n_generated != ep->stream_len - 1) {
+        fprintf(stderr, "eval: sampling: %s\n", nx_ctx_last_error(c));
+        rc = -1;
     }
     nx_sampler_free(s);
     nx_ctx_free(c);

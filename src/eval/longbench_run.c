@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "eval/eval.h"
 #include "eval/longbench.h"
 #include "eval/outfile.h"
@@ -163,7 +164,7 @@ int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
                     free(toks);
                     goto out;
                 }
-                free(pred);
+                nx_free(pred);
                 nx_progress_update(&pg, ++done, r->dataset);
             }
             a->n++;

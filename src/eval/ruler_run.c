@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "eval/eval.h"
 #include "eval/outfile.h"
 #include "eval/progress.h"
@@ -133,7 +134,7 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
                     ruler_sample_free(&smp);
                     goto out;
                 }
-                free(pred);
+                nx_free(pred);
                 char label[96];
                 snprintf(label, sizeof label, "%s %s", ruler_task_name(tasks[ti]), cfgs[c].policy);
                 nx_progress_update(&pg, ++done, label);

@@ -20,6 +20,7 @@
 #include "core/alloc.h"
 #include "core/nx_base.h"
 #include "core/readfile.h"
+#include "gen/generate.h"
 #include "nexus.h"
 #include "bench.h"
 #include "embed_cmd.h"
@@ -194,10 +195,11 @@ static nx_token *tokenize_text(const nx_model *m, const char *text, size_t len, 
     return toks;
 }
 
-static void print_piece(const nx_model *m, nx_token t, FILE *out) {
-    char buf[256];
-    int32_t n = nx_token_to_piece(m, t, buf, sizeof buf, false);
-    if (n > 0) fwrite(buf, 1, (size_t)n, out);
+/* nx_generate's streaming callback: the text as it comes, flushed. */
+static int print_text(void *user, const char *text, size_t len) {
+    fwrite(text, 1, len, user);
+    fflush(user);
+    return 0;
 }
 
 /* ---- nexus run ---- */
@@ -289,34 +291,22 @@ static int cmd_run(int argc, char **argv) {
     }
     nx_sampler *s;
     if (nx_sampler_init(&sp, nx_model_n_vocab(m), &s)) die("invalid sampling parameters");
-    for (int32_t i = 0; i < n_prompt; i++) nx_sampler_accept(s, toks[i]);
     fwrite(prompt, 1, plen, stdout);
     fflush(stdout);
-    double t0 = nx_time_s();
-    nx_status st = nx_decode(c, toks, n_prompt, false);
-    if (st) die("decode failed: %s", nx_ctx_last_error(c));
-    double t_prompt = nx_time_s() - t0;
-    long n_gen = 0;
-    double t1 = nx_time_s();
-    for (; n_gen < n_predict; n_gen++) {
-        nx_token t = nx_sampler_sample(s, nx_get_logits(c, -1));
-        if (nx_token_is_eog(m, t)) break;
-        print_piece(m, t, stdout);
-        fflush(stdout);
-        if (n_gen + 1 == n_predict) {
-            n_gen++;
-            break;
-        }
-        st = nx_decode(c, &t, 1, false);
-        if (st) die("decode failed: %s", nx_ctx_last_error(c));
-    }
-    double t_gen = nx_time_s() - t1;
+    struct nx_gen_params gp = nx_gen_default_params();
+    gp.max_tokens = (int32_t)n_predict;
+    gp.sampler = s;
+    gp.on_text = print_text;
+    gp.user = stdout;
+    struct nx_gen_result gr;
+    struct nx_err gerr;
+    if (nx_generate(m, c, toks, n_prompt, &gp, &gr, &gerr)) die("decode failed: %s", nx_ctx_last_error(c));
     printf("\n");
     fflush(stdout);
-    fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tokens/s)\n", n_prompt, t_prompt,
-            n_prompt / t_prompt);
-    fprintf(stderr, "generation: %ld tokens in %.3f s (%.1f tokens/s)\n", n_gen, t_gen,
-            n_gen > 0 ? n_gen / t_gen : 0.0);
+    fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tokens/s)\n", n_prompt, gr.t_prompt,
+            n_prompt / gr.t_prompt);
+    fprintf(stderr, "generation: %ld tokens in %.3f s (%.1f tokens/s)\n", (long)gr.n_generated, gr.t_gen,
+            gr.n_generated > 0 ? gr.n_generated / gr.t_gen : 0.0);
     struct nx_kv_stats ks;
     nx_ctx_kv_stats(c, &ks);
     fprintf(stderr,

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "core/nx_base.h"
+#include "gen/generate.h"
 #include "eval/metrics.h"
 #include "eval/outfile.h"
 #include "eval/svg.h"
@@ -75,18 +76,18 @@ static int sample_stream(nx_ctx *c, const nx_model *m, nx_token *out, int32_t n,
     nx_sampler *s = NULL;
     if (nx_sampler_init(&sp, nx_model_n_vocab(m), &s)) return -1;
     nx_ctx_reset(c);
-    nx_token t = nx_token_bos(m) >= 0 ? nx_token_bos(m) : 1;
-    out[0] = t;
-    for (int32_t i = 1; i < n; i++) {
-        if (nx_decode(c, &t, 1, false)) {
-            nx_sampler_free(s);
-            return -1;
-        }
-        t = nx_sampler_sample(s, nx_get_logits(c, -1));
-        out[i] = t;
-    }
+    out[0] = nx_token_bos(m) >= 0 ? nx_token_bos(m) : 1;
+    struct nx_gen_params gp = nx_gen_default_params();
+    gp.max_tokens = n - 1;
+    gp.ignore_eog = true;
+    gp.sampler = s;
+    gp.tokens = out + 1;
+    gp.tokens_cap = n - 1;
+    struct nx_gen_result gr;
+    struct nx_err err;
+    nx_status st = n > 1 ? nx_generate(m, c, out, 1, &gp, &gr, &err) : NX_STATUS_OK;
     nx_sampler_free(s);
-    return 0;
+    return st || (n > 1 && gr.n_generated != n - 1) ? -1 : 0;
 }
 
 static int write_json(const char *path, const char *model, const struct se_row *rows, int n,
