@@ -4,6 +4,7 @@
 #include <jansson.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "eval/longbench_run.h"
 #include "eval/longbench.h"
 #include "test.h"
@@ -122,10 +123,10 @@ TEST(longbench_truncate_middle_and_template) {
     ASSERT_EQ(longbench_truncate_middle(t, 5, 9), 5);
     char *p = longbench_prompt(NULL, "CTX", "Q?");
     ASSERT_STR_EQ(p, "CTX\n\nQ?\n");
-    free(p);
+    nx_free(p);
     p = longbench_prompt("Read: {context} -- {input} {input} {x}", "C", "I");
     ASSERT_STR_EQ(p, "Read: C -- I I {x}");
-    free(p);
+    nx_free(p);
 }
 
 TEST(eval_longbench_end_to_end) {

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/nx_base.h"
 #include "mcp/mcp.h"
 #include "support/tmpdir.h"
@@ -48,7 +49,7 @@ static void f_line(const char *s) {
 static void f_send(json_t *m) {
     char *s = json_dumps(m, JSON_COMPACT);
     f_line(s);
-    free(s);
+    nx_free(s);
     json_decref(m);
 }
 
@@ -202,7 +203,7 @@ static void fake_tools_call(json_t *id, json_t *params, json_t *replies) {
     } else if (!strcmp(name, "replies")) {
         char *s = json_dumps(replies, JSON_COMPACT | JSON_SORT_KEYS);
         f_result(id, f_content1(f_text(s)));
-        free(s);
+        nx_free(s);
     } else if (!strcmp(name, "env")) {
         const char *v = getenv(json_string_value(json_object_get(args, "name")) ?: "");
         f_result(id, f_content1(f_text(v ? v : "(unset)")));
@@ -394,7 +395,7 @@ TEST(fake_good_handshake_list_and_server_requests) {
     ASSERT_OK(mcp_call_tool(c, "replies", NULL, &r, err, sizeof err));
     char *text = mcp_result_text(r);
     json_t *rep = json_loads(text, 0, NULL);
-    free(text);
+    nx_free(text);
     json_decref(r);
     ASSERT_TRUE(json_is_array(rep));
     ASSERT_EQ(json_array_size(rep), 2);
@@ -439,13 +440,13 @@ TEST(fake_call_content_types) {
     ASSERT_TRUE(b != NULL);
     ASSERT_EQ(len, 6);
     ASSERT_TRUE(memcmp(b, "\x89PNG\r\n", 6) == 0);
-    free(b);
+    nx_free(b);
     ASSERT_OK(mcp_result_content(r, 1, &ct));
     ASSERT_EQ(ct.type, MCP_CONTENT_AUDIO);
     ASSERT_STR_EQ(ct.mime_type, "audio/wav");
     b = mcp_base64_decode(ct.data, &len);
     ASSERT_TRUE(b && len == 4 && !memcmp(b, "RIFF", 4));
-    free(b);
+    nx_free(b);
     json_decref(r);
 
     ASSERT_OK(mcp_call_tool(c, "links", NULL, &r, err, sizeof err));
@@ -463,7 +464,7 @@ TEST(fake_call_content_types) {
     ASSERT_TRUE(ct.text == NULL);
     b = mcp_base64_decode(ct.data, &len);
     ASSERT_TRUE(b && len == 3 && b[0] == 0 && b[1] == 1 && b[2] == 2);
-    free(b);
+    nx_free(b);
     json_decref(r);
 
     ASSERT_OK(mcp_call_tool(c, "structured", NULL, &r, err, sizeof err));
@@ -510,19 +511,19 @@ TEST(fake_env_cwd_and_list_changed) {
     json_decref(args);
     char *t = mcp_result_text(r);
     ASSERT_STR_EQ(t, "hello from the config");
-    free(t);
+    nx_free(t);
     json_decref(r);
     args = json_pack("{s:s}", "name", "PATH"); /* inherited */
     ASSERT_OK(mcp_call_tool(c, "env", args, &r, err, sizeof err));
     json_decref(args);
     t = mcp_result_text(r);
     ASSERT_TRUE(strcmp(t, "(unset)") != 0);
-    free(t);
+    nx_free(t);
     json_decref(r);
     ASSERT_OK(mcp_call_tool(c, "cwd", NULL, &r, err, sizeof err));
     t = mcp_result_text(r);
     ASSERT_STR_EQ(t, "/tmp");
-    free(t);
+    nx_free(t);
     json_decref(r);
 
     /* list_changed inside a call */
@@ -578,7 +579,7 @@ TEST(fake_line_limit_configurable) {
     json_decref(args);
     char *t = mcp_result_text(r);
     ASSERT_EQ(strlen(t), 3 << 20);
-    free(t);
+    nx_free(t);
     json_decref(r);
     mcp_close(c);
 }
@@ -848,15 +849,15 @@ TEST(base64_and_result_helpers) {
     size_t n;
     unsigned char *b = mcp_base64_decode("aGVsbG8=", &n);
     ASSERT_TRUE(b && n == 5 && !memcmp(b, "hello", 5));
-    free(b);
+    nx_free(b);
     b = mcp_base64_decode("aGVsbG8", &n); /* no padding */
     ASSERT_TRUE(b && n == 5 && !memcmp(b, "hello", 5));
-    free(b);
+    nx_free(b);
     ASSERT_TRUE(mcp_base64_decode("a*b=", &n) == NULL);
     ASSERT_TRUE(mcp_base64_decode("a", &n) == NULL);
     b = mcp_base64_decode("", &n);
     ASSERT_TRUE(b && n == 0);
-    free(b);
+    nx_free(b);
     json_t *r = json_loads("{\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"x-new\"},"
                            "5,{\"type\":\"text\",\"text\":\"b\"}]}", 0, NULL);
     ASSERT_EQ(mcp_result_count(r), 4);
@@ -867,7 +868,7 @@ TEST(base64_and_result_helpers) {
     ASSERT_EQ(mcp_result_content(r, 2, &ct), MCP_EPROTO);
     char *t = mcp_result_text(r);
     ASSERT_STR_EQ(t, "a\nb");
-    free(t);
+    nx_free(t);
     json_decref(r);
     ASSERT_STR_EQ(mcp_status_str(MCP_ETIMEOUT), "timeout");
 }
@@ -987,6 +988,72 @@ TEST(config_list_tools_fake_servers) {
     unlink(path);
 }
 
+/* ============================== allocation failures ==================================== */
+
+/* One session against the fake server: open (spawn + handshake), list the tools (three pages),
+ * call echo, close. 0 on success, else the failing call's status (err says why). */
+static int oom_session(char *err, size_t errlen) {
+    struct mcp_server_params p = {0};
+    p.timeout_ms = 5000;
+    mcp_client *c = NULL;
+    int st = open_fake("good", &p, &c, err, errlen);
+    json_t *tools = NULL, *r = NULL, *args = NULL;
+    if (st) goto out;
+    if ((st = mcp_list_tools(c, &tools, err, errlen))) goto out;
+    args = json_pack("{s:s}", "text", "hello");
+    if (!args) {
+        st = MCP_ENOMEM;
+        snprintf(err, errlen, "out of memory (test arguments)");
+        goto out;
+    }
+    if ((st = mcp_call_tool(c, "echo", args, &r, err, errlen))) goto out;
+    char *text = mcp_result_text(r);
+    if (!text) {
+        st = MCP_ENOMEM;
+        snprintf(err, errlen, "out of memory (result text)");
+    } else if (!strstr(text, "hello")) {
+        fprintf(stderr, "  a successful call with the wrong text: %s\n", text);
+        abort();
+    }
+    nx_free(text);
+out:
+    json_decref(r);
+    json_decref(args);
+    json_decref(tools);
+    mcp_close(c);
+    return st;
+}
+
+/* The n-th allocation of the session fails, for every n until a session makes fewer than n:
+ * each time MCP_ENOMEM with an "out of memory" message, or success where the failed block was
+ * optional; never a crash, never a leak (nx_alloc_bytes; the ASan build checks the rest). */
+TEST(allocation_failures_session) {
+    char err[600];
+    size_t before = nx_alloc_bytes();
+    int clean = 0;
+    long n;
+    for (n = 1; n < 5000; n++) {
+        size_t fails = nx_alloc_failures();
+        nx_alloc_fail_after(n);
+        int st = oom_session(err, sizeof err);
+        nx_alloc_fail_after(0);
+        ASSERT_EQ(nx_alloc_bytes(), before);
+        if (nx_alloc_failures() == fails) {
+            if (st) FAILF("no failure injected, yet: %s", err);
+            break;
+        }
+        if (st) {
+            if (st != MCP_ENOMEM || !strstr(err, "out of memory"))
+                FAILF("allocation %ld: status %d, '%s'", n, st, err);
+            clean++;
+        }
+    }
+    printf("  a failure injected at each of the first %ld allocations (%d clean failures)\n", n - 1,
+           clean);
+    ASSERT_TRUE(n > 6);      /* the client's own allocations (jansson's are exempt: alloc.c) */
+    ASSERT_TRUE(clean >= 5);
+}
+
 /* ============================== the CLI ================================================ */
 
 #include "support/cli.h"
@@ -1100,7 +1167,7 @@ TEST(real_everything) {
     if (st) FAILF("echo: %s", err);
     char *text = mcp_result_text(r);
     ASSERT_CONTAINS(text, "hi from nexus");
-    free(text);
+    nx_free(text);
     json_decref(r);
 
     args = json_pack("{s:i, s:i}", "a", 2, "b", 40);
@@ -1108,7 +1175,7 @@ TEST(real_everything) {
     json_decref(args);
     text = mcp_result_text(r);
     ASSERT_CONTAINS(text, "42");
-    free(text);
+    nx_free(text);
     json_decref(r);
 
     /* an image */
@@ -1120,7 +1187,7 @@ TEST(real_everything) {
         size_t len = 0;
         unsigned char *b = mcp_base64_decode(ct.data, &len);
         got_png = b && len > 8 && !memcmp(b, "\x89PNG", 4) && !strcmp(ct.mime_type, "image/png");
-        free(b);
+        nx_free(b);
     }
     json_decref(r);
     ASSERT_TRUE(got_png);
@@ -1183,7 +1250,7 @@ TEST(real_filesystem) {
     if (st) FAILF("read_text_file: %s", err);
     char *text = mcp_result_text(r);
     ASSERT_STR_EQ(text, "hello, nexus\nsecond line\n");
-    free(text);
+    nx_free(text);
     json_decref(r);
 
     args = json_pack("{s:s}", "path", root);
@@ -1191,7 +1258,7 @@ TEST(real_filesystem) {
     json_decref(args);
     text = mcp_result_text(r);
     ASSERT_CONTAINS(text, "hello.txt");
-    free(text);
+    nx_free(text);
     json_decref(r);
 
     /* outside the allowed directory: an error carrying the server's words */
@@ -1239,7 +1306,7 @@ TEST(real_memory) {
     json_decref(args);
     char *text = mcp_result_text(r);
     ASSERT_CONTAINS(text, "written in C11");
-    free(text);
+    nx_free(text);
     json_decref(r);
     mcp_close(c);
     /* the server wrote its file through the env we passed */

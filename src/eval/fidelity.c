@@ -140,7 +140,7 @@ static int file_streams(const nx_model *m, const struct eval_params *ep, nx_toke
     if (have < 1) {
         fprintf(stderr, "eval: '%s' gives %d tokens, fewer than one stream of %d\n",
                 ep->text_file, n, L);
-        free(ft);
+        nx_free(ft);
         return -1;
     }
     int ns = have < want ? have : want;
@@ -152,7 +152,7 @@ static int file_streams(const nx_model *m, const struct eval_params *ep, nx_toke
     if (ns < want)
         fprintf(stderr, "eval: '%s' holds %d streams of %d tokens (%d asked for)\n",
                 ep->text_file, ns, L, want);
-    free(ft);
+    nx_free(ft);
     return ns;
 }
 
@@ -296,11 +296,11 @@ int eval_run(const nx_model *m, const struct eval_params *ep) {
         return 1;
     }
     int L = ep->stream_len;
-    nx_token *toks = malloc(sizeof *toks * (size_t)L * (size_t)ep->streams);
-    struct eval_result *res = calloc((size_t)(np * nd * nr), sizeof *res);
+    nx_token *toks = nx_malloc(sizeof *toks * (size_t)L * (size_t)ep->streams);
+    struct eval_result *res = nx_calloc((size_t)(np * nd * nr), sizeof *res);
     if (!toks || !res) {
-        free(toks);
-        free(res);
+        nx_free(toks);
+        nx_free(res);
         fprintf(stderr, "eval: out of memory\n");
         return 1;
     }
@@ -350,7 +350,7 @@ int eval_run(const nx_model *m, const struct eval_params *ep) {
     if (ep->svg_dir && write_svgs(ep, res, np, nd, nr, streams)) goto out;
     rc = 0;
 out:
-    free(toks);
-    free(res);
+    nx_free(toks);
+    nx_free(res);
     return rc;
 }

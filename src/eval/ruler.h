@@ -47,7 +47,7 @@ enum { RULER_MAX_ANSWERS = 10, RULER_ANSWER_LEN = 48 };
 
 struct ruler_sample {
     enum ruler_task task;
-    char *prompt;      /* task text, haystack, question and answer prefix (malloc'ed) */
+    char *prompt;      /* task text, haystack, question and answer prefix (nx_malloc) */
     int32_t n_tokens;  /* tokens(prompt) as the counter measured it */
     int max_new;       /* tokens to generate */
     int n_answers;

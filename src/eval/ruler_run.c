@@ -74,11 +74,11 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
     struct eval_sweep_cfg cfgs[MAX_CFG];
     int nc = eval_sweep_parse(pbuf, dbuf, rbuf, "eval-ruler", cfgs, MAX_CFG);
     if (nc < 0) return 1;
-    double *score = calloc((size_t)(nc * nt), sizeof *score);
-    double *ptoks = calloc((size_t)nt, sizeof *ptoks);
+    double *score = nx_calloc((size_t)(nc * nt), sizeof *score);
+    double *ptoks = nx_calloc((size_t)nt, sizeof *ptoks);
     if (!score || !ptoks) {
-        free(score);
-        free(ptoks);
+        nx_free(score);
+        nx_free(ptoks);
         fprintf(stderr, "eval-ruler: out of memory\n");
         return 1;
     }
@@ -130,7 +130,7 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
                 }
                 nx_ctx_free(ctx);
                 if (!pred) {
-                    free(toks);
+                    nx_free(toks);
                     ruler_sample_free(&smp);
                     goto out;
                 }
@@ -139,7 +139,7 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
                 snprintf(label, sizeof label, "%s %s", ruler_task_name(tasks[ti]), cfgs[c].policy);
                 nx_progress_update(&pg, ++done, label);
             }
-            free(toks);
+            nx_free(toks);
             ruler_sample_free(&smp);
         }
     nx_progress_finish(&pg);
@@ -213,7 +213,7 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
     }
     rc = 0;
 out:
-    free(score);
-    free(ptoks);
+    nx_free(score);
+    nx_free(ptoks);
     return rc;
 }

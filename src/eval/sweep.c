@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/alloc.h"
+
 #include "core/readfile.h"
 #include "gen/generate.h"
 #include "kv/kv_policy.h"
@@ -115,13 +117,13 @@ nx_token *eval_tokenize(const nx_model *m, const char *text, size_t len, int add
     int32_t k = nx_tokenize(m, text, len, NULL, 0, false, false);
     if (k == INT32_MIN) return NULL;
     int32_t need = (k < 0 ? -k : k) + 1;
-    nx_token *t = malloc(sizeof *t * (size_t)need);
+    nx_token *t = nx_malloc(sizeof *t * (size_t)need);
     if (!t) return NULL;
     int32_t off = 0;
     if (add_bos && nx_token_bos(m) >= 0) t[off++] = nx_token_bos(m);
     k = nx_tokenize(m, text, len, t + off, need - off, false, false);
     if (k < 0) {
-        free(t);
+        nx_free(t);
         return NULL;
     }
     *n = k + off;

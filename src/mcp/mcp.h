@@ -198,9 +198,9 @@ int mcp_result_content(const json_t *result, size_t i, struct mcp_content *out);
 const json_t *mcp_result_structured(const json_t *result);
 /* isError: true? */
 bool mcp_result_is_error(const json_t *result);
-/* The text items joined by newlines, malloc'd (caller frees); "" when none; NULL on OOM. */
+/* The text items joined by newlines, allocated (nx_free); "" when none; NULL on OOM. */
 char *mcp_result_text(const json_t *result);
-/* Decodes standard base64 (padding optional, no whitespace) into a malloc'd buffer; NULL when
+/* Decodes standard base64 (padding optional, no whitespace) into a buffer allocated with nx_malloc (nx_free); NULL when
  * the input is not base64. */
 unsigned char *mcp_base64_decode(const char *s, size_t *len_out);
 

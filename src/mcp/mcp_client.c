@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
+#include "core/json.h"
+
 #include "core/nx_base.h"
 #include "mcp/mcp_impl.h"
 #include "nexus.h"
@@ -59,11 +62,11 @@ static void excerpt(char *dst, size_t n, const char *s, size_t len) {
 }
 
 static int send_json(mcp_client *c, json_t *msg /* stolen */) {
-    char *s = json_dumps(msg, JSON_COMPACT);
+    char *s = nx_json_dumps(msg, JSON_COMPACT);
     json_decref(msg);
-    if (!s) return mcp_fail(c, MCP_ENOMEM, "cannot encode a message");
+    if (!s) return mcp_fail(c, MCP_ENOMEM, "out of memory encoding a message");
     int st = mcp_proc_queue(c, s, strlen(s)); /* compact jansson output has no raw newline */
-    free(s);
+    nx_free(s);
     return st;
 }
 
@@ -93,7 +96,12 @@ void mcp_handle_line(mcp_client *c, const char *line, size_t len) {
     while (skip < len && (line[skip] == ' ' || line[skip] == '\t')) skip++;
     if (skip == len) return; /* blank line */
     json_error_t je;
-    json_t *msg = json_loadb(line, len, 0, &je);
+    bool oom;
+    json_t *msg = nx_json_loadb(line, len, 0, &je, &oom);
+    if (oom) {
+        mcp_fail(c, MCP_ENOMEM, "out of memory reading a message from the server");
+        return;
+    }
     if (!msg || !json_is_object(msg)) {
         char ex[64];
         excerpt(ex, sizeof ex, line + skip, len - skip);
@@ -148,26 +156,38 @@ static int request(mcp_client *c, const char *method, const json_t *params, bool
     *result_out = NULL;
     if (error_out) *error_out = NULL;
     if (c->broken) return mcp_seterr(err, errlen, c->broken, "%s", c->broken_msg);
-    json_t *p = params ? json_copy((json_t *)params) : json_object();
-    if (!p || !json_is_object(p)) {
-        json_decref(p);
+    if (params && !json_is_object(params))
         return mcp_seterr(err, errlen, MCP_EARG, "%s: params must be a JSON object", method);
-    }
+    /* jansson may drop a member whose allocation failed (json_copy, json_pack): any failure
+       while the message is built means it is not the message we meant */
+    size_t fails = nx_alloc_failures();
+    json_t *p = params ? json_copy((json_t *)params) : json_object();
+    if (!p) return mcp_seterr(err, errlen, MCP_ENOMEM, "%s: out of memory", method);
     if (modern_meta_on) {
         json_t *meta = json_object_get(p, "_meta");
         json_t *mm = modern_meta();
-        if (json_is_object(meta)) {
+        if (mm && json_is_object(meta)) {
             json_t *merged = json_copy(meta);
-            json_object_update(merged, mm);
+            if (!merged || json_object_update(merged, mm)) {
+                json_decref(merged);
+                merged = NULL;
+            }
             json_decref(mm);
             mm = merged;
         }
-        json_object_set_new(p, "_meta", mm);
+        if (!mm || json_object_set_new(p, "_meta", mm)) {
+            json_decref(p);
+            return mcp_seterr(err, errlen, MCP_ENOMEM, "%s: out of memory", method);
+        }
     }
     long long id = ++c->next_id;
     json_t *msg = json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id", (json_int_t)id,
                             "method", method, "params", p);
-    if (!msg) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+    if (msg && nx_alloc_failures() != fails) {
+        json_decref(msg);
+        msg = NULL;
+    }
+    if (!msg) return mcp_seterr(err, errlen, MCP_ENOMEM, "%s: out of memory", method);
     int st = send_json(c, msg);
     if (st) return mcp_seterr(err, errlen, st, "%s: %s", method, c->broken_msg);
 
@@ -249,12 +269,12 @@ int mcp_request(mcp_client *c, const char *method, const json_t *params, json_t 
 static void keep_server_info(mcp_client *c, const json_t *r, const json_t *info) {
     json_decref(c->server_info);
     json_decref(c->server_caps);
-    free(c->instructions);
+    nx_free(c->instructions);
     c->server_info = json_is_object(info) ? json_deep_copy(info) : NULL;
     json_t *caps = json_object_get(r, "capabilities");
     c->server_caps = json_is_object(caps) ? json_deep_copy(caps) : NULL;
     json_t *ins = json_object_get(r, "instructions");
-    c->instructions = json_is_string(ins) ? strdup(json_string_value(ins)) : NULL;
+    c->instructions = json_is_string(ins) ? nx_strdup(json_string_value(ins)) : NULL;
 }
 
 /* Does an array of version strings contain v (or, v NULL, any accepted legacy version)? */
@@ -379,7 +399,7 @@ int mcp_start(const struct mcp_server_params *p, mcp_client **out, char *err, si
         return mcp_seterr(err, errlen, MCP_EARG, "unknown era %d", (int)p->era);
     if (p->timeout_ms < 0 || p->probe_timeout_ms < 0 || p->max_pages < 0)
         return mcp_seterr(err, errlen, MCP_EARG, "negative timeout or page limit");
-    mcp_client *c = calloc(1, sizeof *c);
+    mcp_client *c = nx_calloc(1, sizeof *c);
     if (!c) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
     c->fd_in = c->fd_out = c->fd_err = -1;
     c->wait_id = -1;
@@ -391,7 +411,7 @@ int mcp_start(const struct mcp_server_params *p, mcp_client **out, char *err, si
     c->max_pages = p->max_pages ? p->max_pages : MCP_DEFAULT_MAX_PAGES;
     int st = mcp_proc_spawn(c, p, err, errlen);
     if (st) {
-        free(c);
+        nx_free(c);
         return st;
     }
     *out = c;
@@ -430,10 +450,10 @@ void mcp_close(mcp_client *c) {
     json_decref(c->wait_resp);
     json_decref(c->server_info);
     json_decref(c->server_caps);
-    free(c->instructions);
-    free(c->obuf);
-    free(c->lbuf);
-    free(c);
+    nx_free(c->instructions);
+    nx_free(c->obuf);
+    nx_free(c->lbuf);
+    nx_free(c);
 }
 
 const char *mcp_protocol_version(const mcp_client *c) { return c->version; }
@@ -478,6 +498,10 @@ int mcp_list_tools(mcp_client *c, json_t **tools_out, char *err, size_t errlen) 
             break;
         }
         json_t *params = cursor ? json_pack("{s:s}", "cursor", cursor) : json_object();
+        if (!params) {
+            st = mcp_seterr(err, errlen, MCP_ENOMEM, "tools/list: out of memory");
+            break;
+        }
         json_t *r = NULL;
         st = request(c, "tools/list", params, c->modern, c->timeout_ms, &r, NULL, err, errlen);
         json_decref(params);
@@ -498,10 +522,13 @@ int mcp_list_tools(mcp_client *c, json_t **tools_out, char *err, size_t errlen) 
                                 "an object with a non-empty string 'name'", i, page);
                 break;
             }
-            json_array_append(all, t);
+            if (json_array_append(all, t)) {
+                st = mcp_seterr(err, errlen, MCP_ENOMEM, "tools/list: out of memory");
+                break;
+            }
         }
         json_t *nc = json_object_get(r, "nextCursor");
-        free(cursor);
+        nx_free(cursor);
         cursor = NULL;
         if (!st && nc && !json_is_null(nc)) {
             if (!json_is_string(nc)) {
@@ -513,15 +540,15 @@ int mcp_list_tools(mcp_client *c, json_t **tools_out, char *err, size_t errlen) 
                 st = mcp_seterr(err, errlen, MCP_EPROTO, "tools/list: the server returned cursor "
                                 "'%s' a second time (page %d): a pagination loop", ex, page);
             } else {
-                json_object_set_new(seen, json_string_value(nc), json_true());
-                cursor = strdup(json_string_value(nc));
-                if (!cursor) st = mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+                cursor = nx_strdup(json_string_value(nc));
+                if (!cursor || json_object_set_new(seen, json_string_value(nc), json_true()))
+                    st = mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
             }
         }
         json_decref(r);
         if (st || !cursor) break;
     }
-    free(cursor);
+    nx_free(cursor);
     json_decref(seen);
     if (st) {
         json_decref(all);
@@ -564,7 +591,7 @@ int mcp_call_tool(mcp_client *c, const char *name, const json_t *arguments, json
         if (text) excerpt(ex, sizeof ex, text, strlen(text));
         st = mcp_seterr(err, errlen, MCP_ETOOL, "tool %s failed: %s", name,
                         text && *text ? ex : "(no text)");
-        free(text);
+        nx_free(text);
         return st;
     }
     return MCP_OK;

@@ -25,19 +25,19 @@ struct mcp_config {
 };
 
 static void server_free(struct mcp_server_cfg *s) {
-    free(s->name);
-    for (char **a = s->argv; a && *a; a++) free(*a);
-    free(s->argv);
-    for (char **e = s->env; e && *e; e++) free(*e);
-    free(s->env);
-    free(s->cwd);
+    nx_free(s->name);
+    for (char **a = s->argv; a && *a; a++) nx_free(*a);
+    nx_free(s->argv);
+    for (char **e = s->env; e && *e; e++) nx_free(*e);
+    nx_free(s->env);
+    nx_free(s->cwd);
 }
 
 void mcp_config_free(mcp_config *cfg) {
     if (!cfg) return;
     for (size_t i = 0; i < cfg->n; i++) server_free(&cfg->s[i]);
-    free(cfg->s);
-    free(cfg);
+    nx_free(cfg->s);
+    nx_free(cfg);
 }
 
 size_t mcp_config_count(const mcp_config *cfg) { return cfg ? cfg->n : 0; }
@@ -90,24 +90,24 @@ static int parse_server(const char *name, json_t *o, const char *base_dir,
         return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s.args is not an array",
                           name);
     size_t na = args ? json_array_size(args) : 0;
-    s->argv = calloc(na + 2, sizeof *s->argv);
-    s->name = strdup(name);
+    s->argv = nx_calloc(na + 2, sizeof *s->argv);
+    s->name = nx_strdup(name);
     if (!s->argv || !s->name) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
-    s->argv[0] = strdup(json_string_value(cmd));
+    s->argv[0] = nx_strdup(json_string_value(cmd));
     if (!s->argv[0]) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
     for (size_t i = 0; i < na; i++) {
         json_t *a = json_array_get(args, i);
         if (!json_is_string(a))
             return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s.args[%zu] is not a "
                               "string", name, i);
-        if (!(s->argv[i + 1] = strdup(json_string_value(a))))
+        if (!(s->argv[i + 1] = nx_strdup(json_string_value(a))))
             return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
     }
     json_t *env = json_object_get(o, "env");
     if (env && !json_is_object(env))
         return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s.env is not an object",
                           name);
-    s->env = calloc((env ? json_object_size(env) : 0) + 1, sizeof *s->env);
+    s->env = nx_calloc((env ? json_object_size(env) : 0) + 1, sizeof *s->env);
     if (!s->env) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
     const char *k;
     json_t *v;
@@ -120,7 +120,7 @@ static int parse_server(const char *name, json_t *o, const char *base_dir,
             return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s.env has a bad "
                               "variable name '%s'", name, k);
         size_t l = strlen(k) + strlen(json_string_value(v)) + 2;
-        if (!(s->env[ne] = malloc(l))) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+        if (!(s->env[ne] = nx_malloc(l))) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
         snprintf(s->env[ne++], l, "%s=%s", k, json_string_value(v));
     }
     json_t *cwd = json_object_get(o, "cwd");
@@ -130,10 +130,10 @@ static int parse_server(const char *name, json_t *o, const char *base_dir,
                               "non-empty string", name);
         const char *cv = json_string_value(cwd);
         if (cv[0] == '/' || !base_dir) {
-            s->cwd = strdup(cv);
+            s->cwd = nx_strdup(cv);
         } else {
             size_t l = strlen(base_dir) + strlen(cv) + 2;
-            if ((s->cwd = malloc(l))) snprintf(s->cwd, l, "%s/%s", base_dir, cv);
+            if ((s->cwd = nx_malloc(l))) snprintf(s->cwd, l, "%s/%s", base_dir, cv);
         }
         if (!s->cwd) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
     }
@@ -162,10 +162,10 @@ int mcp_config_parse(const char *text, const char *base_dir, mcp_config **out, c
         return mcp_seterr(err, errlen, MCP_EARG, "config: no \"mcpServers\" object at the top "
                           "level");
     }
-    mcp_config *cfg = calloc(1, sizeof *cfg);
-    if (cfg) cfg->s = calloc(json_object_size(servers) + 1, sizeof *cfg->s);
+    mcp_config *cfg = nx_calloc(1, sizeof *cfg);
+    if (cfg) cfg->s = nx_calloc(json_object_size(servers) + 1, sizeof *cfg->s);
     if (!cfg || !cfg->s) {
-        free(cfg);
+        nx_free(cfg);
         json_decref(root);
         return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
     }
@@ -201,7 +201,7 @@ int mcp_config_load(const char *path, mcp_config **out, char *err, size_t errlen
     char *buf = nx_read_file(path, (size_t)16 << 20, &n, rerr, sizeof rerr);
     if (!buf) return mcp_seterr(err, errlen, MCP_EARG, "config: %s", rerr);
     /* base directory of the file, for relative cwd entries */
-    char *dir = strdup(path);
+    char *dir = nx_strdup(path);
     if (!dir) {
         nx_free(buf);
         return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
@@ -215,7 +215,7 @@ int mcp_config_load(const char *path, mcp_config **out, char *err, size_t errlen
         strcpy(dir, ".");
     char msg[400];
     int st = mcp_config_parse(buf, dir, out, msg, sizeof msg);
-    free(dir);
+    nx_free(dir);
     nx_free(buf);
     if (st) return mcp_seterr(err, errlen, st, "%s: %s", path, msg);
     return MCP_OK;
@@ -263,7 +263,7 @@ int mcp_config_list_tools(const char *config_path, int timeout_ms, json_t **tool
     }
     /* every server boots at the same time; then handshake and list one by one; then all
      * get EOF at once and are reaped */
-    mcp_client **cl = calloc(cfg->n ? cfg->n : 1, sizeof *cl);
+    mcp_client **cl = nx_calloc(cfg->n ? cfg->n : 1, sizeof *cl);
     if (!cl) st = mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
     char msg[512];
     for (size_t i = 0; i < cfg->n && !st; i++) {
@@ -281,7 +281,7 @@ int mcp_config_list_tools(const char *config_path, int timeout_ms, json_t **tool
             break;
         }
         size_t n = json_array_size(tools);
-        json_t **v = malloc((n ? n : 1) * sizeof *v);
+        json_t **v = nx_malloc((n ? n : 1) * sizeof *v);
         if (!v) {
             json_decref(tools);
             st = mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
@@ -295,13 +295,13 @@ int mcp_config_list_tools(const char *config_path, int timeout_ms, json_t **tool
                 json_array_append_new(all, t))
                 st = mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
         }
-        free(v);
+        nx_free(v);
         json_decref(tools);
     }
     for (size_t i = 0; cl && i < cfg->n; i++)
         if (cl[i]) mcp_proc_eof(cl[i]);
     for (size_t i = 0; cl && i < cfg->n; i++) mcp_close(cl[i]);
-    free(cl);
+    nx_free(cl);
     mcp_config_free(cfg);
     if (st) {
         json_decref(all);

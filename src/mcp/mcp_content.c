@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
+
 #include "mcp/mcp_impl.h"
 
 size_t mcp_result_count(const json_t *result) {
@@ -63,7 +65,7 @@ char *mcp_result_text(const json_t *result) {
     for (size_t i = 0; i < n; i++)
         if (mcp_result_content(result, i, &ct) == MCP_OK && ct.type == MCP_CONTENT_TEXT && ct.text)
             total += strlen(ct.text) + 1;
-    char *s = malloc(total), *o = s;
+    char *s = nx_malloc(total), *o = s;
     if (!s) return NULL;
     for (size_t i = 0; i < n; i++) {
         if (mcp_result_content(result, i, &ct) != MCP_OK || ct.type != MCP_CONTENT_TEXT || !ct.text)
@@ -90,7 +92,7 @@ unsigned char *mcp_base64_decode(const char *s, size_t *len_out) {
     size_t n = strlen(s);
     while (n > 0 && s[n - 1] == '=' && (strlen(s) - n) < 2) n--;
     if (n % 4 == 1) return NULL;
-    unsigned char *out = malloc(n / 4 * 3 + 3);
+    unsigned char *out = nx_malloc(n / 4 * 3 + 3);
     if (!out) return NULL;
     size_t o = 0;
     unsigned acc = 0;
@@ -98,7 +100,7 @@ unsigned char *mcp_base64_decode(const char *s, size_t *len_out) {
     for (size_t i = 0; i < n; i++) {
         int v = b64_val((unsigned char)s[i]);
         if (v < 0) {
-            free(out);
+            nx_free(out);
             return NULL;
         }
         acc = (acc << 6) | (unsigned)v;

@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
+
 #include "core/nx_base.h"
 #include "mcp/mcp_impl.h"
 
@@ -127,7 +129,7 @@ static char *find_in_path(const char *prog, const char *path) {
     for (;;) {
         const char *e = strchr(p, ':');
         size_t dl = e ? (size_t)(e - p) : strlen(p);
-        char *cand = malloc(dl + plen + 3);
+        char *cand = nx_malloc(dl + plen + 3);
         if (!cand) return NULL;
         if (dl == 0)
             snprintf(cand, dl + plen + 3, "./%s", prog);
@@ -135,7 +137,7 @@ static char *find_in_path(const char *prog, const char *path) {
             snprintf(cand, dl + plen + 3, "%.*s/%s", (int)dl, p, prog);
         struct stat st;
         if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) return cand;
-        free(cand);
+        nx_free(cand);
         if (!e) return NULL;
         p = e + 1;
     }
@@ -167,7 +169,7 @@ int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, 
                               "environment entry '%s' is not NAME=VALUE", p->env[n_extra]);
         n_extra++;
     }
-    char **envp = calloc(n_env + n_extra + 1, sizeof *envp);
+    char **envp = nx_calloc(n_env + n_extra + 1, sizeof *envp);
     if (!envp) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
     size_t k = 0;
     const char *path_var = NULL;
@@ -183,17 +185,17 @@ int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, 
 
     char *exe = NULL;
     if (strchr(prog, '/')) {
-        exe = strdup(prog);
+        exe = nx_strdup(prog);
     } else {
         exe = find_in_path(prog, path_var);
         if (!exe) {
-            free(envp);
+            nx_free(envp);
             return mcp_seterr(err, errlen, MCP_ESPAWN, "cannot start server: '%s' not found in PATH",
                               prog);
         }
     }
     if (!exe) {
-        free(envp);
+        nx_free(envp);
         return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
     }
 
@@ -204,8 +206,8 @@ int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, 
         int fds[8] = {pin[0], pin[1], pout[0], pout[1], perr[0], perr[1], pex[0], pex[1]};
         for (int i = 0; i < 8; i++)
             if (fds[i] >= 0) close(fds[i]);
-        free(exe);
-        free(envp);
+        nx_free(exe);
+        nx_free(envp);
         return mcp_seterr(err, errlen, MCP_EIO, "cannot create pipes: %s", strerror(e));
     }
 
@@ -214,8 +216,8 @@ int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, 
         int e = errno;
         close(pin[0]), close(pin[1]), close(pout[0]), close(pout[1]);
         close(perr[0]), close(perr[1]), close(pex[0]), close(pex[1]);
-        free(exe);
-        free(envp);
+        nx_free(exe);
+        nx_free(envp);
         return mcp_seterr(err, errlen, MCP_ESPAWN, "cannot fork: %s", strerror(e));
     }
     if (pid == 0) {
@@ -245,7 +247,7 @@ int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, 
     /* parent */
     setpgid(pid, pid); /* also here, so the group exists before we might signal it */
     close(pin[0]), close(pout[1]), close(perr[1]), close(pex[1]);
-    free(envp);
+    nx_free(envp);
     char rep[1 + sizeof(int)];
     size_t got = 0;
     for (;;) { /* returns at exec (close-on-exec) or at the child's report */
@@ -268,10 +270,10 @@ int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, 
         else
             st = mcp_seterr(err, errlen, MCP_ESPAWN, "cannot start server '%s' (%s): %s", prog,
                             exe, strerror(e));
-        free(exe);
+        nx_free(exe);
         return st;
     }
-    free(exe);
+    nx_free(exe);
     fcntl(pin[1], F_SETFL, fcntl(pin[1], F_GETFL) | O_NONBLOCK);
     fcntl(pout[0], F_SETFL, fcntl(pout[0], F_GETFL) | O_NONBLOCK);
     fcntl(perr[0], F_SETFL, fcntl(perr[0], F_GETFL) | O_NONBLOCK);
@@ -302,7 +304,7 @@ int mcp_proc_queue(mcp_client *c, const char *line, size_t len) {
         if (need > c->ocap) {
             size_t cap = c->ocap ? c->ocap : 4096;
             while (cap < need) cap *= 2;
-            char *nb = realloc(c->obuf, cap);
+            char *nb = nx_realloc(c->obuf, cap);
             if (!nb) return mcp_fail(c, MCP_ENOMEM, "out of memory");
             c->obuf = nb;
             c->ocap = cap;
@@ -395,7 +397,7 @@ static void take_stdout(mcp_client *c, const char *p, size_t n) {
                 size_t cap = c->lcap ? c->lcap : 4096;
                 while (cap < c->llen + seg) cap *= 2;
                 if (cap > c->max_line) cap = c->max_line;
-                char *nb = realloc(c->lbuf, cap);
+                char *nb = nx_realloc(c->lbuf, cap);
                 if (!nb) {
                     mcp_fail(c, MCP_ENOMEM, "out of memory");
                     return;

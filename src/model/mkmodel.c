@@ -41,6 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
+
 #include "gguf/gguf.h"
 #include "kern/quant.h"
 #include "kern/types.h"
@@ -150,7 +152,7 @@ static nx_status mk_plan_add(struct mk_plan *pl, const char *name, int n_dims, i
                              struct nx_err *err) {
     if (pl->n == pl->cap) {
         int cap = pl->cap ? pl->cap * 2 : 64;
-        struct mk_tensor *t = realloc(pl->t, (size_t)cap * sizeof *t);
+        struct mk_tensor *t = nx_realloc(pl->t, (size_t)cap * sizeof *t);
         if (!t) return nx_err_set(err, NX_STATUS_NOMEM, "mkmodel: out of memory");
         pl->t = t;
         pl->cap = cap;
@@ -443,7 +445,7 @@ static void mk_job_rows(struct mk_job *j, int64_t r0, int64_t r1, float *buf) {
 
 static void *mk_worker(void *arg) {
     struct mk_job *j = arg;
-    float *buf = malloc((size_t)(j->chunk_rows * j->t->ne[0]) * sizeof(float));
+    float *buf = nx_malloc((size_t)(j->chunk_rows * j->t->ne[0]) * sizeof(float));
     if (!buf) {
         atomic_store(&j->failed, 1);
         return NULL;
@@ -454,7 +456,7 @@ static void *mk_worker(void *arg) {
         int64_t r1 = NX_MIN(r0 + j->chunk_rows, j->t->ne[1]);
         mk_job_rows(j, r0, r1, buf);
     }
-    free(buf);
+    nx_free(buf);
     return NULL;
 }
 
@@ -574,9 +576,9 @@ static void mk_synth_piece(int k, char *buf, size_t cap) {
 /* A SentencePiece ("llama") vocabulary: <unk> <s> </s>, 256 byte tokens, then pieces. */
 static nx_status mk_synth_vocab(struct gguf_writer *w, int n_vocab, struct nx_err *err) {
     nx_status st = NX_STATUS_NOMEM;
-    char **tok = calloc((size_t)n_vocab, sizeof *tok);
-    float *score = calloc((size_t)n_vocab, sizeof *score);
-    int32_t *type = calloc((size_t)n_vocab, sizeof *type);
+    char **tok = nx_calloc((size_t)n_vocab, sizeof *tok);
+    float *score = nx_calloc((size_t)n_vocab, sizeof *score);
+    int32_t *type = nx_calloc((size_t)n_vocab, sizeof *type);
     if (!tok || !score || !type) goto done;
     for (int i = 0; i < n_vocab; i++) {
         char buf[64];
@@ -594,7 +596,7 @@ static nx_status mk_synth_vocab(struct gguf_writer *w, int n_vocab, struct nx_er
             type[i] = 1; /* normal */
             score[i] = -(float)(i - 259);
         }
-        tok[i] = strdup(buf);
+        tok[i] = nx_strdup(buf);
         if (!tok[i]) goto done;
     }
     st = gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
@@ -617,11 +619,11 @@ static nx_status mk_synth_vocab(struct gguf_writer *w, int n_vocab, struct nx_er
     if (st == NX_STATUS_OK) st = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false);
 done:
     if (tok) {
-        for (int i = 0; i < n_vocab; i++) free(tok[i]);
+        for (int i = 0; i < n_vocab; i++) nx_free(tok[i]);
     }
-    free(tok);
-    free(score);
-    free(type);
+    nx_free(tok);
+    nx_free(score);
+    nx_free(type);
     if (st != NX_STATUS_OK) nx_err_set(err, st, "mkmodel: cannot add the synthetic vocabulary");
     return st;
 }
@@ -632,7 +634,7 @@ static char *mk_strndup(const char *s, size_t len, bool *bad) {
         *bad = true;
         return NULL;
     }
-    char *r = malloc(len + 1);
+    char *r = nx_malloc(len + 1);
     if (!r) return NULL;
     memcpy(r, s, len);
     r[len] = '\0';
@@ -698,7 +700,7 @@ nx_status mkmodel_copy_kv(struct gguf_writer *w, const struct gguf_file *src, in
         char *c = mk_strndup(s, len, &bad);
         if (!c && !bad) return nx_err_set(err, NX_STATUS_NOMEM, "mkmodel: out of memory");
         if (c) st = gguf_writer_add_str(w, key, c);
-        free(c);
+        nx_free(c);
         break;
     }
     case GGUF_VTYPE_ARRAY: {
@@ -718,7 +720,7 @@ nx_status mkmodel_copy_kv(struct gguf_writer *w, const struct gguf_file *src, in
             break;
         }
         if (n > SIZE_MAX / sizeof(char *)) return nx_err_set(err, NX_STATUS_NOMEM, "too big");
-        char **v = calloc(n ? (size_t)n : 1, sizeof *v);
+        char **v = nx_calloc(n ? (size_t)n : 1, sizeof *v);
         if (!v) return nx_err_set(err, NX_STATUS_NOMEM, "mkmodel: out of memory");
         uint64_t k = 0;
         for (; k < n; k++) {
@@ -736,8 +738,8 @@ nx_status mkmodel_copy_kv(struct gguf_writer *w, const struct gguf_file *src, in
         } else if (!bad) {
             st = NX_STATUS_NOMEM;
         }
-        for (uint64_t m = 0; m < n; m++) free(v[m]);
-        free(v);
+        for (uint64_t m = 0; m < n; m++) nx_free(v[m]);
+        nx_free(v);
         break;
     }
     default:
@@ -777,8 +779,8 @@ static nx_status mk_copy_tokenizer(struct gguf_writer *w, const struct gguf_file
  */
 static nx_status mk_synth_wpm_vocab(struct gguf_writer *w, int n_vocab, struct nx_err *err) {
     nx_status st = NX_STATUS_NOMEM;
-    char **tok = calloc((size_t)n_vocab, sizeof *tok);
-    int32_t *type = calloc((size_t)n_vocab, sizeof *type);
+    char **tok = nx_calloc((size_t)n_vocab, sizeof *tok);
+    int32_t *type = nx_calloc((size_t)n_vocab, sizeof *type);
     if (!tok || !type) goto done;
     int next = 0, ch = 33;
     long idx = 0; /* index among strings of >= 2 letters, shortlex */
@@ -823,7 +825,7 @@ static nx_status mk_synth_wpm_vocab(struct gguf_writer *w, int n_vocab, struct n
                 idx++;
             }
         }
-        tok[i] = strdup(buf);
+        tok[i] = nx_strdup(buf);
         if (!tok[i]) goto done;
     }
     st = gguf_writer_add_str(w, "tokenizer.ggml.model", "bert");
@@ -843,10 +845,10 @@ static nx_status mk_synth_wpm_vocab(struct gguf_writer *w, int n_vocab, struct n
     if (st == NX_STATUS_OK) st = gguf_writer_add_u32(w, "tokenizer.ggml.mask_token_id", 103);
 done:
     if (tok) {
-        for (int i = 0; i < n_vocab; i++) free(tok[i]);
+        for (int i = 0; i < n_vocab; i++) nx_free(tok[i]);
     }
-    free(tok);
-    free(type);
+    nx_free(tok);
+    nx_free(type);
     if (st != NX_STATUS_OK) nx_err_set(err, st, "mkmodel: cannot add the WordPiece vocabulary");
     return st;
 }
@@ -1063,7 +1065,7 @@ nx_status mkmodel_write(const struct mkmodel_params *p, const char *path, struct
     size_t done_bytes = 0;
     for (int i = 0; i < pl.n; i++) {
         const struct mk_tensor *t = &pl.t[i];
-        uint8_t *data = malloc(t->nbytes ? t->nbytes : 1);
+        uint8_t *data = nx_malloc(t->nbytes ? t->nbytes : 1);
         if (!data) {
             st = nx_err_set(err, NX_STATUS_NOMEM, "mkmodel: out of memory for '%s' (%zu bytes)",
                             t->name, t->nbytes);
@@ -1077,7 +1079,7 @@ nx_status mkmodel_write(const struct mkmodel_params *p, const char *path, struct
                            nx_status_str(st));
             }
         }
-        free(data);
+        nx_free(data);
         if (st != NX_STATUS_OK) goto fail;
         done_bytes += t->nbytes;
         if (show_progress) {
@@ -1092,12 +1094,12 @@ nx_status mkmodel_write(const struct mkmodel_params *p, const char *path, struct
 
     gguf_writer_free(w);
     gguf_close(tok_src);
-    free(pl.t);
+    nx_free(pl.t);
     return NX_STATUS_OK;
 
 fail:
     gguf_writer_free(w);
     gguf_close(tok_src);
-    free(pl.t);
+    nx_free(pl.t);
     return st;
 }

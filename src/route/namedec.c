@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
+
 struct nd_node {
     nx_token tok;        /* token on the edge into this node (root: -1) */
     int32_t first_child; /* -1: none */
@@ -42,12 +44,12 @@ struct rt_namedec {
 void rt_namedec_free(rt_namedec *nd) {
     if (!nd) return;
     if (nd->path)
-        for (int i = 0; i < nd->n_names; i++) free(nd->path[i]);
-    free(nd->path);
-    free(nd->n_path);
-    free(nd->prefix);
-    free(nd->node);
-    free(nd);
+        for (int i = 0; i < nd->n_names; i++) nx_free(nd->path[i]);
+    nx_free(nd->path);
+    nx_free(nd->n_path);
+    nx_free(nd->prefix);
+    nx_free(nd->node);
+    nx_free(nd);
 }
 
 int32_t rt_namedec_prefix(const rt_namedec *nd, const nx_token **tokens) {
@@ -68,21 +70,21 @@ int32_t rt_tokenize_alloc(const nx_model *m, const char *text, nx_token **out) {
     size_t len = strlen(text);
     if (len > (size_t)INT32_MAX - 64) return -1;
     int32_t cap = (int32_t)len + 16;
-    nx_token *t = malloc((size_t)cap * sizeof(*t));
+    nx_token *t = nx_malloc((size_t)cap * sizeof(*t));
     if (!t) return -1;
     int32_t n = nx_tokenize(m, text, len, t, cap, true, false);
     if (n < 0 && n != INT32_MIN) {
         cap = -n;
-        nx_token *q = realloc(t, (size_t)cap * sizeof(*t));
+        nx_token *q = nx_realloc(t, (size_t)cap * sizeof(*t));
         if (!q) {
-            free(t);
+            nx_free(t);
             return -1;
         }
         t = q;
         n = nx_tokenize(m, text, len, t, cap, true, false);
     }
     if (n < 0) {
-        free(t);
+        nx_free(t);
         return -1;
     }
     *out = t;
@@ -92,7 +94,7 @@ int32_t rt_tokenize_alloc(const nx_model *m, const char *text, nx_token **out) {
 static int32_t new_node(rt_namedec *nd, nx_token tok) {
     if (nd->n_nodes == nd->cap_nodes) {
         int c = nd->cap_nodes ? nd->cap_nodes * 2 : 64;
-        struct nd_node *q = realloc(nd->node, (size_t)c * sizeof(*q));
+        struct nd_node *q = nx_realloc(nd->node, (size_t)c * sizeof(*q));
         if (!q) return -1;
         nd->node = q;
         nd->cap_nodes = c;
@@ -148,15 +150,15 @@ rt_namedec *rt_namedec_build(const nx_model *model, const char *prompt, const ch
         }
     if (!prompt) prompt = "";
     if (!term) term = "\n";
-    rt_namedec *nd = calloc(1, sizeof(*nd));
+    rt_namedec *nd = nx_calloc(1, sizeof(*nd));
     nx_token *p = NULL;
     char *buf = NULL;
     if (!nd) goto oom;
     nd->n_vocab = nx_model_n_vocab(model);
     nd->eos = nx_token_eos(model);
     nd->n_names = n_names;
-    nd->path = calloc((size_t)n_names, sizeof(*nd->path));
-    nd->n_path = calloc((size_t)n_names, sizeof(*nd->n_path));
+    nd->path = nx_calloc((size_t)n_names, sizeof(*nd->path));
+    nd->n_path = nx_calloc((size_t)n_names, sizeof(*nd->n_path));
     if (!nd->path || !nd->n_path) goto oom;
     int32_t np = rt_tokenize_alloc(model, prompt, &p);
     if (np < 0) goto oom;
@@ -164,7 +166,7 @@ rt_namedec *rt_namedec_build(const nx_model *model, const char *prompt, const ch
     int32_t common = np;
     for (int i = 0; i < n_names; i++) {
         size_t nl = strlen(names[i]);
-        char *b2 = realloc(buf, pl + nl + tl + 1);
+        char *b2 = nx_realloc(buf, pl + nl + tl + 1);
         if (!b2) goto oom;
         buf = b2;
         memcpy(buf, prompt, pl);
@@ -183,7 +185,7 @@ rt_namedec *rt_namedec_build(const nx_model *model, const char *prompt, const ch
         goto fail;
     }
     /* strip the common prefix off every path */
-    nd->prefix = malloc((size_t)common * sizeof(*nd->prefix));
+    nd->prefix = nx_malloc((size_t)common * sizeof(*nd->prefix));
     if (!nd->prefix) goto oom;
     memcpy(nd->prefix, p, (size_t)common * sizeof(*p));
     nd->n_prefix = common;
@@ -200,14 +202,14 @@ rt_namedec *rt_namedec_build(const nx_model *model, const char *prompt, const ch
     if (new_node(nd, -1) < 0) goto oom;
     for (int i = 0; i < n_names; i++)
         if (!insert(nd, i)) goto oom;
-    free(p);
-    free(buf);
+    nx_free(p);
+    nx_free(buf);
     return nd;
 oom:
     snprintf(err, errlen, "name decoding: out of memory");
 fail:
-    free(p);
-    free(buf);
+    nx_free(p);
+    nx_free(buf);
     rt_namedec_free(nd);
     return NULL;
 }
@@ -221,7 +223,7 @@ int rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, in
         *chosen = N[0].some_cand;
         return 0;
     }
-    nx_token *pend = malloc(((size_t)nd->n_prefix + (size_t)nd->max_path) * sizeof(*pend));
+    nx_token *pend = nx_malloc(((size_t)nd->n_prefix + (size_t)nd->max_path) * sizeof(*pend));
     if (!pend) {
         snprintf(err, errlen, "name decoding: out of memory");
         return -1;
@@ -264,7 +266,7 @@ int rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, in
         pend[np++] = N[best].tok;
         cur = best;
     }
-    free(pend);
+    nx_free(pend);
     if (n_feeds) *n_feeds = feeds;
     return rc;
 }
@@ -298,7 +300,7 @@ static bool app(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
     if (*len + n + 1 > *cap) {
         size_t c = *cap ? *cap : 256;
         while (c < *len + n + 1) c *= 2;
-        char *q = realloc(*b, c);
+        char *q = nx_realloc(*b, c);
         if (!q) return false;
         *b = q;
         *cap = c;
@@ -336,7 +338,7 @@ char *rt_namedec_prompt(const char *query, const char *const *names, const char 
     ok = ok && app(&b, &len, &cap, "Query: ", 7) && app(&b, &len, &cap, q, strlen(q));
     ok = ok && app(&b, &len, &cap, "\nTool: ", 7);
     if (!ok) {
-        free(b);
+        nx_free(b);
         return NULL;
     }
     return b;

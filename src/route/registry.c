@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "core/alloc.h"
+#include "core/json.h"
 #include "core/readfile.h"
 
 void rt_registry_init(rt_registry *r) { memset(r, 0, sizeof *r); }
@@ -248,18 +249,11 @@ int rt_registry_add(rt_registry *r, const char *name, const char *description, j
     t->source = nx_strdup(source);
     t->schema = schema;
     if (raw) {
-        t->raw_json = json_dumps(raw, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
-        if (t->raw_json) { /* move into the nx_ allocator */
-            char *c = nx_strdup(t->raw_json);
-            free(t->raw_json);
-            t->raw_json = c;
-        }
+        t->raw_json = nx_json_dumps(raw, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
     } else {
         json_t *o = json_pack("{s:s,s:s,s:O}", "name", name, "description", description,
                               "inputSchema", schema);
-        char *d = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-        t->raw_json = d ? nx_strdup(d) : NULL;
-        free(d);
+        t->raw_json = nx_json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
         json_decref(o);
     }
     if (!t->name || !t->call_name || !t->description || !t->source || !t->raw_json) {
@@ -386,16 +380,20 @@ static int load_file(rt_registry *r, const char *path, char *err, size_t errlen)
     if (dot && dot != source) *dot = 0;
 
     json_error_t je;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    bool oom;
+    json_t *root = nx_json_loadb(text, len, JSON_REJECT_DUPLICATES, &je, &oom);
     int added;
     if (root) {
         added = rt_registry_add_json(r, root, path, source, err, errlen);
         json_decref(root);
     } else {
         /* JSON Lines? Only when the first value parses and is followed by more. */
-        json_t *first = json_loadb(text, len, JSON_DISABLE_EOF_CHECK, NULL);
+        json_t *first = oom ? NULL : nx_json_loadb(text, len, JSON_DISABLE_EOF_CHECK, NULL, &oom);
         if (!first) {
-            snprintf(err, errlen, "%s:%d:%d: invalid JSON: %s", path, je.line, je.column, je.text);
+            if (oom)
+                snprintf(err, errlen, "%s: out of memory", path);
+            else
+                snprintf(err, errlen, "%s:%d:%d: invalid JSON: %s", path, je.line, je.column, je.text);
             nx_free(text);
             return -1;
         }
@@ -410,11 +408,14 @@ static int load_file(rt_registry *r, const char *path, char *err, size_t errlen)
             size_t k = 0;
             while (k < ll && (p[k] == ' ' || p[k] == '\t' || p[k] == '\r')) k++;
             if (k < ll) {
-                json_t *v = json_loadb(p, ll, JSON_REJECT_DUPLICATES, &je);
+                json_t *v = nx_json_loadb(p, ll, JSON_REJECT_DUPLICATES, &je, &oom);
                 char where[600];
                 snprintf(where, sizeof where, "%s:%d", path, line);
                 if (!v) {
-                    snprintf(err, errlen, "%s: invalid JSON: %s", where, je.text);
+                    if (oom)
+                        snprintf(err, errlen, "%s: out of memory", where);
+                    else
+                        snprintf(err, errlen, "%s: invalid JSON: %s", where, je.text);
                     nx_free(text);
                     return -1;
                 }

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "mcp/mcp.h"
 #include "mcp_cmd.h"
 
@@ -90,7 +91,7 @@ static void print_result(const json_t *r) {
             bytes = c.data ? mcp_base64_decode(c.data, &len) : NULL;
             printf("[%s %s, %zu bytes%s]\n", c.type_name, c.mime_type ? c.mime_type : "?",
                    bytes ? len : 0, bytes || !c.data ? "" : ", bad base64");
-            free(bytes);
+            nx_free(bytes);
             break;
         case MCP_CONTENT_RESOURCE_LINK:
             printf("[resource_link %s%s%s]\n", c.uri ? c.uri : "?", c.name ? " " : "",
@@ -103,7 +104,7 @@ static void print_result(const json_t *r) {
             else if (c.data) {
                 bytes = mcp_base64_decode(c.data, &len);
                 printf("[blob, %zu bytes]\n", bytes ? len : 0);
-                free(bytes);
+                nx_free(bytes);
             }
             break;
         default: printf("[%s item]\n", c.type_name); break;
@@ -113,7 +114,7 @@ static void print_result(const json_t *r) {
     if (sc) {
         char *s = json_dumps(sc, JSON_COMPACT);
         if (s) printf("structuredContent: %s\n", s);
-        free(s);
+        nx_free(s);
     }
 }
 
@@ -126,7 +127,7 @@ static int call_and_print(mcp_client *c, const char *tool, const json_t *args, b
     if (r && as_json) {
         char *s = json_dumps(r, JSON_INDENT(1));
         if (s) printf("%s\n", s);
-        free(s);
+        nx_free(s);
     } else if (r) {
         print_result(r);
     }
@@ -139,7 +140,7 @@ static int print_tools(json_t *tools, bool as_json) {
         char *s = json_dumps(tools, JSON_INDENT(1));
         if (!s) return fail("%s", "out of memory");
         printf("%s\n", s);
-        free(s);
+        nx_free(s);
         return 0;
     }
     size_t i;

@@ -52,9 +52,9 @@
 #include "mcp/mcp.h"
 #include "nexus.h"
 #include "route/bm25.h"
+#include "route/cascade.h"
 #include "route/chat_rerank.h"
 #include "route/embed.h"
-#include "route/namedec.h"
 #include "route/registry.h"
 #include "route/router.h"
 #include "route/signature.h"
@@ -142,54 +142,15 @@ static int write_json(const char *cmd, const char *path, json_t *root) {
     return 0;
 }
 
-/* Adds the tools of an MCP config's servers (mcp_config_list_tools) with their server names. */
-static int add_mcp_tools(rt_registry *reg, const char *config, char *err, size_t errlen) {
-    json_t *arr = NULL;
-    if (mcp_config_list_tools(config, 0, &arr, err, errlen)) return -1;
-    size_t i;
-    json_t *t;
-    int rc = 0;
-    json_array_foreach(arr, i, t) {
-        json_t *name = json_object_get(t, "name"), *desc = json_object_get(t, "description");
-        json_t *server = json_object_get(t, "server");
-        char sub[512];
-        if (!json_is_string(name)) {
-            snprintf(err, errlen, "%s: tool %zu has no name", config, i);
-            rc = -1;
-            break;
-        }
-        if (rt_registry_add(reg, json_string_value(name), json_is_string(desc) ? json_string_value(desc) : "",
-                            json_object_get(t, "inputSchema"), t,
-                            json_is_string(server) ? json_string_value(server) : "mcp", sub,
-                            sizeof sub) < 0) {
-            snprintf(err, errlen, "%s: %s", config, sub);
-            rc = -1;
-            break;
-        }
-    }
-    json_decref(arr);
-    return rc;
-}
-
-/* Registry from files and an optional MCP config, sorted. */
+/* Registry from files and an optional MCP config, sorted (route/cascade.h); -1 after printing
+ * the message. */
 static int build_registry(const char *cmd, rt_registry *reg, const char *const *files, int nf,
                           const char *mcp) {
     char err[1024];
-    rt_registry_init(reg);
-    for (int i = 0; i < nf; i++)
-        if (rt_registry_load_file(reg, files[i], err, sizeof err) < 0) {
-            fprintf(stderr, "nexus %s: %s\n", cmd, err);
-            return -1;
-        }
-    if (mcp && add_mcp_tools(reg, mcp, err, sizeof err)) {
+    if (rt_registry_build(reg, files, nf, mcp, err, sizeof err)) {
         fprintf(stderr, "nexus %s: %s\n", cmd, err);
         return -1;
     }
-    if (reg->n == 0) {
-        fprintf(stderr, "nexus %s: no tools loaded\n", cmd);
-        return -1;
-    }
-    rt_registry_sort(reg);
     return 0;
 }
 
@@ -330,11 +291,16 @@ int route_main(int argc, char **argv) {
         fprintf(stderr, "nexus route: %s\n", err);
         goto done;
     }
-    struct rt_route out;
-    if (rt_router_route(rt, query, NULL, &out, err, sizeof err)) {
+    struct rt_cascade_params cp = rt_cascade_default_params();
+    cp.chat = chat;
+    cp.name_decode = name_decode;
+    cp.chat_tau = chat_tau;
+    struct rt_cascade_result res;
+    if (rt_cascade_route(rt, &reg, rr, &cp, query, &res, err, sizeof err)) {
         fprintf(stderr, "nexus route: %s\n", err);
         goto done;
     }
+    const struct rt_route out = res.route;
     const struct rt_tool *ch = &reg.tools[out.chosen];
     printf("tools: %d (%s)\n", reg.n, rt_mode_name(p.mode));
     printf("chosen: %s%s\n", ch->name, out.abstain ? " (abstain: top score below threshold)" : "");
@@ -353,43 +319,10 @@ int route_main(int argc, char **argv) {
     } else if (out.undecided) {
         printf("undecided: the gate fired and no reranker is configured (--rerank-model, --chat-model)\n");
     }
-    /* constrained name decoding by the chat model among the top-k */
-    int undecided_chat = out.reranked && rr && chat && !strcmp(rr->name, "chat-relevance") &&
-                         out.n_rerank >= 2 && out.rerank[0].score - out.rerank[1].score < chat_tau;
-    if (chat && (name_decode || undecided_chat)) {
-        const char *names[RT_SLB_KMAX];
-        int nn = out.reranked ? out.n_rerank : out.n;
-        for (int i = 0; i < nn; i++)
-            names[i] = reg.tools[out.reranked ? out.rerank[i].id : out.hit[i].id].name;
-        size_t plen = strlen(query) + 64;
-        for (int i = 0; i < nn; i++) plen += strlen(names[i]) + 2;
-        char *prompt = nx_malloc(plen);
-        if (!prompt) {
-            fprintf(stderr, "nexus route: out of memory\n");
-            goto done;
-        }
-        size_t o = (size_t)snprintf(prompt, plen, "Tools: ");
-        for (int i = 0; i < nn; i++) o += (size_t)snprintf(prompt + o, plen - o, "%s%s", i ? ", " : "", names[i]);
-        snprintf(prompt + o, plen - o, ".\nQuery: %s\nTool:", query);
-        rt_namedec *nd = rt_namedec_build(chat, prompt, names, nn, NULL, err, sizeof err);
-        nx_free(prompt);
-        nx_ctx *ctx = NULL;
-        int pick = -1;
-        if (nd) {
-            struct nx_ctx_params cp = nx_ctx_default_params();
-            if (nx_ctx_init(chat, &cp, &ctx, err, sizeof err) == 0 &&
-                rt_namedec_decode(nd, ctx, &pick, NULL, err, sizeof err) != 0)
-                pick = -1;
-        }
-        nx_ctx_free(ctx);
-        rt_namedec_free(nd);
-        if (pick < 0) {
-            fprintf(stderr, "nexus route: name decoding failed: %s\n", err);
-            goto done;
-        }
+    if (res.name_decoded) {
+        ch = &reg.tools[res.chosen];
         printf("name decoding (%s) chose: %s\n", name_decode ? "--name-decode" : "chat reranker undecided",
-               names[pick]);
-        ch = &reg.tools[out.reranked ? out.rerank[pick].id : out.hit[pick].id];
+               ch->name);
         printf("chosen after name decoding: %s\n", ch->name);
     }
     char *sig = rt_signature(ch);
