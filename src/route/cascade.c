@@ -21,8 +21,8 @@
 /* Adds the tools of an MCP config's servers (mcp_config_list_tools) with their server names. */
 static nx_status add_mcp_tools(rt_registry *reg, const char *config, char *err, size_t errlen) {
     json_t *arr = NULL;
-    int mst = mcp_config_list_tools(config, 0, &arr, err, errlen);
-    if (mst) return mst == MCP_ENOMEM ? NX_STATUS_NOMEM : NX_STATUS_IO;
+    nx_status mst = mcp_config_list_tools(config, 0, &arr, err, errlen);
+    if (mst) return mst;
     size_t i;
     json_t *t;
     nx_status st = NX_STATUS_OK;

@@ -78,7 +78,7 @@ static void print_result(const json_t *r) {
     size_t n = mcp_result_count(r);
     for (size_t i = 0; i < n; i++) {
         struct mcp_content c;
-        if (mcp_result_content(r, i, &c) != MCP_OK) {
+        if (mcp_result_content(r, i, &c) != NX_STATUS_OK) {
             printf("[item %zu: not a content object]\n", i);
             continue;
         }
@@ -123,7 +123,7 @@ static void print_result(const json_t *r) {
 static int call_and_print(mcp_client *c, const char *tool, const json_t *args, bool as_json,
                           char *err, size_t errlen) {
     json_t *r = NULL;
-    int st = mcp_call_tool(c, tool, args, &r, err, errlen);
+    nx_status st = mcp_call_tool(c, tool, args, &r, err, errlen);
     if (r && as_json) {
         char *s = json_dumps(r, JSON_INDENT(1));
         if (s) printf("%s\n", s);
@@ -245,7 +245,7 @@ int mcp_cmd_main(int argc, char **argv) {
         p.timeout_ms = timeout_ms;
         p.era = era;
         mcp_client *c;
-        int st = mcp_open(&p, &c, err, sizeof err);
+        nx_status st = mcp_open(&p, &c, err, sizeof err);
         if (st) {
             fprintf(stderr, "nexus mcp: %s\n", err);
         } else {
