@@ -134,7 +134,7 @@ TEST(registry_duplicates) {
     ASSERT_EQ(load_str(&r, "srvA.json", a, err, sizeof err), 1); /* identical: merged */
     /* different definition, same source: error naming the tool */
     const char *b = "[{\"name\":\"put\",\"description\":\"x\"},{\"name\":\"put\",\"description\":\"y\"}]";
-    ASSERT_EQ(load_str(&r, "srvA2.json", b, err, sizeof err), -1);
+    ASSERT_EQ(load_str(&r, "srvA2.json", b, err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "duplicate tool name 'put'") != NULL);
     ASSERT_TRUE(strstr(err, "element[1]") != NULL);
     /* different definition from another source: both prefixed with their source */
@@ -151,24 +151,24 @@ TEST(registry_malformed) {
     char err[512];
     rt_registry r;
     rt_registry_init(&r);
-    ASSERT_EQ(load_str(&r, "bad1.json", "{\"tools\": [", err, sizeof err), -1);
+    ASSERT_EQ(load_str(&r, "bad1.json", "{\"tools\": [", err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "bad1.json:1:") != NULL && strstr(err, "invalid JSON") != NULL);
-    ASSERT_EQ(load_str(&r, "bad2.json", "{\"name\":\"a\"}\n{\"name\":\"b\"}\n{\"name\":\n", err, sizeof err), -1);
+    ASSERT_EQ(load_str(&r, "bad2.json", "{\"name\":\"a\"}\n{\"name\":\"b\"}\n{\"name\":\n", err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "bad2.json:3") != NULL);
-    ASSERT_EQ(load_str(&r, "bad3.json", "{\"tools\":[{\"description\":\"x\"}]}", err, sizeof err), -1);
+    ASSERT_EQ(load_str(&r, "bad3.json", "{\"tools\":[{\"description\":\"x\"}]}", err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "tools[0] has no string 'name'") != NULL);
-    ASSERT_EQ(load_str(&r, "bad4.json", "[{\"name\":\"a\",\"parameters\":{\"properties\":{\"q\":{\"type\":\"vector3\"}}}}]", err, sizeof err), -1);
+    ASSERT_EQ(load_str(&r, "bad4.json", "[{\"name\":\"a\",\"parameters\":{\"properties\":{\"q\":{\"type\":\"vector3\"}}}}]", err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "unknown type 'vector3'") != NULL && strstr(err, "parameters.q") != NULL);
-    ASSERT_EQ(load_str(&r, "bad5.json", "[{\"name\":\"a\",\"parameters\":{\"required\":\"q\"}}]", err, sizeof err), -1);
+    ASSERT_EQ(load_str(&r, "bad5.json", "[{\"name\":\"a\",\"parameters\":{\"required\":\"q\"}}]", err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "'required' is not a list") != NULL);
-    ASSERT_EQ(load_str(&r, "bad6.json", "[{\"name\":\"a b\"}]", err, sizeof err), -1);
+    ASSERT_EQ(load_str(&r, "bad6.json", "[{\"name\":\"a b\"}]", err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "whitespace") != NULL);
-    ASSERT_EQ(load_str(&r, "bad7.json", "42", err, sizeof err), -1);
-    ASSERT_EQ(load_str(&r, "bad8.json", "{\"tools\":{}}", err, sizeof err), -1);
+    ASSERT_EQ(load_str(&r, "bad7.json", "42", err, sizeof err), NX_STATUS_FORMAT);
+    ASSERT_EQ(load_str(&r, "bad8.json", "{\"tools\":{}}", err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "'tools' is not a list") != NULL);
-    ASSERT_EQ(load_str(&r, "bad9.json", "[{\"type\":\"custom\",\"function\":{\"name\":\"a\"}}]", err, sizeof err), -1);
-    ASSERT_EQ(load_str(&r, "bad10.json", "", err, sizeof err), -1);
-    ASSERT_EQ(rt_registry_load_file(&r, tmp_path("does-not-exist.json"), err, sizeof err), -1);
+    ASSERT_EQ(load_str(&r, "bad9.json", "[{\"type\":\"custom\",\"function\":{\"name\":\"a\"}}]", err, sizeof err), NX_STATUS_FORMAT);
+    ASSERT_EQ(load_str(&r, "bad10.json", "", err, sizeof err), NX_STATUS_FORMAT);
+    ASSERT_EQ(rt_registry_load_file(&r, tmp_path("does-not-exist.json"), err, sizeof err), NX_STATUS_IO);
     ASSERT_TRUE(strstr(err, "cannot open") != NULL);
     /* deeply nested schema: an error, not a stack overflow */
     size_t depth = 200, cap = depth * 40 + 64, o = 0;
@@ -178,7 +178,7 @@ TEST(registry_malformed) {
     o += (size_t)snprintf(deep + o, cap - o, "{}");
     for (size_t i = 0; i < depth; i++) deep[o++] = '}';
     snprintf(deep + o, cap - o, "}]");
-    ASSERT_EQ(load_str(&r, "deep.json", deep, err, sizeof err), -1);
+    ASSERT_EQ(load_str(&r, "deep.json", deep, err, sizeof err), NX_STATUS_FORMAT);
     free(deep);
     ASSERT_TRUE(strstr(err, "deeper than") != NULL);
     ASSERT_EQ(r.n, 0);

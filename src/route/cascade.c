@@ -35,12 +35,13 @@ static nx_status add_mcp_tools(rt_registry *reg, const char *config, char *err, 
             st = NX_STATUS_FORMAT;
             break;
         }
-        if (rt_registry_add(reg, json_string_value(name), json_is_string(desc) ? json_string_value(desc) : "",
-                            json_object_get(t, "inputSchema"), t,
-                            json_is_string(server) ? json_string_value(server) : "mcp", sub,
-                            sizeof sub) < 0) {
+        int rc = rt_registry_add(reg, json_string_value(name), json_is_string(desc) ? json_string_value(desc) : "",
+                                 json_object_get(t, "inputSchema"), t,
+                                 json_is_string(server) ? json_string_value(server) : "mcp", sub,
+                                 sizeof sub);
+        if (rc < 0) {
             snprintf(err, errlen, "%s: %s", config, sub);
-            st = strstr(sub, "out of memory") ? NX_STATUS_NOMEM : NX_STATUS_FORMAT;
+            st = (nx_status)rc;
             break;
         }
     }
@@ -51,9 +52,10 @@ static nx_status add_mcp_tools(rt_registry *reg, const char *config, char *err, 
 nx_status rt_registry_build(rt_registry *reg, const char *const *files, int n_files,
                             const char *mcp_config_path, char *err, size_t errlen) {
     rt_registry_init(reg);
-    for (int i = 0; i < n_files; i++)
-        if (rt_registry_load_file(reg, files[i], err, errlen) < 0)
-            return strstr(err, "out of memory") ? NX_STATUS_NOMEM : NX_STATUS_FORMAT;
+    for (int i = 0; i < n_files; i++) {
+        int rc = rt_registry_load_file(reg, files[i], err, errlen);
+        if (rc < 0) return (nx_status)rc;
+    }
     if (mcp_config_path) {
         nx_status st = add_mcp_tools(reg, mcp_config_path, err, errlen);
         if (st) return st;
