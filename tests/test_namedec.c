@@ -385,7 +385,7 @@ TEST(nd_context_too_small) {
                                       NAMES, N_NAMES, NULL, err, sizeof err);
     ASSERT_TRUE(nd != NULL);
     int chosen;
-    ASSERT_EQ(rt_namedec_decode(nd, ctx, &chosen, NULL, err, sizeof err), -1);
+    ASSERT_EQ(rt_namedec_decode(nd, ctx, &chosen, NULL, err, sizeof err), NX_STATUS_INVALID_ARG);
     ASSERT_TRUE(strstr(err, "do not fit") != NULL);
     rt_namedec_free(nd);
     nx_ctx_free(ctx);

@@ -729,7 +729,7 @@ TEST(router_modes) {
     p.embedder = &te.base;
     rt = rt_router_new(&r, NULL, 0, &p, NULL, err, sizeof err);
     ASSERT_TRUE(rt != NULL);
-    ASSERT_EQ(rt_router_route(rt, "FAIL please", NULL, &out, err, sizeof err), -1);
+    ASSERT_EQ(rt_router_route(rt, "FAIL please", NULL, &out, err, sizeof err), NX_STATUS_INVALID_ARG);
     ASSERT_TRUE(strstr(err, "refused") != NULL);
     rt_router_free(rt);
     p.k = 0;

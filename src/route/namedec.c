@@ -214,26 +214,27 @@ fail:
     return NULL;
 }
 
-int rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, int *chosen,
+nx_status rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, int *chosen,
                    int *n_feeds, char *err, size_t errlen) {
-    int feeds = 0, rc = -1;
+    int feeds = 0;
+    nx_status rc = NX_STATUS_INVALID_ARG; /* the feed failed */
     if (n_feeds) *n_feeds = 0;
     const struct nd_node *N = nd->node;
     if (N[0].n_cand == 1) {
         *chosen = N[0].some_cand;
-        return 0;
+        return NX_STATUS_OK;
     }
     nx_token *pend = nx_malloc(((size_t)nd->n_prefix + (size_t)nd->max_path) * sizeof(*pend));
     if (!pend) {
         snprintf(err, errlen, "name decoding: out of memory");
-        return -1;
+        return NX_STATUS_NOMEM;
     }
     memcpy(pend, nd->prefix, (size_t)nd->n_prefix * sizeof(*pend));
     int32_t np = nd->n_prefix, cur = 0;
     for (;;) {
         if (N[cur].n_cand == 1) {
             *chosen = N[cur].some_cand;
-            rc = 0;
+            rc = NX_STATUS_OK;
             break;
         }
         int32_t c0 = N[cur].first_child;
@@ -245,7 +246,10 @@ int rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, in
         const float *lg = feed(user, pend, np, err, errlen);
         feeds++;
         np = 0;
-        if (!lg) break;
+        if (!lg) {
+            if (strstr(err, "out of memory")) rc = NX_STATUS_NOMEM;
+            break;
+        }
         int32_t best = -1;
         float bv = -INFINITY;
         for (int32_t c = c0; c >= 0; c = N[c].next_sib) {
@@ -259,7 +263,7 @@ int rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, in
             bool take_end = best < 0 || nd->eos < 0 || nd->eos >= nd->n_vocab || lg[nd->eos] > bv;
             if (take_end) {
                 *chosen = N[cur].end_cand;
-                rc = 0;
+                rc = NX_STATUS_OK;
                 break;
             }
         }
@@ -281,7 +285,7 @@ static const float *feed_ctx(void *user, const nx_token *tokens, int32_t n, char
     return nx_get_logits(ctx, -1);
 }
 
-int rt_namedec_decode(const rt_namedec *nd, nx_ctx *ctx, int *chosen, int *n_feeds, char *err,
+nx_status rt_namedec_decode(const rt_namedec *nd, nx_ctx *ctx, int *chosen, int *n_feeds, char *err,
                       size_t errlen) {
     int64_t need = (int64_t)nd->n_prefix + nd->max_path;
     if (need > nx_ctx_n_ctx(ctx)) {
@@ -289,7 +293,7 @@ int rt_namedec_decode(const rt_namedec *nd, nx_ctx *ctx, int *chosen, int *n_fee
                  "name decoding: the prompt (%d tokens) and the longest name (%d tokens) do not fit "
                  "a context of %d tokens",
                  nd->n_prefix, nd->max_path, nx_ctx_n_ctx(ctx));
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     nx_ctx_reset(ctx);
     return rt_namedec_run(nd, feed_ctx, ctx, chosen, n_feeds, err, errlen);

@@ -77,13 +77,14 @@ typedef const float *(*rt_namedec_feed_fn)(void *user, const nx_token *tokens, i
                                            size_t errlen);
 
 /* Greedy constrained decode with a logits source. *chosen = the candidate's index; *n_feeds
- * (may be NULL) = feed calls made. 0 or -1 with a message (the feed failed). */
-int rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, int *chosen,
+ * (may be NULL) = feed calls made. NX_STATUS_OK, or with a message NX_STATUS_NOMEM or
+ * NX_STATUS_INVALID_ARG (the feed failed). */
+nx_status rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, int *chosen,
                    int *n_feeds, char *err, size_t errlen);
 
 /* The same with the model through ctx (reset first; its n_ctx must hold the prefix and the
- * longest path). */
-int rt_namedec_decode(const rt_namedec *nd, nx_ctx *ctx, int *chosen, int *n_feeds, char *err,
+ * longest path: NX_STATUS_INVALID_ARG otherwise). */
+nx_status rt_namedec_decode(const rt_namedec *nd, nx_ctx *ctx, int *chosen, int *n_feeds, char *err,
                       size_t errlen);
 
 /* Tokenize text (BOS as the model asks, no special-token parsing) into a new array
