@@ -12,6 +12,7 @@
  * Errors go to stderr with exit code 1.
  */
 #include "kv_cmd.h"
+#include "args.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -35,11 +36,9 @@ __attribute__((format(printf, 1, 2))) static int kv_fail(const char *fmt, ...) {
 }
 
 static bool kv_long(const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) return false;
-    *out = x;
+    long long x;
+    if (!args_long(v, lo, hi, &x)) return false;
+    *out = (long)x;
     return true;
 }
 

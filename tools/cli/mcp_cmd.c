@@ -21,6 +21,7 @@
 #include "core/alloc.h"
 #include "mcp/mcp.h"
 #include "mcp_cmd.h"
+#include "args.h"
 
 static int fail(const char *fmt, const char *a) {
     fprintf(stderr, "nexus mcp: ");
@@ -187,10 +188,8 @@ int mcp_cmd_main(int argc, char **argv) {
             else if (!strcmp(a, "--server")) server = v;
             else if (!strcmp(a, "--name")) name = v;
             else if (!strcmp(a, "--timeout")) {
-                char *end;
-                errno = 0;
-                long t = strtol(v, &end, 10);
-                if (errno || *end || end == v || t < 1 || t > 3600000)
+                long long t;
+                if (!args_long(v, 1, 3600000, &t))
                     return fail("--timeout: expected milliseconds in [1, 3600000], got '%s'", v);
                 timeout_ms = (int)t;
             } else {

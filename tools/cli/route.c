@@ -33,6 +33,7 @@
  * JSON and SVG outputs are written atomically (eval/outfile.h, eval/svg.h).
  */
 #include "route.h"
+#include "args.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -72,10 +73,8 @@ static int bad_arg(const char *cmd, const char *fmt, const char *a) {
 }
 
 static int get_long(const char *cmd, const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || end == v || *end || x < lo || x > hi) {
+    long long x;
+    if (!args_long(v, lo, hi, &x)) {
         fprintf(stderr, "nexus %s: %s: expected an integer in [%ld, %ld], got '%s'\n", cmd, flag,
                 lo, hi, v ? v : "(nothing)");
         return -1;
@@ -85,10 +84,8 @@ static int get_long(const char *cmd, const char *flag, const char *v, long lo, l
 }
 
 static int get_double(const char *cmd, const char *flag, const char *v, double *out) {
-    char *end;
-    errno = 0;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || errno || end == v || *end || !isfinite(x)) {
+    double x;
+    if (!args_double(v, &x)) {
         fprintf(stderr, "nexus %s: %s: expected a number, got '%s'\n", cmd, flag, v ? v : "(nothing)");
         return -1;
     }
@@ -98,24 +95,8 @@ static int get_double(const char *cmd, const char *flag, const char *v, double *
 
 /* "10,50,100" -> sizes; returns count or -1 */
 static int parse_sizes(const char *cmd, const char *s, int *out, int max) {
-    int n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 1 || v > 1000000 || n == max) {
-            fprintf(stderr, "nexus %s: bad size list '%s'\n", cmd, s);
-            return -1;
-        }
-        out[n++] = (int)v;
-        p = end;
-        if (*p == ',') p++;
-        else if (*p) {
-            fprintf(stderr, "nexus %s: bad size list '%s'\n", cmd, s);
-            return -1;
-        }
-    }
+    int n = args_int_list(s, 1, 1000000, out, max);
+    if (n < 0) fprintf(stderr, "nexus %s: bad size list '%s'\n", cmd, s);
     return n;
 }
 

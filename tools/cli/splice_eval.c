@@ -23,6 +23,7 @@
  * with d + block + query beyond the model's trained context are skipped.
  */
 #include "kv_cmd.h"
+#include "args.h"
 
 #include <errno.h>
 #include <math.h>
@@ -52,21 +53,12 @@ static int se_fail(const char *msg, const char *arg) {
 }
 
 static bool se_long(const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) return false;
-    *out = x;
+    long long x;
+    if (!args_long(v, lo, hi, &x)) return false;
+    *out = (long)x;
     return true;
 }
-static bool se_double(const char *v, double *out) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(x)) return false;
-    *out = x;
-    return true;
-}
+static bool se_double(const char *v, double *out) { return args_double(v, out); }
 
 /* Sample n tokens from BOS at temperature 1. */
 static int sample_stream(nx_ctx *c, const nx_model *m, nx_token *out, int32_t n, uint64_t seed) {
@@ -285,17 +277,11 @@ int splice_eval_main(int argc, char **argv) {
     }
     if (!model_path) return se_fail("no model (-m MODEL)", NULL);
     int32_t depths[16];
-    int nd = 0;
-    for (const char *p = depths_s; *p;) {
-        char *end;
-        errno = 0;
-        long d = strtol(p, &end, 10);
-        if (end == p || errno || d < 0 || d > (1 << 22) || nd == 16)
-            return se_fail("--depths: expected up to 16 comma-separated integers >= 0: ", depths_s);
-        depths[nd++] = (int32_t)d;
-        p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return se_fail("--depths: bad list ", depths_s);
-    }
+    int dl[16];
+    int nd = args_int_list(depths_s, 0, 1 << 22, dl, 16);
+    if (nd < 0)
+        return se_fail("--depths: expected up to 16 comma-separated integers >= 0: ", depths_s);
+    for (int i = 0; i < nd; i++) depths[i] = dl[i];
     char err[512];
     nx_model *m = NULL;
     if (nx_model_load(model_path, NULL, &m, err, sizeof err)) return se_fail(err, NULL);
