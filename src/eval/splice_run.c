@@ -22,8 +22,8 @@
  * query prefill); the minimum over --reps repeats per stream, averaged over streams. Depths
  * with d + block + query beyond the model's trained context are skipped.
  */
-#include "kv_cmd.h"
-#include "args.h"
+#include "../../tools/cli/kv_cmd.h"
+#include "../../tools/cli/args.h"
 
 #include <errno.h>
 #include <math.h>
