@@ -35,13 +35,6 @@ __attribute__((format(printf, 1, 2))) static int kv_fail(const char *fmt, ...) {
     return 1;
 }
 
-static bool kv_long(const char *v, long lo, long hi, long *out) {
-    long long x;
-    if (!args_long(v, lo, hi, &x)) return false;
-    *out = (long)x;
-    return true;
-}
-
 static nx_token *kv_tokenize(const nx_model *m, const char *text, size_t len, bool bos,
                              int32_t *n_out) {
     int32_t n = nx_tokenize(m, text, len, NULL, 0, bos, true);
@@ -72,31 +65,20 @@ static int kv_compile(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *file = NULL, *prefix = NULL, *out = NULL;
     long m0 = -1, threads = 2;
     bool f32 = false, no_bos = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has = i + 1 < argc;
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has)
-            model = argv[++i];
-        else if (!strcmp(a, "--text") && has)
-            text = argv[++i];
-        else if (!strcmp(a, "--file") && has)
-            file = argv[++i];
-        else if (!strcmp(a, "--prefix") && has)
-            prefix = argv[++i];
-        else if (!strcmp(a, "-o") && has)
-            out = argv[++i];
-        else if (!strcmp(a, "--m0") && has) {
-            if (!kv_long(argv[++i], 0, 1 << 24, &m0)) return kv_fail("--m0: bad value '%s'", argv[i]);
-        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) {
-            if (!kv_long(argv[++i], 1, 512, &threads))
-                return kv_fail("-t: bad value '%s'", argv[i]);
-        } else if (!strcmp(a, "--f32"))
-            f32 = true;
-        else if (!strcmp(a, "--no-bos"))
-            no_bos = true;
-        else
-            return kv_fail("compile: unknown or incomplete option '%s'", a);
-    }
+    const struct arg tab[] = {
+        A_STR("-m", "--model", &model),
+        A_STR("--text", NULL, &text),
+        A_STR("--file", NULL, &file),
+        A_STR("--prefix", NULL, &prefix),
+        A_STR("-o", NULL, &out),
+        A_LONG("--m0", NULL, &m0, 0, 1 << 24),
+        A_LONG("-t", "--threads", &threads, 1, 512),
+        A_FLAG("--f32", NULL, &f32),
+        A_FLAG("--no-bos", NULL, &no_bos),
+        A_END,
+    };
+    const struct arg *tabs[] = {tab, NULL};
+    if (args_parse(tabs, argc, argv, 1, "nexus kv compile", false, NULL, 0, NULL) != ARGS_OK) return 1;
     if (!model || !out || !text == !file)
         return kv_fail("compile: usage: nexus kv compile -m MODEL (--text T | --file F) [--m0 N] "
                        "[--prefix TEXT] [--f32] [--no-bos] -o FILE");
@@ -169,14 +151,9 @@ done:
 
 static int kv_info(int argc, char **argv) {
     const char *model = NULL, *file = NULL;
-    for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc)
-            model = argv[++i];
-        else if (argv[i][0] != '-' && !file)
-            file = argv[i];
-        else
-            return kv_fail("info: unknown option '%s'", argv[i]);
-    }
+    const struct arg tab[] = {A_STR("-m", "--model", &model), A_END};
+    const struct arg *tabs[] = {tab, NULL};
+    if (args_parse(tabs, argc, argv, 1, "nexus kv info", false, &file, 1, NULL) != ARGS_OK) return 1;
     if (!file) return kv_fail("info: usage: nexus kv info FILE [-m MODEL]");
     nx_model *m = model ? kv_load_model(model) : NULL;
     if (model && !m) return 1;
