@@ -114,19 +114,9 @@ int eval_mkdir(const char *dir, const char *cmd) {
 }
 
 nx_token *eval_tokenize(const nx_model *m, const char *text, size_t len, int add_bos, int32_t *n) {
-    int32_t k = nx_tokenize(m, text, len, NULL, 0, false, false);
-    if (k == INT32_MIN) return NULL;
-    int32_t need = (k < 0 ? -k : k) + 1;
-    nx_token *t = nx_malloc(sizeof *t * (size_t)need);
-    if (!t) return NULL;
-    int32_t off = 0;
-    if (add_bos && nx_token_bos(m) >= 0) t[off++] = nx_token_bos(m);
-    k = nx_tokenize(m, text, len, t + off, need - off, false, false);
-    if (k < 0) {
-        nx_free(t);
-        return NULL;
-    }
-    *n = k + off;
+    nx_token *t;
+    struct nx_err err;
+    if (nx_gen_tokenize(m, text, len, add_bos ? NX_GEN_TOK_FORCE_BOS : 0u, &t, n, &err)) return NULL;
     return t;
 }
 

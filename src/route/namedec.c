@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "gen/generate.h"
 
 struct nd_node {
     nx_token tok;        /* token on the edge into this node (root: -1) */
@@ -67,27 +68,9 @@ int32_t rt_namedec_path(const rt_namedec *nd, int i, const nx_token **tokens) {
 int rt_namedec_n_nodes(const rt_namedec *nd) { return nd->n_nodes; }
 
 int32_t rt_tokenize_alloc(const nx_model *m, const char *text, nx_token **out) {
-    size_t len = strlen(text);
-    if (len > (size_t)INT32_MAX - 64) return -1;
-    int32_t cap = (int32_t)len + 16;
-    nx_token *t = nx_malloc((size_t)cap * sizeof(*t));
-    if (!t) return -1;
-    int32_t n = nx_tokenize(m, text, len, t, cap, true, false);
-    if (n < 0 && n != INT32_MIN) {
-        cap = -n;
-        nx_token *q = nx_realloc(t, (size_t)cap * sizeof(*t));
-        if (!q) {
-            nx_free(t);
-            return -1;
-        }
-        t = q;
-        n = nx_tokenize(m, text, len, t, cap, true, false);
-    }
-    if (n < 0) {
-        nx_free(t);
-        return -1;
-    }
-    *out = t;
+    int32_t n;
+    struct nx_err err;
+    if (nx_gen_tokenize(m, text, strlen(text), NX_GEN_TOK_ADD_SPECIAL, out, &n, &err)) return -1;
     return n;
 }
 

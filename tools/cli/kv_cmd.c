@@ -23,6 +23,7 @@
 #include "core/alloc.h"
 #include "core/nx_base.h"
 #include "core/readfile.h"
+#include "gen/generate.h"
 #include "nexus.h"
 
 __attribute__((format(printf, 1, 2))) static int kv_fail(const char *fmt, ...) {
@@ -35,19 +36,15 @@ __attribute__((format(printf, 1, 2))) static int kv_fail(const char *fmt, ...) {
     return 1;
 }
 
+/* Tokenizes with special-token parsing, BOS as the model asks when bos (nx_gen_tokenize);
+ * nx_free the result; NULL on failure. */
 static nx_token *kv_tokenize(const nx_model *m, const char *text, size_t len, bool bos,
                              int32_t *n_out) {
-    int32_t n = nx_tokenize(m, text, len, NULL, 0, bos, true);
-    if (n == INT32_MIN) return NULL;
-    int32_t need = n < 0 ? -n : n;
-    nx_token *t = malloc(sizeof *t * (size_t)(need > 0 ? need : 1));
-    if (!t) return NULL;
-    n = nx_tokenize(m, text, len, t, need, bos, true);
-    if (n < 0) {
-        free(t);
+    nx_token *t;
+    struct nx_err err;
+    if (nx_gen_tokenize(m, text, len, (bos ? NX_GEN_TOK_ADD_SPECIAL : 0u) | NX_GEN_TOK_PARSE_SPECIAL,
+                        &t, n_out, &err))
         return NULL;
-    }
-    *n_out = n;
     return t;
 }
 
@@ -142,8 +139,8 @@ static int kv_compile(int argc, char **argv) {
 done:
     nx_kv_block_free(b);
     nx_ctx_free(c);
-    free(pre);
-    free(toks);
+    nx_free(pre);
+    nx_free(toks);
     nx_free(owned);
     nx_model_free(m);
     return rc;

@@ -159,16 +159,16 @@ static nx_ctx *make_ctx(const nx_model *m, const struct common_opts *o) {
     return c;
 }
 
+/* Tokenizes with special-token parsing, BOS/EOS as the model asks when add_special
+ * (nx_gen_tokenize); nx_free the result. */
 static nx_token *tokenize_text(const nx_model *m, const char *text, size_t len, bool add_special,
                                int32_t *n_out) {
-    int32_t n = nx_tokenize(m, text, len, NULL, 0, add_special, true);
-    if (n == INT32_MIN) die("tokenizer failed");
-    int32_t need = n < 0 ? -n : n;
-    nx_token *toks = malloc(sizeof *toks * (size_t)(need > 0 ? need : 1));
-    if (!toks) die("out of memory");
-    n = nx_tokenize(m, text, len, toks, need, add_special, true);
-    if (n < 0) die("tokenizer failed");
-    *n_out = n;
+    nx_token *toks;
+    struct nx_err err;
+    nx_status st = nx_gen_tokenize(m, text, len,
+                                   (add_special ? NX_GEN_TOK_ADD_SPECIAL : 0u) | NX_GEN_TOK_PARSE_SPECIAL,
+                                   &toks, n_out, &err);
+    if (st) die(st == NX_STATUS_NOMEM ? "out of memory" : "tokenizer failed");
     return toks;
 }
 
@@ -281,7 +281,7 @@ static int cmd_run(int argc, char **argv) {
             (double)ks.bytes_current / 1048576.0, (double)ks.bytes_pool / 1048576.0,
             (long long)ks.tokens_cached, (long long)ks.evictions, (long long)ks.tokens_evicted,
             ks.evict_seconds);
-    free(toks);
+    nx_free(toks);
     nx_free(owned);
     nx_sampler_free(s);
     nx_ctx_free(c);
@@ -291,11 +291,11 @@ static int cmd_run(int argc, char **argv) {
 
 /* ---- nexus logits ---- */
 
-/* "1,2,3" -> token ids (each in [0, INT32_MAX], args_long); malloc'ed. */
+/* "1,2,3" -> token ids (each in [0, INT32_MAX], args_long); nx_free the result. */
 static nx_token *parse_token_list(const char *s, int32_t *n_out) {
     size_t n = 1;
     for (const char *p = s; *p; p++) n += *p == ',';
-    nx_token *t = malloc(sizeof *t * n);
+    nx_token *t = nx_malloc(sizeof *t * n);
     if (!t) die("out of memory");
     int32_t k = 0;
     for (const char *p = s;;) {
@@ -362,7 +362,7 @@ static int cmd_logits(int argc, char **argv) {
         printf("\n");
     }
     free(best);
-    free(toks);
+    nx_free(toks);
     nx_ctx_free(c);
     nx_model_free(m);
     return 0;
@@ -395,7 +395,7 @@ static int cmd_tokenize(int argc, char **argv) {
     nx_token *toks = tokenize_text(m, text, len, bos, &n);
     for (int32_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", toks[i]);
     printf("\n");
-    free(toks);
+    nx_free(toks);
     nx_free(owned);
     nx_model_free(m);
     return 0;
