@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/json.h"
 
 #include "eval/metrics.h"
 
@@ -182,22 +183,23 @@ static ssize_t read_line(FILE *f, char **buf, size_t *cap) {
     return (ssize_t)n;
 }
 
-int lb_load(const char *path, int limit, struct lb_set *out, char *err, size_t errlen) {
+nx_status lb_load(const char *path, int limit, struct lb_set *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
+        return NX_STATUS_IO;
     }
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
-    int lineno = 0, cap_r = 0, rc = 0;
+    int lineno = 0, cap_r = 0;
+    nx_status rc = NX_STATUS_OK;
     while ((len = read_line(f, &line, &cap)) != -1) {
         lineno++;
         if (len == -2) {
             snprintf(err, errlen, "%s:%d: out of memory", path, lineno);
-            rc = -1;
+            rc = NX_STATUS_NOMEM;
             break;
         }
         int blank = 1;
@@ -206,15 +208,21 @@ int lb_load(const char *path, int limit, struct lb_set *out, char *err, size_t e
         if (blank) continue;
         if ((ssize_t)strlen(line) != len) {
             snprintf(err, errlen, "%s:%d: NUL byte in the line", path, lineno);
-            rc = -1;
+            rc = NX_STATUS_FORMAT;
             break;
         }
         json_error_t je;
-        json_t *o = json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES, &je);
+        bool oom;
+        json_t *o = nx_json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES, &je, &oom);
+        if (!o && oom) {
+            snprintf(err, errlen, "%s:%d: out of memory", path, lineno);
+            rc = NX_STATUS_NOMEM;
+            break;
+        }
         if (!o) {
             snprintf(err, errlen, "%s:%d: invalid JSON at column %d: %s", path, lineno, je.column,
                      je.text);
-            rc = -1;
+            rc = NX_STATUS_FORMAT;
             break;
         }
         if (out->n == cap_r) {
@@ -223,7 +231,7 @@ int lb_load(const char *path, int limit, struct lb_set *out, char *err, size_t e
             if (!nr) {
                 json_decref(o);
                 snprintf(err, errlen, "%s:%d: out of memory", path, lineno);
-                rc = -1;
+                rc = NX_STATUS_NOMEM;
                 break;
             }
             out->r = nr, cap_r = nc;
@@ -236,7 +244,7 @@ int lb_load(const char *path, int limit, struct lb_set *out, char *err, size_t e
         if (bad) {
             snprintf(err, errlen, "%s:%d: %s", path, lineno, bad);
             rec_free(r);
-            rc = -1;
+            rc = strstr(bad, "out of memory") ? NX_STATUS_NOMEM : NX_STATUS_FORMAT;
             break;
         }
         out->n++;
@@ -244,11 +252,11 @@ int lb_load(const char *path, int limit, struct lb_set *out, char *err, size_t e
     }
     if (rc == 0 && ferror(f)) {
         snprintf(err, errlen, "%s: read error", path);
-        rc = -1;
+        rc = NX_STATUS_IO;
     }
     if (rc == 0 && out->n == 0) {
         snprintf(err, errlen, "%s: no records", path);
-        rc = -1;
+        rc = NX_STATUS_FORMAT;
     }
     nx_free(line);
     fclose(f);

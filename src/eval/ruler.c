@@ -423,13 +423,13 @@ static int32_t measure(enum ruler_task t, int n, int32_t target, int max_new, ui
     return count(user, b->p, b->n);
 }
 
-int ruler_generate(enum ruler_task task, int32_t target, int max_new, uint64_t seed,
+nx_status ruler_generate(enum ruler_task task, int32_t target, int max_new, uint64_t seed,
                    ruler_count_fn count, void *user, struct ruler_sample *out, char *err,
                    size_t errlen) {
     memset(out, 0, sizeof *out);
     if ((unsigned)task >= RULER_N_TASKS || !count || target < 1) {
         snprintf(err, errlen, "ruler: bad task, target or counter");
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     if (max_new <= 0) max_new = ruler_task_max_new(task);
     int32_t room = target - max_new;
@@ -443,7 +443,7 @@ int ruler_generate(enum ruler_task task, int32_t target, int max_new, uint64_t s
                      "takes %d tokens plus %d to generate)", ruler_task_name(task), target, k,
                      max_new);
         nx_free(b.p);
-        return k < 0 ? -1 : -2;
+        return k < 0 ? (b.oom ? NX_STATUS_NOMEM : NX_STATUS_INVALID_ARG) : NX_STATUS_UNSUPPORTED;
     }
     int lo = 1, hi = 2; /* lo fits; find hi that does not */
     for (;;) {
@@ -469,13 +469,13 @@ int ruler_generate(enum ruler_task task, int32_t target, int max_new, uint64_t s
     out->prompt = b.p;
     out->n_tokens = k;
     out->max_new = max_new;
-    return 0;
+    return NX_STATUS_OK;
 fail:
     snprintf(err, errlen, "ruler: %s: %s", ruler_task_name(task),
              b.oom ? "out of memory" : "tokenizing the prompt failed");
     nx_free(b.p);
     memset(out, 0, sizeof *out);
-    return -1;
+    return b.oom ? NX_STATUS_NOMEM : NX_STATUS_INVALID_ARG;
 }
 
 void ruler_sample_free(struct ruler_sample *s) {

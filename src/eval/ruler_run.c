@@ -92,9 +92,9 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
         for (int s = 0; s < rp->samples; s++) {
             struct ruler_sample smp;
             char err[512];
-            int g = ruler_generate(tasks[ti], rp->length, rp->max_new, rp->seed + (uint64_t)s,
+            nx_status g = ruler_generate(tasks[ti], rp->length, rp->max_new, rp->seed + (uint64_t)s,
                                    count_tokens, (void *)m, &smp, err, sizeof err);
-            if (g == -2) { /* does not fit: the task is skipped and listed */
+            if (g == NX_STATUS_UNSUPPORTED) { /* does not fit: the task is skipped and listed */
                 snprintf(skipped[ti], sizeof skipped[ti], "%s", err);
                 done += (rp->samples - s) * nc;
                 nx_progress_update(&pg, done, ruler_task_name(tasks[ti]));
