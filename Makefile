@@ -54,8 +54,6 @@ FUZZ_SUP_SRC = $(sort $(wildcard fuzz/*.c))
 FUZZ_SUP_OBJ = $(FUZZ_SUP_SRC:%.c=$(BUILD)/%.o)
 FUZZ_TGT_SRC = $(sort $(wildcard fuzz/targets/*.c))
 FUZZ_TGT_OBJ = $(FUZZ_TGT_SRC:%.c=$(BUILD)/%.o)
-# tools/cli objects other than main.o are linkable into tests (e.g. the model writer)
-CLI_LIBOBJ = $(filter-out $(BUILD)/tools/cli/main.o,$(CLI_OBJ))
 
 MODEL ?= ../shared/models/stories260K/stories260K.gguf
 
@@ -91,8 +89,10 @@ $(BUILD)/libnexus.a: $(LIB_OBJ)
 $(BUILD)/nexus: $(CLI_OBJ) $(BUILD)/libnexus.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TSUP_OBJ) $(CLI_LIBOBJ) $(BUILD)/libnexus.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# Test binaries link the library and the test support code, never tools/cli objects; the CLI
+# tests run the nexus binary as a process (tests/support/cli.c), hence the order-only prerequisite.
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TSUP_OBJ) $(BUILD)/libnexus.a | $(BUILD)/nexus
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) $(LDLIBS)
 
 # The regression replay links every fuzz target, built normally (fuzz.h registers them by name).
 $(BUILD)/tests/test_fuzz_regress: $(FUZZ_TGT_OBJ) $(FUZZ_SUP_OBJ)

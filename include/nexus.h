@@ -53,7 +53,10 @@ typedef int32_t nx_pos;
     X(KV_FULL, -6, "KV cache full") \
     X(ABORTED, -7, "aborted") \
     X(TIMEOUT, -8, "timed out") \
-    X(NOT_FOUND, -9, "not found")
+    X(NOT_FOUND, -9, "not found") \
+    X(PROTOCOL, -10, "protocol error") \
+    X(CLOSED, -11, "connection closed") \
+    X(REMOTE, -12, "error reported by the remote side")
 
 typedef enum nx_status {
 #define NX_STATUS_ENUM_(name, val, msg) NX_STATUS_##name = (val),

@@ -6,7 +6,7 @@
  * DESIGN
  * - The oracle (tests/support/ref_forward.c) is validated first, on a real model with golden
  *   ids and logits computed elsewhere (numpy float64). Everything else is compared to it.
- * - Models are random (tools/cli/mkmodel.c), written to a temporary directory, small enough for
+ * - Models are random (src/model/mkmodel.c), written to a temporary directory, small enough for
  *   the O(n^2) double reference: 2 layers, n_embd 256 (so K-quant rows of 256 work), 4 heads /
  *   2 kv heads, ff 512, vocab 320; qwen3 uses head_dim 128 != n_embd / n_head.
  * - Error metric: max over all positions and vocab entries of |engine - reference|, divided by
@@ -32,7 +32,7 @@
 #include "support/ref_forward.h"
 #include "support/tmpdir.h"
 #include "test.h"
-#include "../tools/cli/mkmodel.h"
+#include "model/mkmodel.h"
 
 /* ---------------------------------------------------------------------------------------------
  * Helpers

@@ -27,8 +27,8 @@
 #include "support/ref_encoder.h"
 #include "support/tmpdir.h"
 #include "test.h"
-#include "../tools/cli/embed_cmd.h"
-#include "../tools/cli/mkmodel.h"
+#include "support/cli.h"
+#include "model/mkmodel.h"
 
 /* ---- models ---- */
 
@@ -550,27 +550,13 @@ TEST(bad_inputs_give_errors) {
 
 /* Run a CLI entry point with stdout and stderr sent to files; returns its exit code and the
  * captured stdout in out (NUL-terminated, truncated to cap). */
-static int run_cli(int (*fn)(int, char **), int argc, char **argv, char *out, size_t cap) {
-    char po[256], pe[256];
-    test_tmp_path("cli_out.txt", po, sizeof po);
-    test_tmp_path("cli_err.txt", pe, sizeof pe);
-    fflush(stdout);
-    fflush(stderr);
-    int so = dup(1), se = dup(2);
-    int fo = open(po, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int fe = open(pe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fo, 1);
-    dup2(fe, 2);
-    int rc = fn(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(so, 1);
-    dup2(se, 2);
-    close(so), close(se), close(fo), close(fe);
-    FILE *f = fopen(po, "r");
-    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
-    out[n] = 0;
-    if (f) fclose(f);
+/* `nexus ARGV...` as a process (tests/support/cli.h): its exit status; its stdout in out. */
+static int run_cli(int argc, char **argv, char *out, size_t cap) {
+    (void)argc;
+    char *text = NULL;
+    int rc = test_cli((const char *const *)argv, false, &text);
+    snprintf(out, cap, "%s", text ? text : "");
+    free(text);
     return rc;
 }
 
@@ -580,16 +566,16 @@ TEST(cli_embed_and_rerank) {
     struct spec sr = {.arch = "bert", .type = "f32", .rerank = true};
     ASSERT_TRUE(make_model(&sb, bert, sizeof bert) && make_model(&sr, rr, sizeof rr));
     char *a1[] = {"embed", "-m", bert, "--pooling", "cls", "abc", "de f", NULL};
-    ASSERT_EQ(run_cli(embed_main, 7, a1, out, sizeof out), 0);
+    ASSERT_EQ(run_cli(7, a1, out, sizeof out), 0);
     ASSERT_TRUE(strstr(out, "dim=64 pooling=cls norm=1.000000 values=[") != NULL);
     ASSERT_TRUE(strstr(out, "text=\"de f\"") != NULL);
     char *a2[] = {"rerank", "-m", rr, "--query", "abc", "one", "two", NULL};
-    ASSERT_EQ(run_cli(rerank_main, 7, a2, out, sizeof out), 0);
+    ASSERT_EQ(run_cli(7, a2, out, sizeof out), 0);
     ASSERT_TRUE(strstr(out, "0\t") == out && strstr(out, "\n1\t") && strstr(out, "best: "));
     char *a3[] = {"rerank", "-m", bert, "--query", "abc", "one", NULL}; /* not a reranker */
-    ASSERT_EQ(run_cli(rerank_main, 6, a3, out, sizeof out), 1);
+    ASSERT_EQ(run_cli(6, a3, out, sizeof out), 1);
     char *a4[] = {"embed", "-m", bert, "--pooling", "max", "x", NULL};
-    ASSERT_TRUE(run_cli(embed_main, 6, a4, out, sizeof out) != 0);
+    ASSERT_TRUE(run_cli(6, a4, out, sizeof out) != 0);
 }
 
 /* ---- bad files: a copy of a good file with one defect ---- */

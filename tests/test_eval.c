@@ -3,9 +3,9 @@
 #include <jansson.h>
 #include <unistd.h>
 
-#include "../tools/cli/eval.h"
-#include "../tools/cli/eval_efficiency.h"
-#include "../tools/cli/mkmodel.h"
+#include "eval/eval.h"
+#include "eval/efficiency.h"
+#include "model/mkmodel.h"
 #include "test.h"
 
 TEST(eval_small_run_writes_json) {

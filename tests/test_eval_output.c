@@ -118,7 +118,7 @@ TEST(svg_save_is_atomic) {
     /* a failing draw leaves the earlier file and no temporary behind */
     struct svg_series bad = {"a", NULL, y, NULL, 2};
     struct svg_panel pb = {"t", "x", "y", false, false, &bad, 1};
-    ASSERT_EQ(svg_save(path, "t", &pb, 1, err, sizeof err), -1);
+    ASSERT_EQ(svg_save(path, "t", &pb, 1, err, sizeof err), NX_STATUS_INVALID_ARG);
     ASSERT_TRUE(strstr(err, "a.svg") != NULL);
     ASSERT_EQ(access(path, R_OK), 0);
     char tmp[300];
@@ -127,7 +127,7 @@ TEST(svg_save_is_atomic) {
     /* a directory that does not exist: an error naming it */
     char nopath[300];
     snprintf(nopath, sizeof nopath, "%s/missing/b.svg", dir);
-    ASSERT_EQ(svg_save(nopath, "t", &p, 1, err, sizeof err), -1);
+    ASSERT_EQ(svg_save(nopath, "t", &p, 1, err, sizeof err), NX_STATUS_IO);
     ASSERT_TRUE(strstr(err, "missing") != NULL);
     unlink(path);
     rmdir(dir);

@@ -4,7 +4,7 @@
 #include <jansson.h>
 #include <unistd.h>
 
-#include "../tools/cli/eval_ruler.h"
+#include "eval/ruler_run.h"
 #include "eval/ruler.h"
 #include "test.h"
 
@@ -184,10 +184,10 @@ TEST(ruler_seeded_and_errors) {
     ASSERT_TRUE(strcmp(a.prompt, b.prompt) != 0);
     ruler_sample_free(&a);
     ruler_sample_free(&b);
-    ASSERT_EQ(ruler_generate(RULER_NIAH_SINGLE_1, 100, 0, 9, count_words, NULL, &a, err, sizeof err), -2);
+    ASSERT_EQ(ruler_generate(RULER_NIAH_SINGLE_1, 100, 0, 9, count_words, NULL, &a, err, sizeof err), NX_STATUS_UNSUPPORTED);
     ASSERT_TRUE(strstr(err, "too small") != NULL);
     ASSERT_TRUE(a.prompt == NULL);
-    ASSERT_EQ(ruler_generate(RULER_N_TASKS, 600, 0, 9, count_words, NULL, &a, err, sizeof err), -1);
+    ASSERT_EQ(ruler_generate(RULER_N_TASKS, 600, 0, 9, count_words, NULL, &a, err, sizeof err), NX_STATUS_INVALID_ARG);
     ASSERT_EQ(ruler_task_from_name("vt"), RULER_VT);
     ASSERT_EQ(ruler_task_from_name("qa_1"), -1);
     ASSERT_TRUE(ruler_n_left_out >= 7);

@@ -32,6 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/nx_base.h"
 #include "mcp/mcp.h"
 #include "support/tmpdir.h"
@@ -48,7 +49,7 @@ static void f_line(const char *s) {
 static void f_send(json_t *m) {
     char *s = json_dumps(m, JSON_COMPACT);
     f_line(s);
-    free(s);
+    nx_free(s);
     json_decref(m);
 }
 
@@ -202,7 +203,7 @@ static void fake_tools_call(json_t *id, json_t *params, json_t *replies) {
     } else if (!strcmp(name, "replies")) {
         char *s = json_dumps(replies, JSON_COMPACT | JSON_SORT_KEYS);
         f_result(id, f_content1(f_text(s)));
-        free(s);
+        nx_free(s);
     } else if (!strcmp(name, "env")) {
         const char *v = getenv(json_string_value(json_object_get(args, "name")) ?: "");
         f_result(id, f_content1(f_text(v ? v : "(unset)")));
@@ -394,7 +395,7 @@ TEST(fake_good_handshake_list_and_server_requests) {
     ASSERT_OK(mcp_call_tool(c, "replies", NULL, &r, err, sizeof err));
     char *text = mcp_result_text(r);
     json_t *rep = json_loads(text, 0, NULL);
-    free(text);
+    nx_free(text);
     json_decref(r);
     ASSERT_TRUE(json_is_array(rep));
     ASSERT_EQ(json_array_size(rep), 2);
@@ -426,7 +427,7 @@ TEST(fake_call_content_types) {
     ASSERT_OK(mcp_result_content(r, 0, &ct));
     ASSERT_EQ(ct.type, MCP_CONTENT_TEXT);
     ASSERT_STR_EQ(ct.text, "héllo\nworld");
-    ASSERT_EQ(mcp_result_content(r, 1, &ct), MCP_EARG);
+    ASSERT_EQ(mcp_result_content(r, 1, &ct), NX_STATUS_INVALID_ARG);
     json_decref(r);
 
     ASSERT_OK(mcp_call_tool(c, "media", NULL, &r, err, sizeof err));
@@ -439,13 +440,13 @@ TEST(fake_call_content_types) {
     ASSERT_TRUE(b != NULL);
     ASSERT_EQ(len, 6);
     ASSERT_TRUE(memcmp(b, "\x89PNG\r\n", 6) == 0);
-    free(b);
+    nx_free(b);
     ASSERT_OK(mcp_result_content(r, 1, &ct));
     ASSERT_EQ(ct.type, MCP_CONTENT_AUDIO);
     ASSERT_STR_EQ(ct.mime_type, "audio/wav");
     b = mcp_base64_decode(ct.data, &len);
     ASSERT_TRUE(b && len == 4 && !memcmp(b, "RIFF", 4));
-    free(b);
+    nx_free(b);
     json_decref(r);
 
     ASSERT_OK(mcp_call_tool(c, "links", NULL, &r, err, sizeof err));
@@ -463,7 +464,7 @@ TEST(fake_call_content_types) {
     ASSERT_TRUE(ct.text == NULL);
     b = mcp_base64_decode(ct.data, &len);
     ASSERT_TRUE(b && len == 3 && b[0] == 0 && b[1] == 1 && b[2] == 2);
-    free(b);
+    nx_free(b);
     json_decref(r);
 
     ASSERT_OK(mcp_call_tool(c, "structured", NULL, &r, err, sizeof err));
@@ -472,14 +473,14 @@ TEST(fake_call_content_types) {
     json_decref(r);
 
     /* isError result: an error carrying the tool's text, and the result for the model */
-    ASSERT_EQ(mcp_call_tool(c, "fail", NULL, &r, err, sizeof err), MCP_ETOOL);
+    ASSERT_EQ(mcp_call_tool(c, "fail", NULL, &r, err, sizeof err), NX_STATUS_REMOTE);
     ASSERT_CONTAINS(err, "boom: disk full");
     ASSERT_CONTAINS(err, "fail");
     ASSERT_TRUE(r != NULL && mcp_result_is_error(r));
     json_decref(r);
 
     /* JSON-RPC error object */
-    ASSERT_EQ(mcp_call_tool(c, "rpcerr", NULL, &r, err, sizeof err), MCP_ERPC);
+    ASSERT_EQ(mcp_call_tool(c, "rpcerr", NULL, &r, err, sizeof err), NX_STATUS_REMOTE);
     ASSERT_CONTAINS(err, "-32602");
     ASSERT_CONTAINS(err, "Unknown tool: rpcerr");
     ASSERT_TRUE(r == NULL);
@@ -489,11 +490,11 @@ TEST(fake_call_content_types) {
     json_decref(r);
     /* arguments must be an object */
     json_t *arr = json_array();
-    ASSERT_EQ(mcp_call_tool(c, "echo", arr, &r, err, sizeof err), MCP_EARG);
+    ASSERT_EQ(mcp_call_tool(c, "echo", arr, &r, err, sizeof err), NX_STATUS_INVALID_ARG);
     json_decref(arr);
     /* an unknown method through the raw request */
     int code = 0;
-    ASSERT_EQ(mcp_request(c, "no/such_method", NULL, &r, &code, err, sizeof err), MCP_ERPC);
+    ASSERT_EQ(mcp_request(c, "no/such_method", NULL, &r, &code, err, sizeof err), NX_STATUS_REMOTE);
     ASSERT_EQ(code, -32601);
     mcp_close(c);
 }
@@ -510,19 +511,19 @@ TEST(fake_env_cwd_and_list_changed) {
     json_decref(args);
     char *t = mcp_result_text(r);
     ASSERT_STR_EQ(t, "hello from the config");
-    free(t);
+    nx_free(t);
     json_decref(r);
     args = json_pack("{s:s}", "name", "PATH"); /* inherited */
     ASSERT_OK(mcp_call_tool(c, "env", args, &r, err, sizeof err));
     json_decref(args);
     t = mcp_result_text(r);
     ASSERT_TRUE(strcmp(t, "(unset)") != 0);
-    free(t);
+    nx_free(t);
     json_decref(r);
     ASSERT_OK(mcp_call_tool(c, "cwd", NULL, &r, err, sizeof err));
     t = mcp_result_text(r);
     ASSERT_STR_EQ(t, "/tmp");
-    free(t);
+    nx_free(t);
     json_decref(r);
 
     /* list_changed inside a call */
@@ -560,12 +561,12 @@ TEST(fake_line_limit_configurable) {
     json_decref(args);
     json_decref(r);
     args = json_pack("{s:i}", "n", 5000);
-    ASSERT_EQ(mcp_call_tool(c, "big", args, &r, err, sizeof err), MCP_ETOOLONG);
+    ASSERT_EQ(mcp_call_tool(c, "big", args, &r, err, sizeof err), NX_STATUS_PROTOCOL);
     json_decref(args);
     ASSERT_CONTAINS(err, "longer than the limit of 4096 bytes");
     /* broken from now on, at once */
     double t0 = nx_time_s();
-    ASSERT_EQ(mcp_call_tool(c, "echo", NULL, &r, err, sizeof err), MCP_ETOOLONG);
+    ASSERT_EQ(mcp_call_tool(c, "echo", NULL, &r, err, sizeof err), NX_STATUS_PROTOCOL);
     ASSERT_TRUE(nx_time_s() - t0 < 1.0);
     mcp_close(c);
 
@@ -578,7 +579,7 @@ TEST(fake_line_limit_configurable) {
     json_decref(args);
     char *t = mcp_result_text(r);
     ASSERT_EQ(strlen(t), 3 << 20);
-    free(t);
+    nx_free(t);
     json_decref(r);
     mcp_close(c);
 }
@@ -601,7 +602,7 @@ TEST(fake_modern_era) {
     ASSERT_OK(mcp_call_tool(c, "structured", NULL, &r, err, sizeof err));
     json_decref(r);
     /* input_required (MRTR) is not something this client can satisfy: a clear error */
-    ASSERT_EQ(mcp_call_tool(c, "needinput", NULL, &r, err, sizeof err), MCP_EPROTO);
+    ASSERT_EQ(mcp_call_tool(c, "needinput", NULL, &r, err, sizeof err), NX_STATUS_PROTOCOL);
     ASSERT_CONTAINS(err, "input_required");
     ASSERT_TRUE(r == NULL);
     /* and the client goes on */
@@ -615,13 +616,13 @@ TEST(fake_modern_era) {
     ASSERT_TRUE(mcp_is_modern(c));
     mcp_close(c);
     /* ... against a legacy server: refused, naming the reason */
-    ASSERT_EQ(open_fake("good", &p, &c, err, sizeof err), MCP_EVERSION);
+    ASSERT_EQ(open_fake("good", &p, &c, err, sizeof err), NX_STATUS_UNSUPPORTED);
     ASSERT_TRUE(c == NULL);
     ASSERT_CONTAINS(err, "not a 2026-07-28 server");
     ASSERT_CONTAINS(err, "-32601");
     /* era forced legacy against a modern-only server: initialize is refused */
     p.era = MCP_ERA_LEGACY;
-    ASSERT_EQ(open_fake("modern", &p, &c, err, sizeof err), MCP_ERPC);
+    ASSERT_EQ(open_fake("modern", &p, &c, err, sizeof err), NX_STATUS_REMOTE);
     ASSERT_CONTAINS(err, "initialize");
     ASSERT_CONTAINS(err, "Method not found");
 
@@ -651,7 +652,7 @@ TEST(fake_protocol_versions) {
     ASSERT_OK(mcp_list_tools(c, &tools, err, sizeof err));
     json_decref(tools);
     mcp_close(c);
-    ASSERT_EQ(open_fake("badversion", &p, &c, err, sizeof err), MCP_EVERSION);
+    ASSERT_EQ(open_fake("badversion", &p, &c, err, sizeof err), NX_STATUS_UNSUPPORTED);
     ASSERT_TRUE(c == NULL);
     ASSERT_CONTAINS(err, "'1999-01-01'");
     ASSERT_CONTAINS(err, "2024-11-05");
@@ -691,33 +692,33 @@ static void expect_list_failure(const char *mode, int timeout_ms, int want, cons
     ASSERT_TRUE(!alive(pid));
 }
 
-TEST(fake_garbage) { expect_list_failure("garbage", 10000, MCP_EPROTO, "not JSON", 5.0); }
+TEST(fake_garbage) { expect_list_failure("garbage", 10000, NX_STATUS_PROTOCOL, "not JSON", 5.0); }
 TEST(fake_garbage_quotes_line) {
-    expect_list_failure("garbage", 10000, MCP_EPROTO, "'this is not json {'", 5.0);
+    expect_list_failure("garbage", 10000, NX_STATUS_PROTOCOL, "'this is not json {'", 5.0);
 }
 TEST(fake_10mb_line) {
-    expect_list_failure("longline", 20000, MCP_ETOOLONG, "longer than the limit of 4194304", 10.0);
+    expect_list_failure("longline", 20000, NX_STATUS_PROTOCOL, "longer than the limit of 4194304", 10.0);
 }
 TEST(fake_never_answers) {
-    expect_list_failure("hang", 400, MCP_ETIMEOUT, "no reply from the server within 400 ms", 3.0);
+    expect_list_failure("hang", 400, NX_STATUS_TIMEOUT, "no reply from the server within 400 ms", 3.0);
 }
 TEST(fake_crash_mid_reply) {
-    expect_list_failure("crash", 10000, MCP_ECLOSED, "exited with status 3", 5.0);
+    expect_list_failure("crash", 10000, NX_STATUS_CLOSED, "exited with status 3", 5.0);
 }
 TEST(fake_crash_mid_reply_says_mid_message) {
-    expect_list_failure("crash", 10000, MCP_ECLOSED, "in the middle of a message", 5.0);
+    expect_list_failure("crash", 10000, NX_STATUS_CLOSED, "in the middle of a message", 5.0);
 }
 TEST(fake_abort_mid_reply) {
-    expect_list_failure("abort", 10000, MCP_ECLOSED, "killed by signal 6", 5.0);
+    expect_list_failure("abort", 10000, NX_STATUS_CLOSED, "killed by signal 6", 5.0);
 }
 TEST(fake_flood_never_answers) {
-    expect_list_failure("flood", 500, MCP_ETIMEOUT, "no reply", 3.0);
+    expect_list_failure("flood", 500, NX_STATUS_TIMEOUT, "no reply", 3.0);
 }
 TEST(fake_closes_stdout) {
-    expect_list_failure("closeout", 10000, MCP_ECLOSED, "closed its stdout", 5.0);
+    expect_list_failure("closeout", 10000, NX_STATUS_CLOSED, "closed its stdout", 5.0);
 }
 TEST(fake_cursor_loop) {
-    expect_list_failure("loop", 10000, MCP_EPROTO, "cursor 'same' a second time", 5.0);
+    expect_list_failure("loop", 10000, NX_STATUS_PROTOCOL, "cursor 'same' a second time", 5.0);
 }
 
 TEST(fake_page_limit) {
@@ -728,7 +729,7 @@ TEST(fake_page_limit) {
     char err[600];
     ASSERT_OK(open_fake("manypages", &p, &c, err, sizeof err));
     json_t *tools = NULL;
-    ASSERT_EQ(mcp_list_tools(c, &tools, err, sizeof err), MCP_EPROTO);
+    ASSERT_EQ(mcp_list_tools(c, &tools, err, sizeof err), NX_STATUS_PROTOCOL);
     ASSERT_CONTAINS(err, "more than 20 pages");
     mcp_close(c);
 }
@@ -771,7 +772,7 @@ TEST(fake_timeouts_on_handshake) {
     mcp_client *c = NULL;
     char err[600];
     double t0 = nx_time_s();
-    ASSERT_EQ(open_fake("hanginit", &p, &c, err, sizeof err), MCP_ETIMEOUT);
+    ASSERT_EQ(open_fake("hanginit", &p, &c, err, sizeof err), NX_STATUS_TIMEOUT);
     ASSERT_TRUE(nx_time_s() - t0 < 4.0); /* 300 ms probe + 300 ms initialize + start-up */
     ASSERT_CONTAINS(err, "initialize: no reply from the server within 300 ms");
     ASSERT_TRUE(c == NULL);
@@ -795,7 +796,7 @@ TEST(fake_server_exits_then_call) {
     double t0 = nx_time_s();
     int st = mcp_call_tool(c, "echo", args, &r, err, sizeof err);
     json_decref(args);
-    ASSERT_EQ(st, MCP_ECLOSED);
+    ASSERT_EQ(st, NX_STATUS_CLOSED);
     ASSERT_TRUE(nx_time_s() - t0 < 5.0); /* timeout 10 s: closed is seen, not waited out */
     ASSERT_CONTAINS(err, "tools/call echo");
     mcp_close(c);
@@ -807,7 +808,7 @@ TEST(spawn_errors) {
     struct mcp_server_params p = {0};
     const char *a1[] = {"nx-no-such-server-xyz", NULL};
     p.argv = a1;
-    ASSERT_EQ(mcp_open(&p, &c, err, sizeof err), MCP_ESPAWN);
+    ASSERT_EQ(mcp_open(&p, &c, err, sizeof err), NX_STATUS_IO);
     ASSERT_CONTAINS(err, "'nx-no-such-server-xyz' not found in PATH");
     const char *d = test_tmpdir();
     ASSERT_TRUE(d != NULL);
@@ -817,46 +818,46 @@ TEST(spawn_errors) {
     chmod(noexec, 0644);
     const char *a2[] = {noexec, NULL}; /* no execute permission */
     p.argv = a2;
-    ASSERT_EQ(mcp_open(&p, &c, err, sizeof err), MCP_ESPAWN);
+    ASSERT_EQ(mcp_open(&p, &c, err, sizeof err), NX_STATUS_IO);
     ASSERT_CONTAINS(err, "Permission denied");
     unlink(noexec);
     const char *a3[] = {"/bin/true", NULL};
     p.argv = a3;
     p.cwd = "/nonexistent/dir/xyz";
-    ASSERT_EQ(mcp_open(&p, &c, err, sizeof err), MCP_ESPAWN);
+    ASSERT_EQ(mcp_open(&p, &c, err, sizeof err), NX_STATUS_IO);
     ASSERT_CONTAINS(err, "cannot enter directory '/nonexistent/dir/xyz'");
     p.cwd = NULL;
     const char *bad_env[] = {"NOEQUALS", NULL};
     p.env = bad_env;
-    ASSERT_EQ(mcp_open(&p, &c, err, sizeof err), MCP_EARG);
+    ASSERT_EQ(mcp_open(&p, &c, err, sizeof err), NX_STATUS_INVALID_ARG);
     ASSERT_CONTAINS(err, "NOEQUALS");
     p.env = NULL;
     /* a program that exits at once: closed, with its status */
     const char *a4[] = {"/bin/sh", "-c", "echo dying >&2; exit 7", NULL};
     p.argv = a4;
     p.timeout_ms = 3000;
-    ASSERT_EQ(mcp_open(&p, &c, err, sizeof err), MCP_ECLOSED);
+    ASSERT_EQ(mcp_open(&p, &c, err, sizeof err), NX_STATUS_CLOSED);
     ASSERT_CONTAINS(err, "exited with status 7");
     ASSERT_CONTAINS(err, "dying");
     ASSERT_TRUE(c == NULL);
     mcp_close(NULL);
     p.argv = NULL;
-    ASSERT_EQ(mcp_open(&p, &c, err, sizeof err), MCP_EARG);
+    ASSERT_EQ(mcp_open(&p, &c, err, sizeof err), NX_STATUS_INVALID_ARG);
 }
 
 TEST(base64_and_result_helpers) {
     size_t n;
     unsigned char *b = mcp_base64_decode("aGVsbG8=", &n);
     ASSERT_TRUE(b && n == 5 && !memcmp(b, "hello", 5));
-    free(b);
+    nx_free(b);
     b = mcp_base64_decode("aGVsbG8", &n); /* no padding */
     ASSERT_TRUE(b && n == 5 && !memcmp(b, "hello", 5));
-    free(b);
+    nx_free(b);
     ASSERT_TRUE(mcp_base64_decode("a*b=", &n) == NULL);
     ASSERT_TRUE(mcp_base64_decode("a", &n) == NULL);
     b = mcp_base64_decode("", &n);
     ASSERT_TRUE(b && n == 0);
-    free(b);
+    nx_free(b);
     json_t *r = json_loads("{\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"x-new\"},"
                            "5,{\"type\":\"text\",\"text\":\"b\"}]}", 0, NULL);
     ASSERT_EQ(mcp_result_count(r), 4);
@@ -864,12 +865,12 @@ TEST(base64_and_result_helpers) {
     ASSERT_OK(mcp_result_content(r, 1, &ct));
     ASSERT_EQ(ct.type, MCP_CONTENT_UNKNOWN);
     ASSERT_STR_EQ(ct.type_name, "x-new");
-    ASSERT_EQ(mcp_result_content(r, 2, &ct), MCP_EPROTO);
+    ASSERT_EQ(mcp_result_content(r, 2, &ct), NX_STATUS_PROTOCOL);
     char *t = mcp_result_text(r);
     ASSERT_STR_EQ(t, "a\nb");
-    free(t);
+    nx_free(t);
     json_decref(r);
-    ASSERT_STR_EQ(mcp_status_str(MCP_ETIMEOUT), "timeout");
+    ASSERT_STR_EQ(nx_status_str(NX_STATUS_TIMEOUT), "timed out");
 }
 
 /* ============================== config ================================================= */
@@ -902,7 +903,7 @@ TEST(config_parse_errors) {
     };
     for (size_t i = 0; i < NX_ARRAY_LEN(cases); i++) {
         int st = mcp_config_parse(cases[i].text, NULL, &cfg, err, sizeof err);
-        if (st != MCP_EARG) FAILF("case %zu: status %d", i, st);
+        if (st != NX_STATUS_INVALID_ARG) FAILF("case %zu: status %d", i, st);
         if (!contains(err, cases[i].want)) FAILF("case %zu: \"%s\" lacks \"%s\"", i, err, cases[i].want);
         ASSERT_TRUE(cfg == NULL);
     }
@@ -913,10 +914,10 @@ TEST(config_parse_errors) {
     ASSERT_STR_EQ(mcp_config_name(cfg, 0), "a");
     ASSERT_STR_EQ(mcp_config_name(cfg, 1), "z");
     mcp_config_free(cfg);
-    ASSERT_EQ(mcp_config_load("/nonexistent/cfg.json", &cfg, err, sizeof err), MCP_EARG);
+    ASSERT_EQ(mcp_config_load("/nonexistent/cfg.json", &cfg, err, sizeof err), NX_STATUS_INVALID_ARG);
     ASSERT_CONTAINS(err, "No such file");
     json_t *tools = NULL;
-    ASSERT_EQ(mcp_config_list_tools("/nonexistent/cfg.json", 1000, &tools, err, sizeof err), MCP_EARG);
+    ASSERT_EQ(mcp_config_list_tools("/nonexistent/cfg.json", 1000, &tools, err, sizeof err), NX_STATUS_INVALID_ARG);
     ASSERT_TRUE(tools == NULL);
 }
 
@@ -980,40 +981,94 @@ TEST(config_list_tools_fake_servers) {
              "{\"mcpServers\": {\"ok\": {\"command\": \"%s\", \"env\": {\"NX_MCP_FAKE\": \"good\"}},"
              "\"bad\": {\"command\": \"%s\", \"env\": {\"NX_MCP_FAKE\": \"garbage\"}}}}", exe, exe);
     write_text(path, text);
-    ASSERT_EQ(mcp_config_list_tools(path, 3000, &tools, err, sizeof err), MCP_EPROTO);
+    ASSERT_EQ(mcp_config_list_tools(path, 3000, &tools, err, sizeof err), NX_STATUS_PROTOCOL);
     ASSERT_CONTAINS(err, "server 'bad'");
     ASSERT_CONTAINS(err, "not JSON");
     ASSERT_TRUE(tools == NULL);
     unlink(path);
 }
 
+/* ============================== allocation failures ==================================== */
+
+/* One session against the fake server: open (spawn + handshake), list the tools (three pages),
+ * call echo, close. 0 on success, else the failing call's status (err says why). */
+static int oom_session(char *err, size_t errlen) {
+    struct mcp_server_params p = {0};
+    p.timeout_ms = 5000;
+    mcp_client *c = NULL;
+    int st = open_fake("good", &p, &c, err, errlen);
+    json_t *tools = NULL, *r = NULL, *args = NULL;
+    if (st) goto out;
+    if ((st = mcp_list_tools(c, &tools, err, errlen))) goto out;
+    args = json_pack("{s:s}", "text", "hello");
+    if (!args) {
+        st = NX_STATUS_NOMEM;
+        snprintf(err, errlen, "out of memory (test arguments)");
+        goto out;
+    }
+    if ((st = mcp_call_tool(c, "echo", args, &r, err, errlen))) goto out;
+    char *text = mcp_result_text(r);
+    if (!text) {
+        st = NX_STATUS_NOMEM;
+        snprintf(err, errlen, "out of memory (result text)");
+    } else if (!strstr(text, "hello")) {
+        fprintf(stderr, "  a successful call with the wrong text: %s\n", text);
+        abort();
+    }
+    nx_free(text);
+out:
+    json_decref(r);
+    json_decref(args);
+    json_decref(tools);
+    mcp_close(c);
+    return st;
+}
+
+/* The n-th allocation of the session fails, for every n until a session makes fewer than n:
+ * each time NX_STATUS_NOMEM with an "out of memory" message, or success where the failed block was
+ * optional; never a crash, never a leak (nx_alloc_bytes; the ASan build checks the rest). */
+TEST(allocation_failures_session) {
+    char err[600];
+    size_t before = nx_alloc_bytes();
+    int clean = 0;
+    long n;
+    for (n = 1; n < 5000; n++) {
+        size_t fails = nx_alloc_failures();
+        nx_alloc_fail_after(n);
+        int st = oom_session(err, sizeof err);
+        nx_alloc_fail_after(0);
+        ASSERT_EQ(nx_alloc_bytes(), before);
+        if (nx_alloc_failures() == fails) {
+            if (st) FAILF("no failure injected, yet: %s", err);
+            break;
+        }
+        if (st) {
+            if (st != NX_STATUS_NOMEM || !strstr(err, "out of memory"))
+                FAILF("allocation %ld: status %d, '%s'", n, st, err);
+            clean++;
+        }
+    }
+    printf("  a failure injected at each of the first %ld allocations (%d clean failures)\n", n - 1,
+           clean);
+    ASSERT_TRUE(n > 6);      /* the client's own allocations (jansson's are exempt: alloc.c) */
+    ASSERT_TRUE(clean >= 5);
+}
+
 /* ============================== the CLI ================================================ */
 
-#include "../tools/cli/mcp_cmd.h"
+#include "support/cli.h"
 
-/* Runs `nexus mcp ARGS...` in-process with stdout and stderr captured into out (NUL-ended). */
+/* Runs `nexus mcp ARGS...` as a process (tests/support/cli.h) with stdout and stderr captured
+ * into out (NUL-ended). */
 static int run_cli(char **argv, int argc, char *out, size_t outlen) {
-    const char *d = test_tmpdir();
-    char path[512];
-    snprintf(path, sizeof path, "%s/cli.out", d ? d : "/tmp");
-    fflush(stdout);
-    fflush(stderr);
-    int save_out = dup(1), save_err = dup(2);
-    int fd = open(path, O_CREAT | O_TRUNC | O_RDWR, 0600);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    int rc = mcp_cmd_main(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(save_out, 1);
-    dup2(save_err, 2);
-    close(save_out);
-    close(save_err);
-    lseek(fd, 0, SEEK_SET);
-    ssize_t n = read(fd, out, outlen - 1);
-    out[n > 0 ? n : 0] = '\0';
-    close(fd);
-    unlink(path);
+    const char *args[16];
+    int n = 0;
+    for (; n < argc && n < 15; n++) args[n] = argv[n];
+    args[n] = NULL;
+    char *text = NULL;
+    int rc = test_cli(args, true, &text);
+    snprintf(out, outlen, "%s", text ? text : "");
+    free(text);
     return rc;
 }
 
@@ -1112,7 +1167,7 @@ TEST(real_everything) {
     if (st) FAILF("echo: %s", err);
     char *text = mcp_result_text(r);
     ASSERT_CONTAINS(text, "hi from nexus");
-    free(text);
+    nx_free(text);
     json_decref(r);
 
     args = json_pack("{s:i, s:i}", "a", 2, "b", 40);
@@ -1120,7 +1175,7 @@ TEST(real_everything) {
     json_decref(args);
     text = mcp_result_text(r);
     ASSERT_CONTAINS(text, "42");
-    free(text);
+    nx_free(text);
     json_decref(r);
 
     /* an image */
@@ -1132,7 +1187,7 @@ TEST(real_everything) {
         size_t len = 0;
         unsigned char *b = mcp_base64_decode(ct.data, &len);
         got_png = b && len > 8 && !memcmp(b, "\x89PNG", 4) && !strcmp(ct.mime_type, "image/png");
-        free(b);
+        nx_free(b);
     }
     json_decref(r);
     ASSERT_TRUE(got_png);
@@ -1159,7 +1214,7 @@ TEST(real_everything) {
     /* unknown tool: the TS SDK answers isError (ROUTING.md §2.7); either form is an error that
      * carries the server's message */
     st = mcp_call_tool(c, "no_such_tool", NULL, &r, err, sizeof err);
-    ASSERT_TRUE(st == MCP_ETOOL || st == MCP_ERPC);
+    ASSERT_TRUE(st == NX_STATUS_REMOTE || st == NX_STATUS_REMOTE);
     ASSERT_CONTAINS(err, "no_such_tool");
     json_decref(r);
     int pid = mcp_pid(c);
@@ -1195,7 +1250,7 @@ TEST(real_filesystem) {
     if (st) FAILF("read_text_file: %s", err);
     char *text = mcp_result_text(r);
     ASSERT_STR_EQ(text, "hello, nexus\nsecond line\n");
-    free(text);
+    nx_free(text);
     json_decref(r);
 
     args = json_pack("{s:s}", "path", root);
@@ -1203,7 +1258,7 @@ TEST(real_filesystem) {
     json_decref(args);
     text = mcp_result_text(r);
     ASSERT_CONTAINS(text, "hello.txt");
-    free(text);
+    nx_free(text);
     json_decref(r);
 
     /* outside the allowed directory: an error carrying the server's words */
@@ -1211,7 +1266,7 @@ TEST(real_filesystem) {
     st = mcp_call_tool(c, "read_text_file", args, &r, err, sizeof err);
     json_decref(args);
     json_decref(r);
-    ASSERT_TRUE(st == MCP_ETOOL || st == MCP_ERPC);
+    ASSERT_TRUE(st == NX_STATUS_REMOTE || st == NX_STATUS_REMOTE);
     ASSERT_CONTAINS(err, "ccess denied");
     mcp_close(c);
     unlink(file);
@@ -1251,7 +1306,7 @@ TEST(real_memory) {
     json_decref(args);
     char *text = mcp_result_text(r);
     ASSERT_CONTAINS(text, "written in C11");
-    free(text);
+    nx_free(text);
     json_decref(r);
     mcp_close(c);
     /* the server wrote its file through the env we passed */

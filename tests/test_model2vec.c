@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "route/embed.h"
 #include "route/hftok.h"
 #include "route/model2vec.h"
@@ -273,7 +274,7 @@ static int ids_equal(const hf_tok *t, const char *text, const int32_t *want, int
         for (int i = 0; i < n; i++) fprintf(stderr, " %d(%s)", ids[i], hf_tok_piece(t, ids[i]));
         fprintf(stderr, " %s\n", err);
     }
-    free(ids);
+    nx_free(ids);
     return ok;
 }
 
@@ -286,15 +287,15 @@ TEST(tok_normalize_pretokenize) {
     char *s = hf_tok_debug_pretokenize(t, "  H\xc3\xa9llo,\tWORLD!! ", err, sizeof err);
     ASSERT_TRUE(s != NULL);
     ASSERT_STR_EQ(s, "\xe2\x96\x81hello\xe2\x96\x81,\xe2\x96\x81world\xe2\x96\x81!\xe2\x96\x81!");
-    free(s);
+    nx_free(s);
     /* control characters dropped, CJK spaced */
     s = hf_tok_debug_pretokenize(t, "a\x01" "b\xe6\x97\xa5" "c", err, sizeof err);
     ASSERT_STR_EQ(s, "\xe2\x96\x81" "ab\xe2\x96\x81\xe6\x97\xa5\xe2\x96\x81" "c");
-    free(s);
+    nx_free(s);
     /* empty and all-space text: nothing */
     s = hf_tok_debug_pretokenize(t, " \t\n ", err, sizeof err);
     ASSERT_STR_EQ(s, "");
-    free(s);
+    nx_free(s);
     hf_tok_free(t);
 }
 
@@ -319,7 +320,7 @@ TEST(tok_ids_by_hand) {
     ASSERT_EQ(ids[0], 1134);
     ASSERT_STR_EQ(hf_tok_piece(t, ids[1]), "\xe2\x96\x81_");
     ASSERT_EQ(ids[2], 3635);
-    free(ids);
+    nx_free(ids);
     /* "▁tokenization" is not a piece: ▁token 18206 + ization 2991 */
     ASSERT_TRUE(ids_equal(t, "Tokenization", (int32_t[]){18206, 2991}, 2));
     /* accents stripped: naïve -> ▁naive 14745 */
@@ -377,7 +378,7 @@ TEST(tok_bad_files) {
     ASSERT_EQ(hf_tok_encode(t, "ab", 2, &ids, err, sizeof err), 2);
     ASSERT_EQ(ids[0], 0);
     ASSERT_EQ(ids[1], 1);
-    free(ids);
+    nx_free(ids);
     ASSERT_EQ(hf_tok_encode(t, "ac", 2, &ids, err, sizeof err), -1);
     ASSERT_TRUE(strstr(err, "no unk_id") != NULL);
     hf_tok_free(t);
@@ -444,10 +445,10 @@ TEST(tok_pretokenizer_variants) {
         if (!got) FAILF("case %zu: %s", i, err);
         if (strcmp(got, cases[i].want) != 0) {
             fprintf(stderr, "  case %zu: \"%s\" != \"%s\"\n", i, got, cases[i].want);
-            free(got);
+            nx_free(got);
             FAILF("pre-tokenization differs");
         }
-        free(got);
+        nx_free(got);
     }
 }
 
@@ -471,7 +472,7 @@ TEST(tok_wordpiece) {
     /* whitespace dropped, punctuation isolated, greedy longest match with ## continuations */
     char *pre = hf_tok_debug_pretokenize(t, "Unaff\xc3\xa1" "ble, Worlds!", err, sizeof err);
     ASSERT_STR_EQ(pre, "unaffable|,|worlds|!");
-    free(pre);
+    nx_free(pre);
     ASSERT_TRUE(ids_equal(t, "Unaff\xc3\xa1" "ble, Worlds!", (int32_t[]){2, 3, 4, 6, 7, 9, 8}, 7));
     /* a word that cannot be covered is one [UNK], the rest is unaffected */
     ASSERT_TRUE(ids_equal(t, "xyz hello", (int32_t[]){0, 5}, 2));
@@ -484,7 +485,7 @@ TEST(tok_wordpiece) {
     ASSERT_EQ(hf_tok_encode(t, w, 100, &ids, err, sizeof err), 100);
     ASSERT_EQ(ids[0], 10);
     ASSERT_EQ(ids[99], 11);
-    free(ids);
+    nx_free(ids);
     w[100] = 'a';
     w[101] = 0;
     ASSERT_TRUE(ids_equal(t, w, (int32_t[]){0}, 1));
@@ -528,7 +529,7 @@ TEST(tok_random_bytes_never_fail) {
         if (k < 0) FAILF("trial %d: %s", trial, err);
         for (int i = 0; i < k; i++)
             if (ids[i] < 0 || ids[i] >= hf_tok_n_vocab(t)) FAILF("trial %d: id %d", trial, ids[i]);
-        free(ids);
+        nx_free(ids);
     }
     hf_tok_free(t);
 }
@@ -610,7 +611,7 @@ TEST(m2v_reference_hello_x1000) {
     ASSERT_EQ(n, 512);
     for (int i = 0; i < n; i++)
         if (ids[i] != 6594) FAILF("id %d = %d", i, ids[i]);
-    free(ids);
+    nx_free(ids);
     /* query and document embed the same */
     float out2[64];
     ASSERT_OK(e->embed(e, text, RT_DOCUMENT, out2, err, sizeof err));
@@ -638,14 +639,14 @@ TEST(m2v_truncation_cuts_text_then_ids) {
     ASSERT_EQ(n, 512);
     ASSERT_EQ(ids[510], 6594);
     ASSERT_EQ(ids[511], 1091);
-    free(ids);
+    nx_free(ids);
     /* a single 5000-character word: cut to 3584 characters before tokenizing, its pieces then
      * cut to 512 */
     memset(text, 'a', 5000);
     text[5000] = 0;
     n = rt_model2vec_ids(e, text, &ids, err, sizeof err);
     ASSERT_TRUE(n > 0 && n <= 512);
-    free(ids);
+    nx_free(ids);
     free(text);
     rt_embedder_free(e);
 }

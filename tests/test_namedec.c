@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "core/alloc.h"
 #include "nexus.h"
 #include "route/chat_rerank.h"
 #include "route/namedec.h"
@@ -384,7 +385,7 @@ TEST(nd_context_too_small) {
                                       NAMES, N_NAMES, NULL, err, sizeof err);
     ASSERT_TRUE(nd != NULL);
     int chosen;
-    ASSERT_EQ(rt_namedec_decode(nd, ctx, &chosen, NULL, err, sizeof err), -1);
+    ASSERT_EQ(rt_namedec_decode(nd, ctx, &chosen, NULL, err, sizeof err), NX_STATUS_INVALID_ARG);
     ASSERT_TRUE(strstr(err, "do not fit") != NULL);
     rt_namedec_free(nd);
     nx_ctx_free(ctx);
@@ -397,12 +398,12 @@ TEST(nd_prompt_helper_and_latency) {
     char *p = rt_namedec_prompt("weather in Paris?", names, descs, 2, 0);
     ASSERT_STR_EQ(p, "Tools:\n- get_weather: Get the weather for a city\n- search\nQuery: weather in "
                      "Paris?\nTool: ");
-    free(p);
+    nx_free(p);
     /* descriptions cut at a UTF-8 boundary: "caf" + é (2 bytes) cut at 4 bytes -> "caf" */
     const char *d2[] = {"caf\xc3\xa9 au lait", ""};
     p = rt_namedec_prompt("q", names, d2, 2, 4);
     ASSERT_STR_EQ(p, "Tools:\n- get_weather: caf\n- search\nQuery: q\nTool: ");
-    free(p);
+    nx_free(p);
 
     /* the trailing space of "Tool: " is handled by the shared-prefix rule: paths are still the
      * tails of tokenize(prompt + name + "\n") */
@@ -445,7 +446,7 @@ TEST(nd_prompt_helper_and_latency) {
            N_NAMES, np, feeds, ms, NAMES[chosen]);
     nx_ctx_free(ctx);
     rt_namedec_free(nd);
-    free(p);
+    nx_free(p);
     nx_model_free(m);
 }
 

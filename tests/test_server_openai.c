@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../tools/cli/mkmodel.h"
+#include "model/mkmodel.h"
 #include "nexus.h"
 #include "server/server.h"
 #include "support/tmpdir.h"

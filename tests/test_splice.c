@@ -15,8 +15,8 @@
 #include "core/nx_base.h"
 #include "kv/kv_cache.h"
 #include "kv/kvblock.h"
-#include "../tools/cli/kv_cmd.h"
-#include "../tools/cli/mkmodel.h"
+#include "support/cli.h"
+#include "model/mkmodel.h"
 #include "model/context.h"
 #include "nexus.h"
 #include "support/tmpdir.h"
@@ -650,17 +650,8 @@ TEST(pinned_splice_survives_eviction) {
 
 /* ---- CLI ---- */
 
-static int run_cli(int (*fn)(int, char **), const char *const *args) {
-    char *argv[40];
-    int argc = 0;
-    while (args[argc] && argc < 39) {
-        argv[argc] = (char *)args[argc];
-        argc++;
-    }
-    argv[argc] = NULL;
-    fflush(stdout);
-    return fn(argc, argv);
-}
+/* `nexus ARGS...` as a process (tests/support/cli.h); its exit status. */
+#define run_cli(fn, args) test_cli(args, false, NULL)
 
 TEST(cli_kv_compile_info_and_splice_eval) {
     char model[512], blk[256], bad[256], js[256], svg[256];

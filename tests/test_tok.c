@@ -891,25 +891,34 @@ TEST(tiny_vocabs_load_and_tokenize) {
 
 /* ---- allocation failures ---- */
 
-TEST(alloc_failures) {
+/* For one tokenizer: every allocation of the load fails in turn (until a load makes fewer
+ * allocations than the failure point), then every allocation of tokenizing a hard text:
+ * NX_STATUS_NOMEM / INT32_MIN, nothing leaked, and a tokenization that succeeds despite an
+ * injected failure (none should) gives exactly the tokens of an undisturbed run. */
+static void alloc_failures_for(const char *rel) {
     char path[512];
-    shared_path(path, sizeof path, "vocab/ggml-vocab-qwen2.gguf");
+    shared_path(path, sizeof path, rel);
     struct gguf_file *f = NULL;
     struct nx_err err = {{0}};
     ASSERT_OK(gguf_open(path, &f, &err));
-    /* every allocation of the load in turn fails: NOMEM, no leak, no crash */
     size_t base = nx_alloc_bytes();
     int failures = 0;
-    for (long k = 1; k < 200; k++) {
+    long k;
+    for (k = 1; k < 100000; k++) {
         struct nx_vocab *v = NULL;
+        size_t fails = nx_alloc_failures();
         nx_alloc_fail_after(k);
         nx_status st = vocab_load(f, &v, &err);
         nx_alloc_fail_after(0);
+        bool injected = nx_alloc_failures() != fails;
         if (st == NX_STATUS_OK) {
             vocab_free(v);
-            break;
+            ASSERT_EQ(nx_alloc_bytes(), base);
+            if (!injected) break;
+            continue;
         }
         failures++;
+        if (!injected) FAILF("%s: load failed without an injected failure: %s", rel, err.msg);
         ASSERT_EQ(st, NX_STATUS_NOMEM);
         ASSERT_TRUE(v == NULL);
         ASSERT_EQ(nx_alloc_bytes(), base);
@@ -918,18 +927,37 @@ TEST(alloc_failures) {
     struct nx_vocab *v = NULL;
     ASSERT_OK(vocab_load(f, &v, &err));
     gguf_close(f);
-    /* tokenize: INT32_MIN, no leak */
     const char *s = k_hard[8];
+    nx_token ref[512], t[512];
+    int32_t nref = vocab_tokenize(v, s, strlen(s), ref, 512, true, true);
+    ASSERT_TRUE(nref > 0);
     size_t before = nx_alloc_bytes();
-    nx_token t[256];
-    for (long k = 1; k < 8; k++) {
+    int tok_failures = 0;
+    for (k = 1; k < 100000; k++) {
+        size_t fails = nx_alloc_failures();
         nx_alloc_fail_after(k);
-        int32_t n = vocab_tokenize(v, s, strlen(s), t, 256, true, true);
+        int32_t n = vocab_tokenize(v, s, strlen(s), t, 512, true, true);
         nx_alloc_fail_after(0);
-        ASSERT_TRUE(n == INT32_MIN || n > 0);
+        bool injected = nx_alloc_failures() != fails;
         ASSERT_EQ(nx_alloc_bytes(), before);
+        if (n == INT32_MIN) {
+            if (!injected) FAILF("%s: tokenize failed without an injected failure", rel);
+            tok_failures++;
+            continue;
+        }
+        ASSERT_EQ(n, nref);
+        for (int32_t i = 0; i < n; i++) ASSERT_EQ(t[i], ref[i]);
+        if (!injected) break;
     }
     vocab_free(v);
+    printf("  %s: load failed cleanly %d times, tokenize %d times\n", rel, failures, tok_failures);
+}
+
+TEST(alloc_failures) {
+    alloc_failures_for("vocab/ggml-vocab-qwen2.gguf");
+    alloc_failures_for("vocab/ggml-vocab-llama-spm.gguf");
+    alloc_failures_for("vocab/ggml-vocab-bert-bge.gguf");
+    alloc_failures_for("stories260K/stories260K.gguf");
 }
 
 TEST_MAIN

@@ -25,7 +25,7 @@ static void read_result(const json_t *res) {
     size_t n = mcp_result_count(res);
     for (size_t i = 0; i < n; i++) {
         struct mcp_content ct;
-        if (mcp_result_content(res, i, &ct) != MCP_OK) continue;
+        if (mcp_result_content(res, i, &ct) != NX_STATUS_OK) continue;
         if (ct.data) {
             size_t len;
             free(mcp_base64_decode(ct.data, &len));
@@ -49,14 +49,14 @@ static void session(mcp_client *c) {
     json_t *tools = NULL;
     err[0] = 0;
     st = mcp_list_tools(c, &tools, err, sizeof err);
-    CHECK(st == MCP_OK ? tools != NULL : err[0] != 0);
+    CHECK(st == NX_STATUS_OK ? tools != NULL : err[0] != 0);
     json_decref(tools);
     json_t *args = json_pack("{s:s}", "message", "hi");
     json_t *res = NULL;
     err[0] = 0;
     st = mcp_call_tool(c, "echo", args, &res, err, sizeof err);
     json_decref(args);
-    if (st == MCP_OK || st == MCP_ETOOL) {
+    if (st == NX_STATUS_OK || (st == NX_STATUS_REMOTE && res)) { /* REMOTE + res: isError */
         CHECK(res != NULL);
         read_result(res);
     } else {
@@ -65,7 +65,7 @@ static void session(mcp_client *c) {
     json_decref(res);
     res = NULL;
     int code;
-    if (mcp_request(c, "resources/list", NULL, &res, &code, err, sizeof err) == MCP_OK)
+    if (mcp_request(c, "resources/list", NULL, &res, &code, err, sizeof err) == NX_STATUS_OK)
         json_decref(res);
     (void)mcp_poll(c, 0, err, sizeof err);
 }
@@ -87,7 +87,7 @@ NX_FUZZ_TARGET(mcp_client) {
     p.max_pages = 8;
     mcp_client *c = NULL;
     char err[400];
-    if (mcp_start_fds(&p, fd_in, fd_out, &c, err, sizeof err) != MCP_OK) return 0;
+    if (mcp_start_fds(&p, fd_in, fd_out, &c, err, sizeof err) != NX_STATUS_OK) return 0;
     session(c);
     mcp_close(c);
     return 0;

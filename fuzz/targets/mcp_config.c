@@ -16,7 +16,7 @@ NX_FUZZ_TARGET(mcp_config) {
     mcp_config *cfg = NULL;
     char err[400] = "";
     int st = mcp_config_parse(text, "/nonexistent/base", &cfg, err, sizeof err);
-    if (st == MCP_OK) {
+    if (st == NX_STATUS_OK) {
         for (size_t i = 0; i < mcp_config_count(cfg); i++)
             if (!mcp_config_name(cfg, i)) __builtin_trap();
         mcp_config_free(cfg);

@@ -16,6 +16,11 @@ char *nx_strdup(const char *s);
 
 /* Bytes currently allocated through this wrapper (all threads). */
 size_t nx_alloc_bytes(void);
+/* Allocations that have returned NULL so far (all threads; injected failures included). A
+ * caller of a library that cannot say why it failed (jansson's parser reports an allocation
+ * failure as a syntax error) compares this before and after the call to tell "out of memory"
+ * from bad input. */
+size_t nx_alloc_failures(void);
 /* Test hook: make the n-th allocation from now fail (0 disables). */
 void nx_alloc_fail_after(long n);
 

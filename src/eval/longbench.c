@@ -1,7 +1,7 @@
 /*
  * longbench.c - LongBench jsonl reader and per-dataset scoring (see longbench.h).
  *
- * DESIGN: the file is read line by line with getline (no line-length limit), each non-blank line
+ * DESIGN: the file is read line by line (read_line: no line-length limit, nx_realloc), each non-blank line
  * parsed with jansson into an owned record (strings copied, the JSON freed at once), so the
  * records do not depend on jansson afterwards. The first bad line stops the load with its line
  * number. The metric table is data; the metrics themselves live in metrics.c.
@@ -14,6 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/alloc.h"
+#include "core/json.h"
 
 #include "eval/metrics.h"
 
@@ -63,29 +66,29 @@ const char *lb_metric_name(enum lb_metric m) {
 }
 
 static void rec_free(struct lb_record *r) {
-    free(r->id);
-    free(r->dataset);
-    free(r->language);
-    free(r->input);
-    free(r->context);
-    for (int i = 0; i < r->n_answers; i++) free(r->answers[i]);
-    free(r->answers);
-    for (int i = 0; i < r->n_classes; i++) free(r->classes[i]);
-    free(r->classes);
+    nx_free(r->id);
+    nx_free(r->dataset);
+    nx_free(r->language);
+    nx_free(r->input);
+    nx_free(r->context);
+    for (int i = 0; i < r->n_answers; i++) nx_free(r->answers[i]);
+    nx_free(r->answers);
+    for (int i = 0; i < r->n_classes; i++) nx_free(r->classes[i]);
+    nx_free(r->classes);
     memset(r, 0, sizeof *r);
 }
 
 void lb_free(struct lb_set *s) {
     if (!s) return;
     for (int i = 0; i < s->n; i++) rec_free(&s->r[i]);
-    free(s->r);
+    nx_free(s->r);
     s->r = NULL;
     s->n = 0;
 }
 
 static char *dup(const char *s) {
     size_t n = strlen(s) + 1;
-    char *d = malloc(n);
+    char *d = nx_malloc(n);
     if (d) memcpy(d, s, n);
     return d;
 }
@@ -100,13 +103,13 @@ static int str_list(json_t *a, char ***out, int *n, int allow_empty) {
     if (k > 1000000) return -1;
     for (size_t i = 0; i < k; i++)
         if (!json_is_string(json_array_get(a, i))) return -1;
-    char **v = calloc(k ? k : 1, sizeof *v);
+    char **v = nx_calloc(k ? k : 1, sizeof *v);
     if (!v) return -2;
     for (size_t i = 0; i < k; i++) {
         v[i] = dup(json_string_value(json_array_get(a, i)));
         if (!v[i]) {
-            for (size_t j = 0; j < i; j++) free(v[j]);
-            free(v);
+            for (size_t j = 0; j < i; j++) nx_free(v[j]);
+            nx_free(v);
             return -2;
         }
     }
@@ -160,43 +163,75 @@ static const char *to_record(json_t *o, struct lb_record *r) {
     return NULL;
 }
 
-int lb_load(const char *path, int limit, struct lb_set *out, char *err, size_t errlen) {
+/* The next line of f (its newline included) into *buf (grown with nx_realloc, NUL-ended): its
+ * length; -1 at the end of the file, -2 on out of memory. */
+static ssize_t read_line(FILE *f, char **buf, size_t *cap) {
+    size_t n = 0;
+    int ch;
+    while ((ch = getc(f)) != EOF) {
+        if (n + 2 > *cap) {
+            size_t nc = *cap ? *cap * 2 : 256;
+            char *nb = nx_realloc(*buf, nc);
+            if (!nb) return -2;
+            *buf = nb, *cap = nc;
+        }
+        (*buf)[n++] = (char)ch;
+        if (ch == '\n') break;
+    }
+    if (n == 0) return -1;
+    (*buf)[n] = '\0';
+    return (ssize_t)n;
+}
+
+nx_status lb_load(const char *path, int limit, struct lb_set *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
+        return NX_STATUS_IO;
     }
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
-    int lineno = 0, cap_r = 0, rc = 0;
-    while ((len = getline(&line, &cap, f)) >= 0) {
+    int lineno = 0, cap_r = 0;
+    nx_status rc = NX_STATUS_OK;
+    while ((len = read_line(f, &line, &cap)) != -1) {
         lineno++;
+        if (len == -2) {
+            snprintf(err, errlen, "%s:%d: out of memory", path, lineno);
+            rc = NX_STATUS_NOMEM;
+            break;
+        }
         int blank = 1;
         for (ssize_t i = 0; i < len && blank; i++)
             blank = line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\n';
         if (blank) continue;
         if ((ssize_t)strlen(line) != len) {
             snprintf(err, errlen, "%s:%d: NUL byte in the line", path, lineno);
-            rc = -1;
+            rc = NX_STATUS_FORMAT;
             break;
         }
         json_error_t je;
-        json_t *o = json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES, &je);
+        bool oom;
+        json_t *o = nx_json_loadb(line, (size_t)len, JSON_REJECT_DUPLICATES, &je, &oom);
+        if (!o && oom) {
+            snprintf(err, errlen, "%s:%d: out of memory", path, lineno);
+            rc = NX_STATUS_NOMEM;
+            break;
+        }
         if (!o) {
             snprintf(err, errlen, "%s:%d: invalid JSON at column %d: %s", path, lineno, je.column,
                      je.text);
-            rc = -1;
+            rc = NX_STATUS_FORMAT;
             break;
         }
         if (out->n == cap_r) {
             int nc = cap_r ? cap_r * 2 : 64;
-            struct lb_record *nr = realloc(out->r, sizeof *nr * (size_t)nc);
+            struct lb_record *nr = nx_realloc(out->r, sizeof *nr * (size_t)nc);
             if (!nr) {
                 json_decref(o);
                 snprintf(err, errlen, "%s:%d: out of memory", path, lineno);
-                rc = -1;
+                rc = NX_STATUS_NOMEM;
                 break;
             }
             out->r = nr, cap_r = nc;
@@ -209,7 +244,7 @@ int lb_load(const char *path, int limit, struct lb_set *out, char *err, size_t e
         if (bad) {
             snprintf(err, errlen, "%s:%d: %s", path, lineno, bad);
             rec_free(r);
-            rc = -1;
+            rc = strstr(bad, "out of memory") ? NX_STATUS_NOMEM : NX_STATUS_FORMAT;
             break;
         }
         out->n++;
@@ -217,13 +252,13 @@ int lb_load(const char *path, int limit, struct lb_set *out, char *err, size_t e
     }
     if (rc == 0 && ferror(f)) {
         snprintf(err, errlen, "%s: read error", path);
-        rc = -1;
+        rc = NX_STATUS_IO;
     }
     if (rc == 0 && out->n == 0) {
         snprintf(err, errlen, "%s: no records", path);
-        rc = -1;
+        rc = NX_STATUS_FORMAT;
     }
-    free(line);
+    nx_free(line);
     fclose(f);
     if (rc) lb_free(out);
     return rc;
@@ -239,7 +274,7 @@ double lb_score(const struct lb_record *r, const char *prediction) {
         while (*prediction == '\n') prediction++;
         const char *e = strchr(prediction, '\n');
         size_t n = e ? (size_t)(e - prediction) : strlen(prediction);
-        pred = malloc(n + 1);
+        pred = nx_malloc(n + 1);
         if (!pred) return NAN;
         memcpy(pred, prediction, n);
         pred[n] = 0;
@@ -262,11 +297,11 @@ double lb_score(const struct lb_record *r, const char *prediction) {
         default: s = NAN;
         }
         if (isnan(s)) {
-            free(pred);
+            nx_free(pred);
             return NAN;
         }
         if (s > best) best = s;
     }
-    free(pred);
+    nx_free(pred);
     return best;
 }

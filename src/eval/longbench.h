@@ -19,6 +19,8 @@
 
 #include <stddef.h>
 
+#include "nexus.h"
+
 enum lb_metric { LB_QA_F1, LB_ROUGE, LB_CLASSIFICATION, LB_RETRIEVAL, LB_COUNT, LB_CODE_SIM,
                  LB_UNSUPPORTED };
 
@@ -37,9 +39,10 @@ struct lb_set {
     int n;
 };
 
-/* Reads every record; 0, or -1 with "FILE:LINE: problem" (or "FILE: problem") in err and *out
-   empty. limit > 0 stops after that many records. */
-int lb_load(const char *path, int limit, struct lb_set *out, char *err, size_t errlen);
+/* Reads every record; NX_STATUS_OK, or with "FILE:LINE: problem" (or "FILE: problem") in err
+   and *out empty: NX_STATUS_IO (cannot open or read), NX_STATUS_FORMAT (a malformed line, no
+   records), NX_STATUS_NOMEM. limit > 0 stops after that many records. */
+nx_status lb_load(const char *path, int limit, struct lb_set *out, char *err, size_t errlen);
 void lb_free(struct lb_set *s);
 
 /* Metric and LongBench's max new tokens for a dataset name; -1 when the name is unknown.

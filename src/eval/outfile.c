@@ -8,26 +8,26 @@
 
 #include "core/fileio.h"
 
-int nx_outfile_open(struct nx_outfile *o, const char *path, char *err, size_t errlen) {
+nx_status nx_outfile_open(struct nx_outfile *o, const char *path, char *err, size_t errlen) {
     memset(o, 0, sizeof *o);
     if (!path || !*path || strlen(path) >= sizeof o->path) {
         if (err && errlen) snprintf(err, errlen, "output path is empty or too long");
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     snprintf(o->path, sizeof o->path, "%s", path);
     snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%ld", path, (long)getpid());
     o->f = fopen(o->tmp, "w");
     if (!o->f) {
         if (err && errlen) snprintf(err, errlen, "cannot write '%s': %s", o->tmp, strerror(errno));
-        return -1;
+        return NX_STATUS_IO;
     }
-    return 0;
+    return NX_STATUS_OK;
 }
 
-int nx_outfile_commit(struct nx_outfile *o, char *err, size_t errlen) {
+nx_status nx_outfile_commit(struct nx_outfile *o, char *err, size_t errlen) {
     if (!o->f) {
         if (err && errlen) snprintf(err, errlen, "'%s' is not open", o->path);
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     /* the first failing step names the error; the temporary file never survives one */
     const char *step = NULL;
@@ -46,9 +46,9 @@ int nx_outfile_commit(struct nx_outfile *o, char *err, size_t errlen) {
             snprintf(err, errlen, "cannot write '%s' (%s of '%s'): %s", o->path, step, o->tmp,
                      strerror(e));
         unlink(o->tmp);
-        return -1;
+        return NX_STATUS_IO;
     }
-    return 0;
+    return NX_STATUS_OK;
 }
 
 void nx_outfile_abort(struct nx_outfile *o) {

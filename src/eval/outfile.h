@@ -10,16 +10,20 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "nexus.h"
+
 struct nx_outfile {
     FILE *f;
     char path[1024];
     char tmp[1100];
 };
 
-/* Opens the temporary file; 0 on success, else -1 with a message naming the path in err. */
-int nx_outfile_open(struct nx_outfile *o, const char *path, char *err, size_t errlen);
-/* Flushes, syncs, closes and renames over the target; 0 on success, else -1 (temp removed). */
-int nx_outfile_commit(struct nx_outfile *o, char *err, size_t errlen);
+/* Opens the temporary file; NX_STATUS_OK, else NX_STATUS_INVALID_ARG (empty or too long a path)
+ * or NX_STATUS_IO with a message naming the path in err. */
+nx_status nx_outfile_open(struct nx_outfile *o, const char *path, char *err, size_t errlen);
+/* Flushes, syncs, closes and renames over the target; NX_STATUS_OK, else NX_STATUS_IO (temp
+ * removed) or NX_STATUS_INVALID_ARG (not open), with a message. */
+nx_status nx_outfile_commit(struct nx_outfile *o, char *err, size_t errlen);
 /* Closes and removes the temporary file (the target is untouched). NULL-safe, idempotent. */
 void nx_outfile_abort(struct nx_outfile *o);
 

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
+
 static const char *const TASK_NAMES[RULER_N_TASKS] = {
     "niah_single_1",         "niah_multikey_1_noise", "niah_multikey_2",
     "niah_multikey_3",       "niah_multivalue_noise", "niah_multiquery_noise",
@@ -103,7 +105,7 @@ static void sb_addn(struct sb *b, const char *s, size_t k) {
     if (b->n + k + 1 > b->cap) {
         size_t c = b->cap ? b->cap : 1024;
         while (b->n + k + 1 > c) c *= 2;
-        char *np = realloc(b->p, c);
+        char *np = nx_realloc(b->p, c);
         if (!np) {
             b->oom = 1;
             return;
@@ -303,7 +305,7 @@ static void build_cwe(int n, int32_t target, uint64_t seed, struct sb *b, struct
     }
     int fc = target >= 4096 ? 30 : 6, fu = target >= 4096 ? 3 : 1;
     int total = 10 * fc + n * fu;
-    int *list = malloc(sizeof *list * (size_t)total);
+    int *list = nx_malloc(sizeof *list * (size_t)total);
     if (!list) {
         b->oom = 1;
         return;
@@ -325,7 +327,7 @@ static void build_cwe(int n, int32_t target, uint64_t seed, struct sb *b, struct
         cwe_word(perm, list[i], seed, w, sizeof w);
         sb_addf(b, "%d. %s ", i + 1, w);
     }
-    free(list);
+    nx_free(list);
     sb_add(b, "\nQuestion: What are the 10 most common words in the above list? Answer: The top "
               "10 words that appear most often in the list are:");
     s->n_answers = 10;
@@ -341,11 +343,11 @@ static void build_fwe(int n, int32_t target, int max_new, uint64_t seed, struct 
     int vocab = (target - max_new) / 50;
     if (vocab < 5) vocab = 5;
     if (vocab > 4096) vocab = 4096;
-    char(*words)[8] = malloc(sizeof *words * (size_t)vocab);
-    int *count = malloc(sizeof *count * (size_t)vocab);
+    char(*words)[8] = nx_malloc(sizeof *words * (size_t)vocab);
+    int *count = nx_malloc(sizeof *count * (size_t)vocab);
     if (!words || !count) {
-        free(words);
-        free(count);
+        nx_free(words);
+        nx_free(count);
         b->oom = 1;
         return;
     }
@@ -366,10 +368,10 @@ static void build_fwe(int n, int32_t target, int max_new, uint64_t seed, struct 
         if (count[v] < 1) count[v] = 1;
         total += count[v];
     }
-    int *list = malloc(sizeof *list * (size_t)total);
+    int *list = nx_malloc(sizeof *list * (size_t)total);
     if (!list) {
-        free(words);
-        free(count);
+        nx_free(words);
+        nx_free(count);
         b->oom = 1;
         return;
     }
@@ -393,9 +395,9 @@ static void build_fwe(int n, int32_t target, int max_new, uint64_t seed, struct 
     s->n_answers = 3;
     for (int i = 0; i < 3; i++) snprintf(s->answers[i], RULER_ANSWER_LEN, "%s", words[i + 1]);
     s->n_needles = count[1] + count[2] + count[3];
-    free(list);
-    free(words);
-    free(count);
+    nx_free(list);
+    nx_free(words);
+    nx_free(count);
 }
 
 /* ---- driver ---- */
@@ -421,13 +423,13 @@ static int32_t measure(enum ruler_task t, int n, int32_t target, int max_new, ui
     return count(user, b->p, b->n);
 }
 
-int ruler_generate(enum ruler_task task, int32_t target, int max_new, uint64_t seed,
+nx_status ruler_generate(enum ruler_task task, int32_t target, int max_new, uint64_t seed,
                    ruler_count_fn count, void *user, struct ruler_sample *out, char *err,
                    size_t errlen) {
     memset(out, 0, sizeof *out);
     if ((unsigned)task >= RULER_N_TASKS || !count || target < 1) {
         snprintf(err, errlen, "ruler: bad task, target or counter");
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     if (max_new <= 0) max_new = ruler_task_max_new(task);
     int32_t room = target - max_new;
@@ -440,8 +442,8 @@ int ruler_generate(enum ruler_task task, int32_t target, int max_new, uint64_t s
             snprintf(err, errlen, "ruler: %s: target %d tokens is too small (the smallest prompt "
                      "takes %d tokens plus %d to generate)", ruler_task_name(task), target, k,
                      max_new);
-        free(b.p);
-        return k < 0 ? -1 : -2;
+        nx_free(b.p);
+        return k < 0 ? (b.oom ? NX_STATUS_NOMEM : NX_STATUS_INVALID_ARG) : NX_STATUS_UNSUPPORTED;
     }
     int lo = 1, hi = 2; /* lo fits; find hi that does not */
     for (;;) {
@@ -467,18 +469,18 @@ int ruler_generate(enum ruler_task task, int32_t target, int max_new, uint64_t s
     out->prompt = b.p;
     out->n_tokens = k;
     out->max_new = max_new;
-    return 0;
+    return NX_STATUS_OK;
 fail:
     snprintf(err, errlen, "ruler: %s: %s", ruler_task_name(task),
              b.oom ? "out of memory" : "tokenizing the prompt failed");
-    free(b.p);
+    nx_free(b.p);
     memset(out, 0, sizeof *out);
-    return -1;
+    return b.oom ? NX_STATUS_NOMEM : NX_STATUS_INVALID_ARG;
 }
 
 void ruler_sample_free(struct ruler_sample *s) {
     if (!s) return;
-    free(s->prompt);
+    nx_free(s->prompt);
     s->prompt = NULL;
 }
 

@@ -30,6 +30,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nexus.h"
+
 enum ruler_task {
     RULER_NIAH_SINGLE_1,
     RULER_NIAH_MULTIKEY_1_NOISE,
@@ -47,7 +49,7 @@ enum { RULER_MAX_ANSWERS = 10, RULER_ANSWER_LEN = 48 };
 
 struct ruler_sample {
     enum ruler_task task;
-    char *prompt;      /* task text, haystack, question and answer prefix (malloc'ed) */
+    char *prompt;      /* task text, haystack, question and answer prefix (nx_malloc) */
     int32_t n_tokens;  /* tokens(prompt) as the counter measured it */
     int max_new;       /* tokens to generate */
     int n_answers;
@@ -70,10 +72,12 @@ extern const int ruler_n_left_out;
 
 /*
  * Builds one sample of `task` at `target` tokens (prompt + max_new; max_new <= 0: the task's
- * default). 0 on success (free with ruler_sample_free); -2 with a message in err when the
- * target is too small for the smallest haystack; -1 when the counter fails or memory runs out.
+ * default). NX_STATUS_OK (free with ruler_sample_free); with a message in err:
+ * NX_STATUS_UNSUPPORTED when the target is too small for the smallest haystack,
+ * NX_STATUS_INVALID_ARG for a bad task, target or counter (or the counter failing),
+ * NX_STATUS_NOMEM.
  */
-int ruler_generate(enum ruler_task task, int32_t target, int max_new, uint64_t seed,
+nx_status ruler_generate(enum ruler_task task, int32_t target, int max_new, uint64_t seed,
                    ruler_count_fn count, void *user, struct ruler_sample *out, char *err,
                    size_t errlen);
 void ruler_sample_free(struct ruler_sample *s);

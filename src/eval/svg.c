@@ -259,14 +259,15 @@ int svg_write(FILE *f, const char *title, const struct svg_panel *panels, int n_
     return ferror(f) ? -1 : 0;
 }
 
-int svg_save(const char *path, const char *title, const struct svg_panel *panels, int n_panels,
-             char *err, size_t errlen) {
+nx_status svg_save(const char *path, const char *title, const struct svg_panel *panels, int n_panels,
+                   char *err, size_t errlen) {
     struct nx_outfile o;
-    if (nx_outfile_open(&o, path, err, errlen)) return -1;
+    nx_status st = nx_outfile_open(&o, path, err, errlen);
+    if (st) return st;
     if (svg_write(o.f, title, panels, n_panels)) {
         nx_outfile_abort(&o);
         if (err && errlen) snprintf(err, errlen, "cannot draw '%s': bad plot data", path);
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     return nx_outfile_commit(&o, err, errlen);
 }

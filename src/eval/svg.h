@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "nexus.h"
+
 struct svg_series {
     const char *name;
     const double *x, *y;
@@ -31,9 +33,10 @@ struct svg_panel {
 
 /* Writes the figure to f; 0 on success, -1 on a bad argument or a write error. */
 int svg_write(FILE *f, const char *title, const struct svg_panel *panels, int n_panels);
-/* The same, atomically into path; on failure err names the problem. */
-int svg_save(const char *path, const char *title, const struct svg_panel *panels, int n_panels,
-             char *err, size_t errlen);
+/* The same, atomically into path: NX_STATUS_OK, or with err naming the problem the file's
+ * status (IO, INVALID_ARG) or NX_STATUS_INVALID_ARG for bad plot data. */
+nx_status svg_save(const char *path, const char *title, const struct svg_panel *panels, int n_panels,
+                   char *err, size_t errlen);
 
 /* Axis helper (exposed for tests): a "nice" tick step (1, 2 or 5 x 10^k) giving about `want`
    intervals over [lo, hi]; 0 when the range is empty or not finite. */

@@ -36,8 +36,22 @@
  * is an EPIPE error, never a signal), the child is reaped, and mcp_close kills what is left of
  * its process group.
  *
- * Errors: functions return 0 or a negative enum mcp_status and write a one-line message into
- * err (err may be NULL). Thread safety: one mcp_client is used by one thread at a time; distinct
+ * Errors: functions return NX_STATUS_OK or a negative nx_status (include/nexus.h) and write a
+ * one-line message into err (err may be NULL):
+ *   NX_STATUS_INVALID_ARG  bad argument or configuration
+ *   NX_STATUS_IO           the server could not be started (not found, not executable, ...), or
+ *                          an unexpected system error (poll, read, write)
+ *   NX_STATUS_TIMEOUT      no reply within the timeout
+ *   NX_STATUS_CLOSED       the server exited or closed its stdout/stdin
+ *   NX_STATUS_PROTOCOL     the server broke the protocol: not JSON, bad shape, cursor loop, a
+ *                          line longer than max_line
+ *   NX_STATUS_UNSUPPORTED  no protocol version both sides support
+ *   NX_STATUS_REMOTE       the server answered a JSON-RPC error object (its message in err), or
+ *                          tools/call returned isError: true (the tool's text in err; the result
+ *                          is still returned)
+ *   NX_STATUS_NOMEM        out of memory
+ * (Before 2026-12 these were an own enum mcp_status; the mapping is one to one except that
+ * ESPAWN/EIO became IO, EPROTO/ETOOLONG PROTOCOL, and ERPC/ETOOL REMOTE.) Thread safety: one mcp_client is used by one thread at a time; distinct
  * clients are independent. Not async-signal-safe. The client forks: call it before starting
  * threads that hold locks the child could need (the child only calls async-signal-safe functions
  * between fork and exec, so this is the usual fork caveat, nothing more).
@@ -50,27 +64,11 @@
 
 #include <jansson.h>
 
+#include "nexus.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-enum mcp_status {
-    MCP_OK = 0,
-    MCP_EARG = -1,      /* bad argument or configuration */
-    MCP_ESPAWN = -2,    /* the server could not be started (not found, not executable, ...) */
-    MCP_ETIMEOUT = -3,  /* no reply within the timeout */
-    MCP_ECLOSED = -4,   /* the server exited or closed its stdout/stdin */
-    MCP_EPROTO = -5,    /* the server broke the protocol: not JSON, bad shape, cursor loop */
-    MCP_ETOOLONG = -6,  /* a line from the server was longer than max_line */
-    MCP_EVERSION = -7,  /* no protocol version both sides support */
-    MCP_ERPC = -8,      /* the server answered a JSON-RPC error object (its message in err) */
-    MCP_ETOOL = -9,     /* tools/call returned isError: true (the tool's text in err) */
-    MCP_ENOMEM = -10,
-    MCP_EIO = -11,      /* unexpected system error (poll, read, write) */
-};
-
-/* "ok", "timeout", "server closed", ... */
-const char *mcp_status_str(int st);
 
 enum mcp_era {
     MCP_ERA_AUTO = 0,   /* probe server/discover, fall back to initialize */
@@ -108,7 +106,7 @@ typedef struct mcp_client mcp_client;
  * Starts the server and performs the handshake. On success *out is a ready client; on failure
  * *out is NULL, the server (if started) is killed and reaped, and err says why.
  */
-int mcp_open(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen);
+nx_status mcp_open(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen);
 
 /*
  * Closes the server's stdin, gives it a moment to exit, then SIGTERM and SIGKILL to its process
@@ -133,32 +131,32 @@ int mcp_pid(const mcp_client *c);
 /*
  * All tools of the server: follows nextCursor until the last page. *tools_out is a new array
  * of the tool objects as the server sent them (caller json_decref's it). Each tool must be an
- * object with a string name, else MCP_EPROTO. Clears the list_changed flag before the first
+ * object with a string name, else NX_STATUS_PROTOCOL. Clears the list_changed flag before the first
  * page, so a change announced during the listing is still seen.
  */
-int mcp_list_tools(mcp_client *c, json_t **tools_out, char *err, size_t errlen);
+nx_status mcp_list_tools(mcp_client *c, json_t **tools_out, char *err, size_t errlen);
 
 /*
- * Calls a tool. arguments may be NULL (sent as {}); it is not stolen. On MCP_OK and MCP_ETOOL
+ * Calls a tool. arguments may be NULL (sent as {}); it is not stolen. On NX_STATUS_OK and NX_STATUS_REMOTE
  * *result_out is the whole CallToolResult object (caller json_decref's it); read it with the
- * mcp_result_* helpers. MCP_ETOOL (isError: true) puts the tool's text in err; MCP_ERPC (a
+ * mcp_result_* helpers. NX_STATUS_REMOTE (isError: true) puts the tool's text in err; NX_STATUS_REMOTE (a
  * JSON-RPC error, e.g. unknown tool) puts "server error CODE: MESSAGE" in err and leaves
  * *result_out NULL.
  */
-int mcp_call_tool(mcp_client *c, const char *name, const json_t *arguments, json_t **result_out,
+nx_status mcp_call_tool(mcp_client *c, const char *name, const json_t *arguments, json_t **result_out,
                   char *err, size_t errlen);
 
 /*
  * A raw request: method + params (borrowed, may be NULL) -> *result_out (new reference). The
- * modern era adds the _meta keys itself. JSON-RPC errors give MCP_ERPC and their code in
+ * modern era adds the _meta keys itself. JSON-RPC errors give NX_STATUS_REMOTE and their code in
  * *rpc_code (may be NULL; 0 when the error was not a JSON-RPC one).
  */
-int mcp_request(mcp_client *c, const char *method, const json_t *params, json_t **result_out,
+nx_status mcp_request(mcp_client *c, const char *method, const json_t *params, json_t **result_out,
                 int *rpc_code, char *err, size_t errlen);
 
 /* Reads and handles whatever the server sends for up to timeout_ms (notifications, requests);
  * returns early once list_changed is set. 0, or an error if the server broke. */
-int mcp_poll(mcp_client *c, int timeout_ms, char *err, size_t errlen);
+nx_status mcp_poll(mcp_client *c, int timeout_ms, char *err, size_t errlen);
 
 /* True once the server sent notifications/tools/list_changed since the last mcp_list_tools or
  * mcp_tools_changed_clear. The callback (may be NULL) is called from inside whichever client
@@ -192,15 +190,15 @@ struct mcp_content {
 
 /* Number of content items (0 when there is no content array). */
 size_t mcp_result_count(const json_t *result);
-/* Item i; MCP_EPROTO when it is not an object with a string type, MCP_EARG when out of range. */
-int mcp_result_content(const json_t *result, size_t i, struct mcp_content *out);
+/* Item i; NX_STATUS_PROTOCOL when it is not an object with a string type, NX_STATUS_INVALID_ARG when out of range. */
+nx_status mcp_result_content(const json_t *result, size_t i, struct mcp_content *out);
 /* structuredContent, or NULL (borrowed). */
 const json_t *mcp_result_structured(const json_t *result);
 /* isError: true? */
 bool mcp_result_is_error(const json_t *result);
-/* The text items joined by newlines, malloc'd (caller frees); "" when none; NULL on OOM. */
+/* The text items joined by newlines, allocated (nx_free); "" when none; NULL on OOM. */
 char *mcp_result_text(const json_t *result);
-/* Decodes standard base64 (padding optional, no whitespace) into a malloc'd buffer; NULL when
+/* Decodes standard base64 (padding optional, no whitespace) into a buffer allocated with nx_malloc (nx_free); NULL when
  * the input is not base64. */
 unsigned char *mcp_base64_decode(const char *s, size_t *len_out);
 
@@ -216,16 +214,16 @@ unsigned char *mcp_base64_decode(const char *s, size_t *len_out);
  */
 typedef struct mcp_config mcp_config;
 
-int mcp_config_load(const char *path, mcp_config **out, char *err, size_t errlen);
+nx_status mcp_config_load(const char *path, mcp_config **out, char *err, size_t errlen);
 /* Same from JSON text; base_dir (may be NULL: ".") resolves relative cwd entries. */
-int mcp_config_parse(const char *text, const char *base_dir, mcp_config **out, char *err,
+nx_status mcp_config_parse(const char *text, const char *base_dir, mcp_config **out, char *err,
                      size_t errlen);
 void mcp_config_free(mcp_config *cfg);
 /* Enabled servers, sorted by name. */
 size_t mcp_config_count(const mcp_config *cfg);
 const char *mcp_config_name(const mcp_config *cfg, size_t i);
 /* Starts server i; timeout_ms overrides the config's timeoutMs when > 0. Errors name it. */
-int mcp_config_open(const mcp_config *cfg, size_t i, int timeout_ms, mcp_client **out, char *err,
+nx_status mcp_config_open(const mcp_config *cfg, size_t i, int timeout_ms, mcp_client **out, char *err,
                     size_t errlen);
 
 /*
@@ -238,7 +236,7 @@ int mcp_config_open(const mcp_config *cfg, size_t i, int timeout_ms, mcp_client 
  * ("server 'fs': ..."); *tools_out is then NULL. The same tool name on two servers is kept
  * twice (the "server" member tells them apart). Caller json_decref's the array.
  */
-int mcp_config_list_tools(const char *config_path, int timeout_ms, json_t **tools_out, char *err,
+nx_status mcp_config_list_tools(const char *config_path, int timeout_ms, json_t **tools_out, char *err,
                           size_t errlen);
 
 #ifdef __cplusplus

@@ -14,30 +14,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
+#include "core/json.h"
+
 #include "core/nx_base.h"
 #include "mcp/mcp_impl.h"
 #include "nexus.h"
 
 static const char *const LEGACY_VERSIONS[] = {"2024-11-05", "2025-03-26", "2025-06-18",
                                               "2025-11-25"};
-
-const char *mcp_status_str(int st) {
-    switch (st) {
-    case MCP_OK: return "ok";
-    case MCP_EARG: return "bad argument";
-    case MCP_ESPAWN: return "cannot start server";
-    case MCP_ETIMEOUT: return "timeout";
-    case MCP_ECLOSED: return "server closed";
-    case MCP_EPROTO: return "protocol error";
-    case MCP_ETOOLONG: return "line too long";
-    case MCP_EVERSION: return "protocol version";
-    case MCP_ERPC: return "server error";
-    case MCP_ETOOL: return "tool error";
-    case MCP_ENOMEM: return "out of memory";
-    case MCP_EIO: return "I/O error";
-    default: return "unknown error";
-    }
-}
 
 static bool legacy_version_ok(const char *v) {
     for (size_t i = 0; i < NX_ARRAY_LEN(LEGACY_VERSIONS); i++)
@@ -60,11 +45,11 @@ static void excerpt(char *dst, size_t n, const char *s, size_t len) {
 }
 
 static int send_json(mcp_client *c, json_t *msg /* stolen */) {
-    char *s = json_dumps(msg, JSON_COMPACT);
+    char *s = nx_json_dumps(msg, JSON_COMPACT);
     json_decref(msg);
-    if (!s) return mcp_fail(c, MCP_ENOMEM, "cannot encode a message");
-    int st = mcp_proc_queue(c, s, strlen(s)); /* compact jansson output has no raw newline */
-    free(s);
+    if (!s) return mcp_fail(c, NX_STATUS_NOMEM, "out of memory encoding a message");
+    nx_status st = mcp_proc_queue(c, s, strlen(s)); /* compact jansson output has no raw newline */
+    nx_free(s);
     return st;
 }
 
@@ -81,7 +66,7 @@ static void answer_server_request(mcp_client *c, json_t *id, const char *method)
                         -32601, "message", m);
     }
     if (!msg) {
-        mcp_fail(c, MCP_ENOMEM, "out of memory");
+        mcp_fail(c, NX_STATUS_NOMEM, "out of memory");
         return;
     }
     send_json(c, msg);
@@ -94,15 +79,20 @@ void mcp_handle_line(mcp_client *c, const char *line, size_t len) {
     while (skip < len && (line[skip] == ' ' || line[skip] == '\t')) skip++;
     if (skip == len) return; /* blank line */
     json_error_t je;
-    json_t *msg = json_loadb(line, len, 0, &je);
+    bool oom;
+    json_t *msg = nx_json_loadb(line, len, 0, &je, &oom);
+    if (oom) {
+        mcp_fail(c, NX_STATUS_NOMEM, "out of memory reading a message from the server");
+        return;
+    }
     if (!msg || !json_is_object(msg)) {
         char ex[64];
         excerpt(ex, sizeof ex, line + skip, len - skip);
         if (msg)
-            mcp_fail(c, MCP_EPROTO, "server wrote a JSON value that is not a JSON-RPC object: '%s'",
+            mcp_fail(c, NX_STATUS_PROTOCOL, "server wrote a JSON value that is not a JSON-RPC object: '%s'",
                      ex);
         else
-            mcp_fail(c, MCP_EPROTO, "server wrote a line that is not JSON (%s at column %d): '%s'",
+            mcp_fail(c, NX_STATUS_PROTOCOL, "server wrote a line that is not JSON (%s at column %d): '%s'",
                      je.text, je.column, ex);
         json_decref(msg);
         return;
@@ -140,7 +130,7 @@ static json_t *modern_meta(void) {
 }
 
 /*
- * One request. On MCP_ERPC, *error_out (may be NULL) gets the error object (new reference).
+ * One request. On NX_STATUS_REMOTE, *error_out (may be NULL) gets the error object (new reference).
  * The message in err names the method.
  */
 static int request(mcp_client *c, const char *method, const json_t *params, bool modern_meta_on,
@@ -149,26 +139,38 @@ static int request(mcp_client *c, const char *method, const json_t *params, bool
     *result_out = NULL;
     if (error_out) *error_out = NULL;
     if (c->broken) return mcp_seterr(err, errlen, c->broken, "%s", c->broken_msg);
+    if (params && !json_is_object(params))
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "%s: params must be a JSON object", method);
+    /* jansson may drop a member whose allocation failed (json_copy, json_pack): any failure
+       while the message is built means it is not the message we meant */
+    size_t fails = nx_alloc_failures();
     json_t *p = params ? json_copy((json_t *)params) : json_object();
-    if (!p || !json_is_object(p)) {
-        json_decref(p);
-        return mcp_seterr(err, errlen, MCP_EARG, "%s: params must be a JSON object", method);
-    }
+    if (!p) return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "%s: out of memory", method);
     if (modern_meta_on) {
         json_t *meta = json_object_get(p, "_meta");
         json_t *mm = modern_meta();
-        if (json_is_object(meta)) {
+        if (mm && json_is_object(meta)) {
             json_t *merged = json_copy(meta);
-            json_object_update(merged, mm);
+            if (!merged || json_object_update(merged, mm)) {
+                json_decref(merged);
+                merged = NULL;
+            }
             json_decref(mm);
             mm = merged;
         }
-        json_object_set_new(p, "_meta", mm);
+        if (!mm || json_object_set_new(p, "_meta", mm)) {
+            json_decref(p);
+            return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "%s: out of memory", method);
+        }
     }
     long long id = ++c->next_id;
     json_t *msg = json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id", (json_int_t)id,
                             "method", method, "params", p);
-    if (!msg) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+    if (msg && nx_alloc_failures() != fails) {
+        json_decref(msg);
+        msg = NULL;
+    }
+    if (!msg) return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "%s: out of memory", method);
     int st = send_json(c, msg);
     if (st) return mcp_seterr(err, errlen, st, "%s: %s", method, c->broken_msg);
 
@@ -179,7 +181,7 @@ static int request(mcp_client *c, const char *method, const json_t *params, bool
     c->wait_id = -1;
     c->wait_resp = NULL;
     if (!resp) {
-        if (st == MCP_ETIMEOUT) {
+        if (st == NX_STATUS_TIMEOUT) {
             /* tell the server we gave up (best effort: it goes out with the next write) */
             if (!c->modern) {
                 json_t *cn = json_pack("{s:s, s:s, s:{s:I, s:s}}", "jsonrpc", "2.0", "method",
@@ -194,11 +196,11 @@ static int request(mcp_client *c, const char *method, const json_t *params, bool
                 size_t from = tl > 100 ? tl - 100 : 0;
                 excerpt(ex, sizeof ex, tail + from, tl - from);
             }
-            return mcp_seterr(err, errlen, MCP_ETIMEOUT,
+            return mcp_seterr(err, errlen, NX_STATUS_TIMEOUT,
                               "%s: no reply from the server within %d ms%s%s%s", method,
                               timeout_ms, *ex ? " (server stderr: ..." : "", ex, *ex ? ")" : "");
         }
-        return mcp_seterr(err, errlen, st ? st : MCP_EPROTO, "%s: %s", method,
+        return mcp_seterr(err, errlen, st ? st : NX_STATUS_PROTOCOL, "%s: %s", method,
                           c->broken ? c->broken_msg : "no reply");
     }
 
@@ -206,7 +208,7 @@ static int request(mcp_client *c, const char *method, const json_t *params, bool
     if (e) {
         json_t *code = json_object_get(e, "code"), *m = json_object_get(e, "message");
         const char *ms = json_is_string(m) ? json_string_value(m) : "(no message)";
-        st = mcp_seterr(err, errlen, MCP_ERPC, "%s: server error %lld: %s", method,
+        st = mcp_seterr(err, errlen, NX_STATUS_REMOTE, "%s: server error %lld: %s", method,
                         json_is_integer(code) ? (long long)json_integer_value(code) : 0LL, ms);
         if (error_out) *error_out = json_incref(e);
         json_decref(resp);
@@ -215,12 +217,12 @@ static int request(mcp_client *c, const char *method, const json_t *params, bool
     json_t *r = json_object_get(resp, "result");
     if (!json_is_object(r)) {
         json_decref(resp);
-        return mcp_seterr(err, errlen, MCP_EPROTO, "%s: the server's result is not an object",
+        return mcp_seterr(err, errlen, NX_STATUS_PROTOCOL, "%s: the server's result is not an object",
                           method);
     }
     json_t *rt = json_object_get(r, "resultType");
     if (json_is_string(rt) && strcmp(json_string_value(rt), "complete") != 0) {
-        st = mcp_seterr(err, errlen, MCP_EPROTO,
+        st = mcp_seterr(err, errlen, NX_STATUS_PROTOCOL,
                         "%s: the server answered resultType '%s' (it needs input this client "
                         "cannot give)", method, json_string_value(rt));
         json_decref(resp);
@@ -228,13 +230,13 @@ static int request(mcp_client *c, const char *method, const json_t *params, bool
     }
     *result_out = json_incref(r);
     json_decref(resp);
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
-int mcp_request(mcp_client *c, const char *method, const json_t *params, json_t **result_out,
+nx_status mcp_request(mcp_client *c, const char *method, const json_t *params, json_t **result_out,
                 int *rpc_code, char *err, size_t errlen) {
     if (rpc_code) *rpc_code = 0;
-    if (!c || !method || !result_out) return mcp_seterr(err, errlen, MCP_EARG, "bad argument");
+    if (!c || !method || !result_out) return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "bad argument");
     json_t *eobj = NULL;
     int st = request(c, method, params, c->modern, c->timeout_ms, result_out, &eobj, err, errlen);
     if (eobj && rpc_code) {
@@ -250,12 +252,12 @@ int mcp_request(mcp_client *c, const char *method, const json_t *params, json_t 
 static void keep_server_info(mcp_client *c, const json_t *r, const json_t *info) {
     json_decref(c->server_info);
     json_decref(c->server_caps);
-    free(c->instructions);
+    nx_free(c->instructions);
     c->server_info = json_is_object(info) ? json_deep_copy(info) : NULL;
     json_t *caps = json_object_get(r, "capabilities");
     c->server_caps = json_is_object(caps) ? json_deep_copy(caps) : NULL;
     json_t *ins = json_object_get(r, "instructions");
-    c->instructions = json_is_string(ins) ? strdup(json_string_value(ins)) : NULL;
+    c->instructions = json_is_string(ins) ? nx_strdup(json_string_value(ins)) : NULL;
 }
 
 /* Does an array of version strings contain v (or, v NULL, any accepted legacy version)? */
@@ -289,7 +291,7 @@ static void versions_str(const json_t *arr, char *buf, size_t n) {
 }
 
 /*
- * The modern probe. Returns MCP_OK (modern in use), 1 (fall back to initialize; only in AUTO)
+ * The modern probe. Returns NX_STATUS_OK (modern in use), 1 (fall back to initialize; only in AUTO)
  * or an error.
  */
 static int probe_modern(mcp_client *c, enum mcp_era era, char *err, size_t errlen) {
@@ -297,7 +299,7 @@ static int probe_modern(mcp_client *c, enum mcp_era era, char *err, size_t errle
     char msg[512];
     int timeout = era == MCP_ERA_MODERN ? c->timeout_ms : c->probe_timeout_ms;
     int st = request(c, "server/discover", NULL, true, timeout, &r, &e, msg, sizeof msg);
-    if (st == MCP_OK) {
+    if (st == NX_STATUS_OK) {
         json_t *sv = json_object_get(r, "supportedVersions");
         if (versions_have(sv, MCP_PROTOCOL_MODERN)) {
             c->modern = true;
@@ -307,17 +309,17 @@ static int probe_modern(mcp_client *c, enum mcp_era era, char *err, size_t errle
                                               "io.modelcontextprotocol/serverInfo");
             keep_server_info(c, r, info);
             json_decref(r);
-            return MCP_OK;
+            return NX_STATUS_OK;
         }
         char vs[200];
         versions_str(sv, vs, sizeof vs);
         json_decref(r);
         if (era == MCP_ERA_MODERN)
-            return mcp_seterr(err, errlen, MCP_EVERSION, "server/discover lists versions [%s], "
+            return mcp_seterr(err, errlen, NX_STATUS_UNSUPPORTED, "server/discover lists versions [%s], "
                               "not %s", vs, MCP_PROTOCOL_MODERN);
         return 1;
     }
-    if (st == MCP_ERPC) {
+    if (st == NX_STATUS_REMOTE) {
         json_t *code = json_object_get(e, "code");
         long long cv = json_is_integer(code) ? (long long)json_integer_value(code) : 0;
         json_t *sup = json_object_get(json_object_get(e, "data"), "supported");
@@ -327,15 +329,15 @@ static int probe_modern(mcp_client *c, enum mcp_era era, char *err, size_t errle
         json_decref(e);
         if (cv == -32022) { /* modern error: unsupported protocol version */
             if (era == MCP_ERA_AUTO && legacy_listed) return 1;
-            return mcp_seterr(err, errlen, MCP_EVERSION, "server supports protocol versions [%s], "
+            return mcp_seterr(err, errlen, NX_STATUS_UNSUPPORTED, "server supports protocol versions [%s], "
                               "none of which this client speaks (%s; %s .. %s)", vs,
                               MCP_PROTOCOL_MODERN, MCP_PROTOCOL_OLDEST, MCP_PROTOCOL_LEGACY);
         }
         if (era == MCP_ERA_AUTO) return 1;
-        return mcp_seterr(err, errlen, MCP_EVERSION, "not a %s server: %s", MCP_PROTOCOL_MODERN,
+        return mcp_seterr(err, errlen, NX_STATUS_UNSUPPORTED, "not a %s server: %s", MCP_PROTOCOL_MODERN,
                           msg);
     }
-    if (st == MCP_ETIMEOUT && era == MCP_ERA_AUTO) return 1;
+    if (st == NX_STATUS_TIMEOUT && era == MCP_ERA_AUTO) return 1;
     return mcp_seterr(err, errlen, st, "%s", msg);
 }
 
@@ -343,7 +345,7 @@ static int initialize(mcp_client *c, char *err, size_t errlen) {
     json_t *params = json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion",
                                MCP_PROTOCOL_LEGACY, "capabilities", "clientInfo", "name", "nexus",
                                "version", nx_version());
-    if (!params) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+    if (!params) return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     json_t *r = NULL;
     int st = request(c, "initialize", params, false, c->timeout_ms, &r, NULL, err, errlen);
     json_decref(params);
@@ -351,13 +353,13 @@ static int initialize(mcp_client *c, char *err, size_t errlen) {
     json_t *v = json_object_get(r, "protocolVersion");
     if (!json_is_string(v)) {
         json_decref(r);
-        return mcp_seterr(err, errlen, MCP_EPROTO, "initialize: the result has no protocolVersion");
+        return mcp_seterr(err, errlen, NX_STATUS_PROTOCOL, "initialize: the result has no protocolVersion");
     }
     if (!legacy_version_ok(json_string_value(v))) {
         char ex[40];
         excerpt(ex, sizeof ex, json_string_value(v), strlen(json_string_value(v)));
         json_decref(r);
-        return mcp_seterr(err, errlen, MCP_EVERSION,
+        return mcp_seterr(err, errlen, NX_STATUS_UNSUPPORTED,
                           "server answered protocol version '%s', which this client does not "
                           "support (it supports %s through %s, and %s)", ex, MCP_PROTOCOL_OLDEST,
                           MCP_PROTOCOL_LEGACY, MCP_PROTOCOL_MODERN);
@@ -367,23 +369,23 @@ static int initialize(mcp_client *c, char *err, size_t errlen) {
     json_decref(r);
     json_t *note = json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method",
                              "notifications/initialized");
-    if (!note) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+    if (!note) return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     st = send_json(c, note);
     if (st) return mcp_seterr(err, errlen, st, "%s", c->broken_msg);
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
 /* A client with p's settings and no process or pipes yet. */
-static int client_new(const struct mcp_server_params *p, mcp_client **out, char *err,
-                      size_t errlen) {
+static nx_status client_new(const struct mcp_server_params *p, mcp_client **out, char *err,
+                            size_t errlen) {
     if (out) *out = NULL;
-    if (!p || !out) return mcp_seterr(err, errlen, MCP_EARG, "bad argument");
+    if (!p || !out) return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "bad argument");
     if (p->era != MCP_ERA_AUTO && p->era != MCP_ERA_LEGACY && p->era != MCP_ERA_MODERN)
-        return mcp_seterr(err, errlen, MCP_EARG, "unknown era %d", (int)p->era);
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "unknown era %d", (int)p->era);
     if (p->timeout_ms < 0 || p->probe_timeout_ms < 0 || p->max_pages < 0)
-        return mcp_seterr(err, errlen, MCP_EARG, "negative timeout or page limit");
-    mcp_client *c = calloc(1, sizeof *c);
-    if (!c) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "negative timeout or page limit");
+    mcp_client *c = nx_calloc(1, sizeof *c);
+    if (!c) return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     c->fd_in = c->fd_out = c->fd_err = -1;
     c->wait_id = -1;
     c->era = p->era;
@@ -393,12 +395,12 @@ static int client_new(const struct mcp_server_params *p, mcp_client **out, char 
     c->max_line = p->max_line ? p->max_line : MCP_DEFAULT_MAX_LINE;
     c->max_pages = p->max_pages ? p->max_pages : MCP_DEFAULT_MAX_PAGES;
     *out = c;
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
-int mcp_start_fds(const struct mcp_server_params *p, int fd_in, int fd_out, mcp_client **out,
-                  char *err, size_t errlen) {
-    int st = client_new(p, out, err, errlen);
+nx_status mcp_start_fds(const struct mcp_server_params *p, int fd_in, int fd_out,
+                        mcp_client **out, char *err, size_t errlen) {
+    nx_status st = client_new(p, out, err, errlen);
     if (st) {
         if (fd_in >= 0) close(fd_in);
         if (fd_out >= 0) close(fd_out);
@@ -407,25 +409,26 @@ int mcp_start_fds(const struct mcp_server_params *p, int fd_in, int fd_out, mcp_
     (*out)->fd_in = fd_in;
     (*out)->fd_out = fd_out;
     (*out)->reaped = true; /* no process: nothing to wait for or signal */
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
-int mcp_start(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen) {
+nx_status mcp_start(const struct mcp_server_params *p, mcp_client **out, char *err,
+                    size_t errlen) {
     if (out) *out = NULL;
-    if (!out) return mcp_seterr(err, errlen, MCP_EARG, "bad argument");
+    if (!out) return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "bad argument");
     mcp_client *c;
-    int st = client_new(p, &c, err, errlen);
+    nx_status st = client_new(p, &c, err, errlen);
     if (st) return st;
     st = mcp_proc_spawn(c, p, err, errlen);
     if (st) {
-        free(c);
+        nx_free(c);
         return st;
     }
     *out = c;
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
-int mcp_handshake(mcp_client *c, char *err, size_t errlen) {
+nx_status mcp_handshake(mcp_client *c, char *err, size_t errlen) {
     int st;
     if (c->era != MCP_ERA_LEGACY) {
         st = probe_modern(c, c->era, err, errlen);
@@ -436,11 +439,11 @@ int mcp_handshake(mcp_client *c, char *err, size_t errlen) {
     return st;
 }
 
-int mcp_open(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen) {
+nx_status mcp_open(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen) {
     if (out) *out = NULL;
-    if (!out) return mcp_seterr(err, errlen, MCP_EARG, "bad argument");
+    if (!out) return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "bad argument");
     mcp_client *c;
-    int st = mcp_start(p, &c, err, errlen);
+    nx_status st = mcp_start(p, &c, err, errlen);
     if (st) return st;
     st = mcp_handshake(c, err, errlen);
     if (st) {
@@ -448,7 +451,7 @@ int mcp_open(const struct mcp_server_params *p, mcp_client **out, char *err, siz
         return st;
     }
     *out = c;
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
 void mcp_close(mcp_client *c) {
@@ -457,10 +460,10 @@ void mcp_close(mcp_client *c) {
     json_decref(c->wait_resp);
     json_decref(c->server_info);
     json_decref(c->server_caps);
-    free(c->instructions);
-    free(c->obuf);
-    free(c->lbuf);
-    free(c);
+    nx_free(c->instructions);
+    nx_free(c->obuf);
+    nx_free(c->lbuf);
+    nx_free(c);
 }
 
 const char *mcp_protocol_version(const mcp_client *c) { return c->version; }
@@ -476,35 +479,39 @@ void mcp_on_tools_changed(mcp_client *c, void (*cb)(mcp_client *, void *), void 
     c->changed_user = user;
 }
 
-int mcp_poll(mcp_client *c, int timeout_ms, char *err, size_t errlen) {
+nx_status mcp_poll(mcp_client *c, int timeout_ms, char *err, size_t errlen) {
     if (c->broken) return mcp_seterr(err, errlen, c->broken, "%s", c->broken_msg);
-    int st = mcp_proc_pump(c, mcp_now() + timeout_ms / 1000.0, true);
-    if (st == MCP_ETIMEOUT) st = MCP_OK;
+    nx_status st = mcp_proc_pump(c, mcp_now() + timeout_ms / 1000.0, true);
+    if (st == NX_STATUS_TIMEOUT) st = NX_STATUS_OK;
     if (st) return mcp_seterr(err, errlen, st, "%s", c->broken_msg);
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
 /* ---- tools ------------------------------------------------------------------------------ */
 
-int mcp_list_tools(mcp_client *c, json_t **tools_out, char *err, size_t errlen) {
+nx_status mcp_list_tools(mcp_client *c, json_t **tools_out, char *err, size_t errlen) {
     if (tools_out) *tools_out = NULL;
-    if (!c || !tools_out) return mcp_seterr(err, errlen, MCP_EARG, "bad argument");
+    if (!c || !tools_out) return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "bad argument");
     json_t *all = json_array(), *seen = json_object();
     if (!all || !seen) {
         json_decref(all);
         json_decref(seen);
-        return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+        return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     }
     c->tools_changed = false;
     char *cursor = NULL;
-    int st = MCP_OK;
+    int st = NX_STATUS_OK;
     for (int page = 1;; page++) {
         if (page > c->max_pages) {
-            st = mcp_seterr(err, errlen, MCP_EPROTO, "tools/list: more than %d pages (the "
+            st = mcp_seterr(err, errlen, NX_STATUS_PROTOCOL, "tools/list: more than %d pages (the "
                             "server keeps returning a nextCursor)", c->max_pages);
             break;
         }
         json_t *params = cursor ? json_pack("{s:s}", "cursor", cursor) : json_object();
+        if (!params) {
+            st = mcp_seterr(err, errlen, NX_STATUS_NOMEM, "tools/list: out of memory");
+            break;
+        }
         json_t *r = NULL;
         st = request(c, "tools/list", params, c->modern, c->timeout_ms, &r, NULL, err, errlen);
         json_decref(params);
@@ -512,7 +519,7 @@ int mcp_list_tools(mcp_client *c, json_t **tools_out, char *err, size_t errlen) 
         json_t *tools = json_object_get(r, "tools");
         if (!json_is_array(tools)) {
             json_decref(r);
-            st = mcp_seterr(err, errlen, MCP_EPROTO, "tools/list: page %d has no 'tools' array",
+            st = mcp_seterr(err, errlen, NX_STATUS_PROTOCOL, "tools/list: page %d has no 'tools' array",
                             page);
             break;
         }
@@ -521,53 +528,56 @@ int mcp_list_tools(mcp_client *c, json_t **tools_out, char *err, size_t errlen) 
         json_array_foreach(tools, i, t) {
             json_t *name = json_object_get(t, "name");
             if (!json_is_object(t) || !json_is_string(name) || !json_string_value(name)[0]) {
-                st = mcp_seterr(err, errlen, MCP_EPROTO, "tools/list: tool %zu on page %d is not "
+                st = mcp_seterr(err, errlen, NX_STATUS_PROTOCOL, "tools/list: tool %zu on page %d is not "
                                 "an object with a non-empty string 'name'", i, page);
                 break;
             }
-            json_array_append(all, t);
+            if (json_array_append(all, t)) {
+                st = mcp_seterr(err, errlen, NX_STATUS_NOMEM, "tools/list: out of memory");
+                break;
+            }
         }
         json_t *nc = json_object_get(r, "nextCursor");
-        free(cursor);
+        nx_free(cursor);
         cursor = NULL;
         if (!st && nc && !json_is_null(nc)) {
             if (!json_is_string(nc)) {
-                st = mcp_seterr(err, errlen, MCP_EPROTO, "tools/list: nextCursor on page %d is "
+                st = mcp_seterr(err, errlen, NX_STATUS_PROTOCOL, "tools/list: nextCursor on page %d is "
                                 "not a string", page);
             } else if (json_object_get(seen, json_string_value(nc))) {
                 char ex[64];
                 excerpt(ex, sizeof ex, json_string_value(nc), strlen(json_string_value(nc)));
-                st = mcp_seterr(err, errlen, MCP_EPROTO, "tools/list: the server returned cursor "
+                st = mcp_seterr(err, errlen, NX_STATUS_PROTOCOL, "tools/list: the server returned cursor "
                                 "'%s' a second time (page %d): a pagination loop", ex, page);
             } else {
-                json_object_set_new(seen, json_string_value(nc), json_true());
-                cursor = strdup(json_string_value(nc));
-                if (!cursor) st = mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+                cursor = nx_strdup(json_string_value(nc));
+                if (!cursor || json_object_set_new(seen, json_string_value(nc), json_true()))
+                    st = mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
             }
         }
         json_decref(r);
         if (st || !cursor) break;
     }
-    free(cursor);
+    nx_free(cursor);
     json_decref(seen);
     if (st) {
         json_decref(all);
         return st;
     }
     *tools_out = all;
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
-int mcp_call_tool(mcp_client *c, const char *name, const json_t *arguments, json_t **result_out,
+nx_status mcp_call_tool(mcp_client *c, const char *name, const json_t *arguments, json_t **result_out,
                   char *err, size_t errlen) {
     if (result_out) *result_out = NULL;
-    if (!c || !name || !result_out) return mcp_seterr(err, errlen, MCP_EARG, "bad argument");
+    if (!c || !name || !result_out) return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "bad argument");
     if (arguments && !json_is_object(arguments))
-        return mcp_seterr(err, errlen, MCP_EARG, "tools/call %s: arguments must be a JSON object",
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "tools/call %s: arguments must be a JSON object",
                           name);
     json_t *args = arguments ? json_incref((json_t *)arguments) : json_object();
     json_t *params = json_pack("{s:s, s:o}", "name", name, "arguments", args);
-    if (!params) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+    if (!params) return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     json_t *r = NULL;
     char msg[512];
     int st = request(c, "tools/call", params, c->modern, c->timeout_ms, &r, NULL, msg, sizeof msg);
@@ -581,7 +591,7 @@ int mcp_call_tool(mcp_client *c, const char *name, const json_t *arguments, json
     json_t *content = json_object_get(r, "content");
     if (content && !json_is_array(content)) {
         json_decref(r);
-        return mcp_seterr(err, errlen, MCP_EPROTO, "tools/call %s: 'content' is not an array",
+        return mcp_seterr(err, errlen, NX_STATUS_PROTOCOL, "tools/call %s: 'content' is not an array",
                           name);
     }
     *result_out = r;
@@ -589,10 +599,10 @@ int mcp_call_tool(mcp_client *c, const char *name, const json_t *arguments, json
         char *text = mcp_result_text(r);
         char ex[400];
         if (text) excerpt(ex, sizeof ex, text, strlen(text));
-        st = mcp_seterr(err, errlen, MCP_ETOOL, "tool %s failed: %s", name,
+        st = mcp_seterr(err, errlen, NX_STATUS_REMOTE, "tool %s failed: %s", name,
                         text && *text ? ex : "(no text)");
-        free(text);
+        nx_free(text);
         return st;
     }
-    return MCP_OK;
+    return NX_STATUS_OK;
 }

@@ -25,19 +25,19 @@ struct mcp_config {
 };
 
 static void server_free(struct mcp_server_cfg *s) {
-    free(s->name);
-    for (char **a = s->argv; a && *a; a++) free(*a);
-    free(s->argv);
-    for (char **e = s->env; e && *e; e++) free(*e);
-    free(s->env);
-    free(s->cwd);
+    nx_free(s->name);
+    for (char **a = s->argv; a && *a; a++) nx_free(*a);
+    nx_free(s->argv);
+    for (char **e = s->env; e && *e; e++) nx_free(*e);
+    nx_free(s->env);
+    nx_free(s->cwd);
 }
 
 void mcp_config_free(mcp_config *cfg) {
     if (!cfg) return;
     for (size_t i = 0; i < cfg->n; i++) server_free(&cfg->s[i]);
-    free(cfg->s);
-    free(cfg);
+    nx_free(cfg->s);
+    nx_free(cfg);
 }
 
 size_t mcp_config_count(const mcp_config *cfg) { return cfg ? cfg->n : 0; }
@@ -66,112 +66,112 @@ static int parse_server(const char *name, json_t *o, const char *base_dir,
                         struct mcp_server_cfg *s, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     if (!name_ok(name))
-        return mcp_seterr(err, errlen, MCP_EARG, "config: server name '%.80s' must be 1-64 "
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: server name '%.80s' must be 1-64 "
                           "characters of [A-Za-z0-9_.-]", name);
     if (!json_is_object(o))
-        return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s is not an object", name);
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: mcpServers.%s is not an object", name);
     json_t *dis = json_object_get(o, "disabled");
     if (dis && !json_is_boolean(dis))
-        return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s.disabled is not a "
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: mcpServers.%s.disabled is not a "
                           "boolean", name);
     if (json_is_true(dis)) return 1;
     json_t *cmd = json_object_get(o, "command");
     if (!cmd) {
         if (json_object_get(o, "url") || json_object_get(o, "type"))
-            return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s is not a stdio server "
+            return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: mcpServers.%s is not a stdio server "
                               "(only \"command\" servers are supported, not \"url\")", name);
-        return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s has no \"command\"", name);
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: mcpServers.%s has no \"command\"", name);
     }
     if (!json_is_string(cmd) || !json_string_value(cmd)[0])
-        return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s.command is not a "
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: mcpServers.%s.command is not a "
                           "non-empty string", name);
     json_t *args = json_object_get(o, "args");
     if (args && !json_is_array(args))
-        return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s.args is not an array",
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: mcpServers.%s.args is not an array",
                           name);
     size_t na = args ? json_array_size(args) : 0;
-    s->argv = calloc(na + 2, sizeof *s->argv);
-    s->name = strdup(name);
-    if (!s->argv || !s->name) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
-    s->argv[0] = strdup(json_string_value(cmd));
-    if (!s->argv[0]) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+    s->argv = nx_calloc(na + 2, sizeof *s->argv);
+    s->name = nx_strdup(name);
+    if (!s->argv || !s->name) return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
+    s->argv[0] = nx_strdup(json_string_value(cmd));
+    if (!s->argv[0]) return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     for (size_t i = 0; i < na; i++) {
         json_t *a = json_array_get(args, i);
         if (!json_is_string(a))
-            return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s.args[%zu] is not a "
+            return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: mcpServers.%s.args[%zu] is not a "
                               "string", name, i);
-        if (!(s->argv[i + 1] = strdup(json_string_value(a))))
-            return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+        if (!(s->argv[i + 1] = nx_strdup(json_string_value(a))))
+            return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     }
     json_t *env = json_object_get(o, "env");
     if (env && !json_is_object(env))
-        return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s.env is not an object",
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: mcpServers.%s.env is not an object",
                           name);
-    s->env = calloc((env ? json_object_size(env) : 0) + 1, sizeof *s->env);
-    if (!s->env) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+    s->env = nx_calloc((env ? json_object_size(env) : 0) + 1, sizeof *s->env);
+    if (!s->env) return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     const char *k;
     json_t *v;
     size_t ne = 0;
     json_object_foreach(env, k, v) {
         if (!json_is_string(v))
-            return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s.env.%s is not a "
+            return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: mcpServers.%s.env.%s is not a "
                               "string", name, k);
         if (!k[0] || strchr(k, '='))
-            return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s.env has a bad "
+            return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: mcpServers.%s.env has a bad "
                               "variable name '%s'", name, k);
         size_t l = strlen(k) + strlen(json_string_value(v)) + 2;
-        if (!(s->env[ne] = malloc(l))) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+        if (!(s->env[ne] = nx_malloc(l))) return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
         snprintf(s->env[ne++], l, "%s=%s", k, json_string_value(v));
     }
     json_t *cwd = json_object_get(o, "cwd");
     if (cwd) {
         if (!json_is_string(cwd) || !json_string_value(cwd)[0])
-            return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s.cwd is not a "
+            return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: mcpServers.%s.cwd is not a "
                               "non-empty string", name);
         const char *cv = json_string_value(cwd);
         if (cv[0] == '/' || !base_dir) {
-            s->cwd = strdup(cv);
+            s->cwd = nx_strdup(cv);
         } else {
             size_t l = strlen(base_dir) + strlen(cv) + 2;
-            if ((s->cwd = malloc(l))) snprintf(s->cwd, l, "%s/%s", base_dir, cv);
+            if ((s->cwd = nx_malloc(l))) snprintf(s->cwd, l, "%s/%s", base_dir, cv);
         }
-        if (!s->cwd) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+        if (!s->cwd) return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     }
     json_t *to = json_object_get(o, "timeoutMs");
     if (to) {
         if (!json_is_integer(to) || json_integer_value(to) < 1 ||
             json_integer_value(to) > 3600 * 1000)
-            return mcp_seterr(err, errlen, MCP_EARG, "config: mcpServers.%s.timeoutMs is not an "
+            return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: mcpServers.%s.timeoutMs is not an "
                               "integer in [1, 3600000]", name);
         s->timeout_ms = (int)json_integer_value(to);
     }
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
-int mcp_config_parse(const char *text, const char *base_dir, mcp_config **out, char *err,
+nx_status mcp_config_parse(const char *text, const char *base_dir, mcp_config **out, char *err,
                      size_t errlen) {
     *out = NULL;
     json_error_t je;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &je);
     if (!root)
-        return mcp_seterr(err, errlen, MCP_EARG, "config: line %d column %d: %s", je.line,
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: line %d column %d: %s", je.line,
                           je.column, je.text);
     json_t *servers = json_object_get(root, "mcpServers");
     if (!json_is_object(servers)) {
         json_decref(root);
-        return mcp_seterr(err, errlen, MCP_EARG, "config: no \"mcpServers\" object at the top "
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: no \"mcpServers\" object at the top "
                           "level");
     }
-    mcp_config *cfg = calloc(1, sizeof *cfg);
-    if (cfg) cfg->s = calloc(json_object_size(servers) + 1, sizeof *cfg->s);
+    mcp_config *cfg = nx_calloc(1, sizeof *cfg);
+    if (cfg) cfg->s = nx_calloc(json_object_size(servers) + 1, sizeof *cfg->s);
     if (!cfg || !cfg->s) {
-        free(cfg);
+        nx_free(cfg);
         json_decref(root);
-        return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+        return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     }
     const char *name;
     json_t *o;
-    int st = MCP_OK;
+    int st = NX_STATUS_OK;
     json_object_foreach(servers, name, o) {
         int r = parse_server(name, o, base_dir, &cfg->s[cfg->n], err, errlen);
         if (r == 1) {
@@ -191,20 +191,20 @@ int mcp_config_parse(const char *text, const char *base_dir, mcp_config **out, c
     }
     qsort(cfg->s, cfg->n, sizeof *cfg->s, cmp_server);
     *out = cfg;
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
-int mcp_config_load(const char *path, mcp_config **out, char *err, size_t errlen) {
+nx_status mcp_config_load(const char *path, mcp_config **out, char *err, size_t errlen) {
     *out = NULL;
     size_t n;
     char rerr[512];
     char *buf = nx_read_file(path, (size_t)16 << 20, &n, rerr, sizeof rerr);
-    if (!buf) return mcp_seterr(err, errlen, MCP_EARG, "config: %s", rerr);
+    if (!buf) return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "config: %s", rerr);
     /* base directory of the file, for relative cwd entries */
-    char *dir = strdup(path);
+    char *dir = nx_strdup(path);
     if (!dir) {
         nx_free(buf);
-        return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+        return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     }
     char *slash = strrchr(dir, '/');
     if (slash == dir)
@@ -214,11 +214,11 @@ int mcp_config_load(const char *path, mcp_config **out, char *err, size_t errlen
     else
         strcpy(dir, ".");
     char msg[400];
-    int st = mcp_config_parse(buf, dir, out, msg, sizeof msg);
-    free(dir);
+    nx_status st = mcp_config_parse(buf, dir, out, msg, sizeof msg);
+    nx_free(dir);
     nx_free(buf);
     if (st) return mcp_seterr(err, errlen, st, "%s: %s", path, msg);
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
 static void server_params(const mcp_config *cfg, size_t i, int timeout_ms,
@@ -231,16 +231,16 @@ static void server_params(const mcp_config *cfg, size_t i, int timeout_ms,
     p->timeout_ms = timeout_ms > 0 ? timeout_ms : s->timeout_ms;
 }
 
-int mcp_config_open(const mcp_config *cfg, size_t i, int timeout_ms, mcp_client **out, char *err,
+nx_status mcp_config_open(const mcp_config *cfg, size_t i, int timeout_ms, mcp_client **out, char *err,
                     size_t errlen) {
     *out = NULL;
-    if (!cfg || i >= cfg->n) return mcp_seterr(err, errlen, MCP_EARG, "no server %zu", i);
+    if (!cfg || i >= cfg->n) return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "no server %zu", i);
     struct mcp_server_params p;
     server_params(cfg, i, timeout_ms, &p);
     char msg[512];
-    int st = mcp_open(&p, out, msg, sizeof msg);
+    nx_status st = mcp_open(&p, out, msg, sizeof msg);
     if (st) return mcp_seterr(err, errlen, st, "server '%s': %s", cfg->s[i].name, msg);
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
 static int cmp_tool(const void *a, const void *b) {
@@ -249,22 +249,22 @@ static int cmp_tool(const void *a, const void *b) {
                   json_string_value(json_object_get(y, "name")));
 }
 
-int mcp_config_list_tools(const char *config_path, int timeout_ms, json_t **tools_out, char *err,
+nx_status mcp_config_list_tools(const char *config_path, int timeout_ms, json_t **tools_out, char *err,
                           size_t errlen) {
     if (tools_out) *tools_out = NULL;
-    if (!config_path || !tools_out) return mcp_seterr(err, errlen, MCP_EARG, "bad argument");
+    if (!config_path || !tools_out) return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "bad argument");
     mcp_config *cfg;
-    int st = mcp_config_load(config_path, &cfg, err, errlen);
+    nx_status st = mcp_config_load(config_path, &cfg, err, errlen);
     if (st) return st;
     json_t *all = json_array();
     if (!all) {
         mcp_config_free(cfg);
-        return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+        return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     }
     /* every server boots at the same time; then handshake and list one by one; then all
      * get EOF at once and are reaped */
-    mcp_client **cl = calloc(cfg->n ? cfg->n : 1, sizeof *cl);
-    if (!cl) st = mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+    mcp_client **cl = nx_calloc(cfg->n ? cfg->n : 1, sizeof *cl);
+    if (!cl) st = mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     char msg[512];
     for (size_t i = 0; i < cfg->n && !st; i++) {
         struct mcp_server_params p;
@@ -281,10 +281,10 @@ int mcp_config_list_tools(const char *config_path, int timeout_ms, json_t **tool
             break;
         }
         size_t n = json_array_size(tools);
-        json_t **v = malloc((n ? n : 1) * sizeof *v);
+        json_t **v = nx_malloc((n ? n : 1) * sizeof *v);
         if (!v) {
             json_decref(tools);
-            st = mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+            st = mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
             break;
         }
         for (size_t k = 0; k < n; k++) v[k] = json_array_get(tools, k);
@@ -293,20 +293,20 @@ int mcp_config_list_tools(const char *config_path, int timeout_ms, json_t **tool
             json_t *t = json_deep_copy(v[k]);
             if (!t || json_object_set_new(t, "server", json_string(cfg->s[i].name)) ||
                 json_array_append_new(all, t))
-                st = mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+                st = mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
         }
-        free(v);
+        nx_free(v);
         json_decref(tools);
     }
     for (size_t i = 0; cl && i < cfg->n; i++)
         if (cl[i]) mcp_proc_eof(cl[i]);
     for (size_t i = 0; cl && i < cfg->n; i++) mcp_close(cl[i]);
-    free(cl);
+    nx_free(cl);
     mcp_config_free(cfg);
     if (st) {
         json_decref(all);
         return st;
     }
     *tools_out = all;
-    return MCP_OK;
+    return NX_STATUS_OK;
 }

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
+
 #include "mcp/mcp_impl.h"
 
 size_t mcp_result_count(const json_t *result) {
@@ -17,13 +19,13 @@ static const char *str_or_null(const json_t *obj, const char *key) {
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-int mcp_result_content(const json_t *result, size_t i, struct mcp_content *out) {
+nx_status mcp_result_content(const json_t *result, size_t i, struct mcp_content *out) {
     memset(out, 0, sizeof *out);
     out->type = MCP_CONTENT_UNKNOWN;
-    if (i >= mcp_result_count(result)) return MCP_EARG;
+    if (i >= mcp_result_count(result)) return NX_STATUS_INVALID_ARG;
     json_t *item = json_array_get(json_object_get(result, "content"), i);
     const char *type = str_or_null(item, "type");
-    if (!json_is_object(item) || !type) return MCP_EPROTO;
+    if (!json_is_object(item) || !type) return NX_STATUS_PROTOCOL;
     out->raw = item;
     out->type_name = type;
     if (!strcmp(type, "text")) {
@@ -46,7 +48,7 @@ int mcp_result_content(const json_t *result, size_t i, struct mcp_content *out) 
         out->text = str_or_null(res, "text");
         out->data = str_or_null(res, "blob");
     }
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
 const json_t *mcp_result_structured(const json_t *result) {
@@ -61,12 +63,12 @@ char *mcp_result_text(const json_t *result) {
     size_t n = mcp_result_count(result), total = 1;
     struct mcp_content ct;
     for (size_t i = 0; i < n; i++)
-        if (mcp_result_content(result, i, &ct) == MCP_OK && ct.type == MCP_CONTENT_TEXT && ct.text)
+        if (mcp_result_content(result, i, &ct) == NX_STATUS_OK && ct.type == MCP_CONTENT_TEXT && ct.text)
             total += strlen(ct.text) + 1;
-    char *s = malloc(total), *o = s;
+    char *s = nx_malloc(total), *o = s;
     if (!s) return NULL;
     for (size_t i = 0; i < n; i++) {
-        if (mcp_result_content(result, i, &ct) != MCP_OK || ct.type != MCP_CONTENT_TEXT || !ct.text)
+        if (mcp_result_content(result, i, &ct) != NX_STATUS_OK || ct.type != MCP_CONTENT_TEXT || !ct.text)
             continue;
         if (o != s) *o++ = '\n';
         size_t l = strlen(ct.text);
@@ -90,7 +92,7 @@ unsigned char *mcp_base64_decode(const char *s, size_t *len_out) {
     size_t n = strlen(s);
     while (n > 0 && s[n - 1] == '=' && (strlen(s) - n) < 2) n--;
     if (n % 4 == 1) return NULL;
-    unsigned char *out = malloc(n / 4 * 3 + 3);
+    unsigned char *out = nx_malloc(n / 4 * 3 + 3);
     if (!out) return NULL;
     size_t o = 0;
     unsigned acc = 0;
@@ -98,7 +100,7 @@ unsigned char *mcp_base64_decode(const char *s, size_t *len_out) {
     for (size_t i = 0; i < n; i++) {
         int v = b64_val((unsigned char)s[i]);
         if (v < 0) {
-            free(out);
+            nx_free(out);
             return NULL;
         }
         acc = (acc << 6) | (unsigned)v;

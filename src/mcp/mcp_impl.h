@@ -62,27 +62,27 @@ struct mcp_client {
 };
 
 /* snprintf into err when err is not NULL; returns st. */
-int mcp_seterr(char *err, size_t errlen, int st, const char *fmt, ...)
+nx_status mcp_seterr(char *err, size_t errlen, nx_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 /* Marks the client broken with a message (the stderr tail is appended); returns st. */
-int mcp_fail(mcp_client *c, int st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+nx_status mcp_fail(mcp_client *c, nx_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Seconds on the monotonic clock. */
 double mcp_now(void);
 
 /* Spawns the server process with pipes; fills c's process fields. */
-int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, size_t errlen);
+nx_status mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, size_t errlen);
 
 /* Queues one line (a '\n' is added) for the server's stdin. */
-int mcp_proc_queue(mcp_client *c, const char *line, size_t len);
+nx_status mcp_proc_queue(mcp_client *c, const char *line, size_t len);
 
 /*
  * Runs the I/O loop until the awaited response (c->wait_id) has arrived, or (stop_on_changed)
- * the tools_changed flag is set, or the deadline passes (MCP_ETIMEOUT), or the client breaks
+ * the tools_changed flag is set, or the deadline passes (NX_STATUS_TIMEOUT), or the client breaks
  * (its code). Each complete line goes to mcp_handle_line.
  */
-int mcp_proc_pump(mcp_client *c, double deadline, bool stop_on_changed);
+nx_status mcp_proc_pump(mcp_client *c, double deadline, bool stop_on_changed);
 
 /* Closes stdin, waits, TERM, KILL, reaps; closes every fd. */
 void mcp_proc_close(mcp_client *c);
@@ -93,13 +93,13 @@ void mcp_proc_eof(mcp_client *c);
 
 /* mcp_open in two steps, so several servers can boot at the same time: mcp_start spawns (no
  * I/O), mcp_handshake negotiates (on failure the caller still mcp_close's the client). */
-int mcp_start(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen);
-int mcp_handshake(mcp_client *c, char *err, size_t errlen);
+nx_status mcp_start(const struct mcp_server_params *p, mcp_client **out, char *err, size_t errlen);
+nx_status mcp_handshake(mcp_client *c, char *err, size_t errlen);
 
 /* mcp_start without a process, for tests and fuzzing: the server's output is read from fd_out
  * (a pipe or a file), the client's messages go to fd_in; the client owns both descriptors from
  * here on (closed by mcp_close; also on failure). pid stays 0, so nothing is ever signalled. */
-int mcp_start_fds(const struct mcp_server_params *p, int fd_in, int fd_out, mcp_client **out,
+nx_status mcp_start_fds(const struct mcp_server_params *p, int fd_in, int fd_out, mcp_client **out,
                   char *err, size_t errlen);
 
 /* Handles one line from the server (mcp_client.c). */

@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
+
 #include "core/nx_base.h"
 #include "mcp/mcp_impl.h"
 
@@ -33,7 +35,7 @@ extern char **environ;
 
 double mcp_now(void) { return nx_time_s(); }
 
-int mcp_seterr(char *err, size_t errlen, int st, const char *fmt, ...) {
+nx_status mcp_seterr(char *err, size_t errlen, nx_status st, const char *fmt, ...) {
     if (err && errlen) {
         va_list ap;
         va_start(ap, fmt);
@@ -52,7 +54,7 @@ static const char *stderr_for_msg(mcp_client *c, size_t max) {
     return n > max ? t + (n - max) : t;
 }
 
-int mcp_fail(mcp_client *c, int st, const char *fmt, ...) {
+nx_status mcp_fail(mcp_client *c, nx_status st, const char *fmt, ...) {
     if (c->broken) return c->broken; /* the first failure is the one to report */
     char msg[384];
     va_list ap;
@@ -127,7 +129,7 @@ static char *find_in_path(const char *prog, const char *path) {
     for (;;) {
         const char *e = strchr(p, ':');
         size_t dl = e ? (size_t)(e - p) : strlen(p);
-        char *cand = malloc(dl + plen + 3);
+        char *cand = nx_malloc(dl + plen + 3);
         if (!cand) return NULL;
         if (dl == 0)
             snprintf(cand, dl + plen + 3, "./%s", prog);
@@ -135,7 +137,7 @@ static char *find_in_path(const char *prog, const char *path) {
             snprintf(cand, dl + plen + 3, "%.*s/%s", (int)dl, p, prog);
         struct stat st;
         if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) return cand;
-        free(cand);
+        nx_free(cand);
         if (!e) return NULL;
         p = e + 1;
     }
@@ -152,9 +154,9 @@ static void child_report(int fd, char what, int e) {
     (void)w;
 }
 
-int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, size_t errlen) {
+nx_status mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, size_t errlen) {
     if (!p->argv || !p->argv[0] || !p->argv[0][0])
-        return mcp_seterr(err, errlen, MCP_EARG, "no server command given");
+        return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG, "no server command given");
     const char *prog = p->argv[0];
 
     /* environment: ours, minus the names the caller sets, plus the caller's entries */
@@ -163,12 +165,12 @@ int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, 
     while (p->env && p->env[n_extra]) {
         const char *eq = strchr(p->env[n_extra], '=');
         if (!eq || eq == p->env[n_extra])
-            return mcp_seterr(err, errlen, MCP_EARG,
+            return mcp_seterr(err, errlen, NX_STATUS_INVALID_ARG,
                               "environment entry '%s' is not NAME=VALUE", p->env[n_extra]);
         n_extra++;
     }
-    char **envp = calloc(n_env + n_extra + 1, sizeof *envp);
-    if (!envp) return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+    char **envp = nx_calloc(n_env + n_extra + 1, sizeof *envp);
+    if (!envp) return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     size_t k = 0;
     const char *path_var = NULL;
     for (size_t i = 0; i < n_env; i++) {
@@ -183,18 +185,18 @@ int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, 
 
     char *exe = NULL;
     if (strchr(prog, '/')) {
-        exe = strdup(prog);
+        exe = nx_strdup(prog);
     } else {
         exe = find_in_path(prog, path_var);
         if (!exe) {
-            free(envp);
-            return mcp_seterr(err, errlen, MCP_ESPAWN, "cannot start server: '%s' not found in PATH",
+            nx_free(envp);
+            return mcp_seterr(err, errlen, NX_STATUS_IO, "cannot start server: '%s' not found in PATH",
                               prog);
         }
     }
     if (!exe) {
-        free(envp);
-        return mcp_seterr(err, errlen, MCP_ENOMEM, "out of memory");
+        nx_free(envp);
+        return mcp_seterr(err, errlen, NX_STATUS_NOMEM, "out of memory");
     }
 
     int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1}, pex[2] = {-1, -1};
@@ -204,9 +206,9 @@ int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, 
         int fds[8] = {pin[0], pin[1], pout[0], pout[1], perr[0], perr[1], pex[0], pex[1]};
         for (int i = 0; i < 8; i++)
             if (fds[i] >= 0) close(fds[i]);
-        free(exe);
-        free(envp);
-        return mcp_seterr(err, errlen, MCP_EIO, "cannot create pipes: %s", strerror(e));
+        nx_free(exe);
+        nx_free(envp);
+        return mcp_seterr(err, errlen, NX_STATUS_IO, "cannot create pipes: %s", strerror(e));
     }
 
     pid_t pid = fork();
@@ -214,9 +216,9 @@ int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, 
         int e = errno;
         close(pin[0]), close(pin[1]), close(pout[0]), close(pout[1]);
         close(perr[0]), close(perr[1]), close(pex[0]), close(pex[1]);
-        free(exe);
-        free(envp);
-        return mcp_seterr(err, errlen, MCP_ESPAWN, "cannot fork: %s", strerror(e));
+        nx_free(exe);
+        nx_free(envp);
+        return mcp_seterr(err, errlen, NX_STATUS_IO, "cannot fork: %s", strerror(e));
     }
     if (pid == 0) {
         /* child: async-signal-safe calls only */
@@ -245,7 +247,7 @@ int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, 
     /* parent */
     setpgid(pid, pid); /* also here, so the group exists before we might signal it */
     close(pin[0]), close(pout[1]), close(perr[1]), close(pex[1]);
-    free(envp);
+    nx_free(envp);
     char rep[1 + sizeof(int)];
     size_t got = 0;
     for (;;) { /* returns at exec (close-on-exec) or at the child's report */
@@ -263,15 +265,15 @@ int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, 
         close(pin[1]), close(pout[0]), close(perr[0]);
         int st;
         if (rep[0] == 'C')
-            st = mcp_seterr(err, errlen, MCP_ESPAWN, "cannot start server '%s': cannot enter "
+            st = mcp_seterr(err, errlen, NX_STATUS_IO, "cannot start server '%s': cannot enter "
                             "directory '%s': %s", prog, p->cwd, strerror(e));
         else
-            st = mcp_seterr(err, errlen, MCP_ESPAWN, "cannot start server '%s' (%s): %s", prog,
+            st = mcp_seterr(err, errlen, NX_STATUS_IO, "cannot start server '%s' (%s): %s", prog,
                             exe, strerror(e));
-        free(exe);
+        nx_free(exe);
         return st;
     }
-    free(exe);
+    nx_free(exe);
     fcntl(pin[1], F_SETFL, fcntl(pin[1], F_GETFL) | O_NONBLOCK);
     fcntl(pout[0], F_SETFL, fcntl(pout[0], F_GETFL) | O_NONBLOCK);
     fcntl(perr[0], F_SETFL, fcntl(perr[0], F_GETFL) | O_NONBLOCK);
@@ -279,18 +281,18 @@ int mcp_proc_spawn(mcp_client *c, const struct mcp_server_params *p, char *err, 
     c->fd_in = pin[1];
     c->fd_out = pout[0];
     c->fd_err = perr[0];
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
 /* ---- output ----------------------------------------------------------------------------- */
 
-int mcp_proc_queue(mcp_client *c, const char *line, size_t len) {
+nx_status mcp_proc_queue(mcp_client *c, const char *line, size_t len) {
     if (c->broken) return c->broken;
-    if (c->fd_in < 0) return mcp_fail(c, MCP_ECLOSED, "server closed its stdin");
+    if (c->fd_in < 0) return mcp_fail(c, NX_STATUS_CLOSED, "server closed its stdin");
     if (c->opos > 0 && c->opos == c->olen) c->opos = c->olen = 0;
     size_t need = c->olen + len + 1;
     if (need - c->opos > MCP_OUT_MAX)
-        return mcp_fail(c, MCP_EPROTO, "server is not reading its input (%zu bytes queued)",
+        return mcp_fail(c, NX_STATUS_PROTOCOL, "server is not reading its input (%zu bytes queued)",
                         c->olen - c->opos);
     if (need > c->ocap) {
         if (c->opos > 0) { /* compact first */
@@ -302,8 +304,8 @@ int mcp_proc_queue(mcp_client *c, const char *line, size_t len) {
         if (need > c->ocap) {
             size_t cap = c->ocap ? c->ocap : 4096;
             while (cap < need) cap *= 2;
-            char *nb = realloc(c->obuf, cap);
-            if (!nb) return mcp_fail(c, MCP_ENOMEM, "out of memory");
+            char *nb = nx_realloc(c->obuf, cap);
+            if (!nb) return mcp_fail(c, NX_STATUS_NOMEM, "out of memory");
             c->obuf = nb;
             c->ocap = cap;
         }
@@ -311,7 +313,7 @@ int mcp_proc_queue(mcp_client *c, const char *line, size_t len) {
     memcpy(c->obuf + c->olen, line, len);
     c->obuf[c->olen + len] = '\n';
     c->olen += len + 1;
-    return MCP_OK;
+    return NX_STATUS_OK;
 }
 
 /* write() with SIGPIPE blocked in this thread; a SIGPIPE it raised is consumed, so a closed pipe
@@ -384,7 +386,7 @@ static void take_stdout(mcp_client *c, const char *p, size_t n) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         size_t seg = nl ? (size_t)(nl - p) : (size_t)(end - p);
         if (c->llen + seg > c->max_line) {
-            mcp_fail(c, MCP_ETOOLONG, "server sent a line longer than the limit of %zu bytes",
+            mcp_fail(c, NX_STATUS_PROTOCOL, "server sent a line longer than the limit of %zu bytes",
                      c->max_line);
             return;
         }
@@ -395,9 +397,9 @@ static void take_stdout(mcp_client *c, const char *p, size_t n) {
                 size_t cap = c->lcap ? c->lcap : 4096;
                 while (cap < c->llen + seg) cap *= 2;
                 if (cap > c->max_line) cap = c->max_line;
-                char *nb = realloc(c->lbuf, cap);
+                char *nb = nx_realloc(c->lbuf, cap);
                 if (!nb) {
-                    mcp_fail(c, MCP_ENOMEM, "out of memory");
+                    mcp_fail(c, NX_STATUS_NOMEM, "out of memory");
                     return;
                 }
                 c->lbuf = nb;
@@ -415,17 +417,17 @@ static void take_stdout(mcp_client *c, const char *p, size_t n) {
     }
 }
 
-int mcp_proc_pump(mcp_client *c, double deadline, bool stop_on_changed) {
+nx_status mcp_proc_pump(mcp_client *c, double deadline, bool stop_on_changed) {
     for (;;) {
-        if (c->wait_id >= 0 && c->wait_resp) return MCP_OK;
+        if (c->wait_id >= 0 && c->wait_resp) return NX_STATUS_OK;
         if (c->broken) return c->broken;
-        if (stop_on_changed && c->tools_changed) return MCP_OK;
+        if (stop_on_changed && c->tools_changed) return NX_STATUS_OK;
         double left = deadline - mcp_now();
-        if (left <= 0) return MCP_ETIMEOUT;
+        if (left <= 0) return NX_STATUS_TIMEOUT;
         if (c->fd_out < 0) {
             char how[96];
             describe_exit(c, how, sizeof how);
-            return mcp_fail(c, MCP_ECLOSED, "server closed its stdout (%s)", how);
+            return mcp_fail(c, NX_STATUS_CLOSED, "server closed its stdout (%s)", how);
         }
 
         struct pollfd pf[3];
@@ -437,7 +439,7 @@ int mcp_proc_pump(mcp_client *c, double deadline, bool stop_on_changed) {
         int r = poll(pf, (nfds_t)n, ms);
         if (r < 0) {
             if (errno == EINTR) continue;
-            return mcp_fail(c, MCP_EIO, "poll: %s", strerror(errno));
+            return mcp_fail(c, NX_STATUS_IO, "poll: %s", strerror(errno));
         }
         if (r == 0) continue; /* the deadline check above ends it */
 
@@ -479,10 +481,10 @@ int mcp_proc_pump(mcp_client *c, double deadline, bool stop_on_changed) {
                 close(c->fd_out);
                 c->fd_out = -1;
                 if (c->fd_err >= 0) drain_stderr(c);
-                if (c->wait_id >= 0 && c->wait_resp) return MCP_OK;
+                if (c->wait_id >= 0 && c->wait_resp) return NX_STATUS_OK;
                 char how[96];
                 describe_exit(c, how, sizeof how);
-                return mcp_fail(c, MCP_ECLOSED, "server closed its stdout%s (%s)",
+                return mcp_fail(c, NX_STATUS_CLOSED, "server closed its stdout%s (%s)",
                                 mid ? " in the middle of a message" : "", how);
             }
         }

@@ -36,7 +36,6 @@
 #include "model/encoder.h"
 #include "model/ops.h"
 #include "tok/tok.h"
-#include "tok/tok_impl.h"
 
 /* ---- per-call state ---- */
 
@@ -410,8 +409,8 @@ static nx_status word_pieces(const nx_model *m, const char *text, nx_token **out
 
 static nx_status cls_sep(const nx_model *m, nx_token *cls, nx_token *sep, char *err,
                          size_t errlen) {
-    *cls = m->vocab->cls >= 0 ? m->vocab->cls : m->vocab->bos;
-    *sep = m->vocab->sep >= 0 ? m->vocab->sep : m->vocab->eos;
+    *cls = vocab_cls(m->vocab) >= 0 ? vocab_cls(m->vocab) : vocab_bos(m->vocab);
+    *sep = vocab_sep(m->vocab) >= 0 ? vocab_sep(m->vocab) : vocab_eos(m->vocab);
     if (*cls < 0 || *sep < 0 || *cls >= m->hp.n_vocab || *sep >= m->hp.n_vocab)
         return fail(err, errlen, NX_STATUS_INVALID_ARG,
                     "the tokenizer has no [CLS] / [SEP] tokens (tokenizer.ggml.cls_token_id, "

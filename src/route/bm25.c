@@ -188,11 +188,11 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int rt_bm25_add(rt_bm25 *bm, const char *text) {
+nx_status rt_bm25_add(rt_bm25 *bm, const char *text) {
     if (bm->n_docs == bm->cap_docs) {
         int32_t nc = bm->cap_docs ? bm->cap_docs * 2 : 64;
         int32_t *nd = nx_realloc(bm->doc_len, sizeof *nd * (size_t)nc);
-        if (!nd) return -1;
+        if (!nd) return NX_STATUS_NOMEM;
         bm->doc_len = nd;
         bm->cap_docs = nc;
     }
@@ -200,7 +200,7 @@ int rt_bm25_add(rt_bm25 *bm, const char *text) {
     rt_lex_tokens(text, add_tok, &a);
     if (a.oom) {
         nx_free(a.ids);
-        return -1;
+        return NX_STATUS_NOMEM;
     }
     int32_t doc = bm->n_docs;
     if (a.n > 1) qsort(a.ids, (size_t)a.n, sizeof *a.ids, cmp_i32);
@@ -217,7 +217,7 @@ int rt_bm25_add(rt_bm25 *bm, const char *text) {
                     if (u->n > 0 && u->p[u->n - 1].doc == doc) u->n--;
                 }
                 nx_free(a.ids);
-                return -1;
+                return NX_STATUS_NOMEM;
             }
             t->p = np;
             t->cap = nc;
@@ -245,10 +245,10 @@ char *rt_tool_document(const struct rt_tool *t) {
     return s;
 }
 
-int rt_bm25_add_tool(rt_bm25 *bm, const struct rt_tool *t) {
+nx_status rt_bm25_add_tool(rt_bm25 *bm, const struct rt_tool *t) {
     char *doc = rt_tool_document(t);
-    if (!doc) return -1;
-    int rc = rt_bm25_add(bm, doc);
+    if (!doc) return NX_STATUS_NOMEM;
+    nx_status rc = rt_bm25_add(bm, doc);
     nx_free(doc);
     return rc;
 }

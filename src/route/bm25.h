@@ -23,10 +23,10 @@ typedef struct rt_bm25 rt_bm25;
 /* An empty index; NULL on OOM. */
 rt_bm25 *rt_bm25_new(float k1, float b);
 void rt_bm25_free(rt_bm25 *bm);
-/* Appends one document (its text is tokenized and forgotten). Returns 0 or -1 on OOM. */
-int rt_bm25_add(rt_bm25 *bm, const char *text);
+/* Appends one document (its text is tokenized and forgotten). NX_STATUS_OK or _NOMEM. */
+nx_status rt_bm25_add(rt_bm25 *bm, const char *text);
 /* Appends a tool's document (name, description, parameter names). */
-int rt_bm25_add_tool(rt_bm25 *bm, const struct rt_tool *t);
+nx_status rt_bm25_add_tool(rt_bm25 *bm, const struct rt_tool *t);
 int rt_bm25_n_docs(const rt_bm25 *bm);
 /* scores[n_docs] for the query. Returns the number of query tokens found in the index (0: all
  * scores are 0), or -1 on OOM. */

@@ -18,6 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
+
 struct chat_rr {
     rt_reranker base;
     nx_model *model;
@@ -36,9 +38,9 @@ static void crr_free(rt_reranker *r) {
     struct chat_rr *c = (struct chat_rr *)r;
     if (!c) return;
     nx_ctx_free(c->ctx);
-    free(c->yes);
-    free(c->no);
-    free(c);
+    nx_free(c->yes);
+    nx_free(c->no);
+    nx_free(c);
 }
 
 static int32_t lcp(const nx_token *a, int32_t na, const nx_token *b, int32_t nb) {
@@ -50,7 +52,7 @@ static int32_t lcp(const nx_token *a, int32_t na, const nx_token *b, int32_t nb)
 /* The prompt with query[0..ql) and doc[0..dl). */
 static char *build_prompt(const char *q, size_t ql, const char *d, size_t dl) {
     size_t n = sizeof(RT_CHAT_RERANK_TEMPLATE) + ql + dl;
-    char *s = malloc(n);
+    char *s = nx_malloc(n);
     if (!s) return NULL;
     snprintf(s, n, RT_CHAT_RERANK_TEMPLATE, (int)ql, q, (int)dl, d);
     return s;
@@ -61,9 +63,9 @@ struct tokd {
     int32_t np, ny, nn;
 };
 static void tokd_free(struct tokd *t) {
-    free(t->p);
-    free(t->y);
-    free(t->n);
+    nx_free(t->p);
+    nx_free(t->y);
+    nx_free(t->n);
     memset(t, 0, sizeof(*t));
 }
 
@@ -74,7 +76,7 @@ static int tokenize_all(const struct chat_rr *c, const char *q, size_t ql, const
     char *p = build_prompt(q, ql, d, dl);
     if (!p) return -1;
     size_t pl = strlen(p);
-    char *py = malloc(pl + strlen(c->yes) + 1), *pn = malloc(pl + strlen(c->no) + 1);
+    char *py = nx_malloc(pl + strlen(c->yes) + 1), *pn = nx_malloc(pl + strlen(c->no) + 1);
     int rc = -1;
     if (!py || !pn) goto out;
     memcpy(py, p, pl);
@@ -90,9 +92,9 @@ static int tokenize_all(const struct chat_rr *c, const char *q, size_t ql, const
     }
     rc = 0;
 out:
-    free(p);
-    free(py);
-    free(pn);
+    nx_free(p);
+    nx_free(py);
+    nx_free(pn);
     return rc;
 }
 
@@ -113,7 +115,7 @@ static int fit_prefix(const struct chat_rr *c, const char *q, size_t ql, const c
                       int vary_doc, struct tokd *best, size_t *out_len) {
     const char *var = vary_doc ? d : q;
     size_t vl = vary_doc ? dl : ql;
-    size_t *cut = malloc((vl + 2) * sizeof(*cut)); /* byte offsets of character starts, and vl */
+    size_t *cut = nx_malloc((vl + 2) * sizeof(*cut)); /* byte offsets of character starts, and vl */
     if (!cut) return -2;
     size_t nc = 0;
     for (size_t i = 0; i < vl; i++)
@@ -151,7 +153,7 @@ static int fit_prefix(const struct chat_rr *c, const char *q, size_t ql, const c
         }
     }
 out:
-    free(cut);
+    nx_free(cut);
     return rc;
 }
 
@@ -264,17 +266,17 @@ rt_reranker *rt_reranker_chat_open_ex(nx_model *model, const struct rt_chat_rera
         snprintf(err, errlen, "chat reranker: the yes and no answers must be non-empty and differ");
         return NULL;
     }
-    struct chat_rr *c = calloc(1, sizeof(*c));
+    struct chat_rr *c = nx_calloc(1, sizeof(*c));
     if (!c) {
         snprintf(err, errlen, "chat reranker: out of memory");
         return NULL;
     }
     c->base.name = "chat-relevance";
     c->base.score = crr_score;
-    c->base.free = crr_free;
+    c->base.destroy = crr_free;
     c->model = model;
-    c->yes = strdup(yes);
-    c->no = strdup(no);
+    c->yes = nx_strdup(yes);
+    c->no = nx_strdup(no);
     c->n_vocab = nx_model_n_vocab(model);
     struct nx_ctx_params cp = nx_ctx_default_params();
     cp.n_ctx = p.n_ctx ? p.n_ctx : (nx_model_n_ctx_train(model) < 2048 ? nx_model_n_ctx_train(model) : 2048);

@@ -28,7 +28,7 @@ struct rt_embedder {
     /* Embed one text into out[dim], L2-normalised. */
     int (*embed)(rt_embedder *e, const char *text, enum rt_text_kind kind, float *out, char *err,
                  size_t errlen);
-    void (*free)(rt_embedder *e);
+    void (*destroy)(rt_embedder *e);
 };
 
 typedef struct rt_reranker rt_reranker;
@@ -37,7 +37,7 @@ struct rt_reranker {
     /* Relevance of (query, document) into *score; higher is more relevant. */
     int (*score)(rt_reranker *r, const char *query, const char *document, float *score, char *err,
                  size_t errlen);
-    void (*free)(rt_reranker *r);
+    void (*destroy)(rt_reranker *r);
 };
 
 /* Opens an embedder from a path: a directory holding model.safetensors + tokenizer.json is a
@@ -48,10 +48,10 @@ rt_embedder *rt_embedder_open(const char *path, char *err, size_t errlen);
 rt_reranker *rt_reranker_open(const char *path, char *err, size_t errlen);
 
 static inline void rt_embedder_free(rt_embedder *e) {
-    if (e) e->free(e);
+    if (e) e->destroy(e);
 }
 static inline void rt_reranker_free(rt_reranker *r) {
-    if (r) r->free(r);
+    if (r) r->destroy(r);
 }
 
 #endif

@@ -19,6 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
+
 #include "nexus.h"
 #include "route/embed_impl.h"
 
@@ -68,7 +70,7 @@ static int ge_embed(rt_embedder *e, const char *text, enum rt_text_kind kind, fl
     const char *prefix = "";
     if (g->nomic) prefix = kind == RT_QUERY ? "search_query: " : "search_document: ";
     size_t np = strlen(prefix), nt = text ? strlen(text) : 0;
-    char *buf = malloc(np + nt + 1);
+    char *buf = nx_malloc(np + nt + 1);
     if (!buf) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -80,7 +82,7 @@ static int ge_embed(rt_embedder *e, const char *text, enum rt_text_kind kind, fl
     p.n_threads = g->n_threads;
     char msg[512];
     nx_status st = nx_embed(g->m, buf, &p, out, e->dim, msg, sizeof msg);
-    free(buf);
+    nx_free(buf);
     if (st != NX_STATUS_OK) {
         snprintf(err, errlen, "%s embedder: %s", g->name, msg);
         return -1;
@@ -91,7 +93,7 @@ static int ge_embed(rt_embedder *e, const char *text, enum rt_text_kind kind, fl
 static void ge_free(rt_embedder *e) {
     struct gguf_embedder *g = (struct gguf_embedder *)e;
     nx_model_free(g->m);
-    free(g);
+    nx_free(g);
 }
 
 rt_embedder *rt_embedder_gguf_open(const char *path, char *err, size_t errlen) {
@@ -104,7 +106,7 @@ rt_embedder *rt_embedder_gguf_open(const char *path, char *err, size_t errlen) {
         nx_model_free(m);
         return NULL;
     }
-    struct gguf_embedder *g = calloc(1, sizeof *g);
+    struct gguf_embedder *g = nx_calloc(1, sizeof *g);
     if (!g) {
         snprintf(err, errlen, "out of memory");
         nx_model_free(m);
@@ -117,7 +119,7 @@ rt_embedder *rt_embedder_gguf_open(const char *path, char *err, size_t errlen) {
     g->base.name = g->name;
     g->base.dim = nx_model_n_embd(m);
     g->base.embed = ge_embed;
-    g->base.free = ge_free;
+    g->base.destroy = ge_free;
     return &g->base;
 }
 
@@ -138,7 +140,7 @@ static int gr_score(rt_reranker *r, const char *query, const char *document, flo
 static void gr_free(rt_reranker *r) {
     struct gguf_reranker *g = (struct gguf_reranker *)r;
     nx_model_free(g->m);
-    free(g);
+    nx_free(g);
 }
 
 rt_reranker *rt_reranker_gguf_open(const char *path, char *err, size_t errlen) {
@@ -151,7 +153,7 @@ rt_reranker *rt_reranker_gguf_open(const char *path, char *err, size_t errlen) {
         nx_model_free(m);
         return NULL;
     }
-    struct gguf_reranker *g = calloc(1, sizeof *g);
+    struct gguf_reranker *g = nx_calloc(1, sizeof *g);
     if (!g) {
         snprintf(err, errlen, "out of memory");
         nx_model_free(m);
@@ -161,6 +163,6 @@ rt_reranker *rt_reranker_gguf_open(const char *path, char *err, size_t errlen) {
     g->n_threads = pick_threads();
     g->base.name = "cross-encoder";
     g->base.score = gr_score;
-    g->base.free = gr_free;
+    g->base.destroy = gr_free;
     return &g->base;
 }

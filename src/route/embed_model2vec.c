@@ -16,6 +16,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/alloc.h"
+
 #include "route/embed_impl.h"
 #include "route/hftok.h"
 #include "route/model2vec.h"
@@ -38,10 +40,10 @@ static void m2v_free(rt_embedder *e) {
     struct m2v *m = (struct m2v *)e;
     if (!m) return;
     hf_tok_free(m->tok);
-    free(m->emb);
-    free(m->w);
-    free(m->map);
-    free(m);
+    nx_free(m->emb);
+    nx_free(m->w);
+    nx_free(m->map);
+    nx_free(m);
 }
 
 int rt_model2vec_ids(rt_embedder *e, const char *text, int32_t **ids, char *err, size_t errlen) {
@@ -87,7 +89,7 @@ int rt_model2vec_mean(rt_embedder *e, const char *text, double *out, int *normal
     }
     if (n > 0)
         for (int d = 0; d < m->dim; d++) out[d] /= n;
-    free(ids);
+    nx_free(ids);
     if (normalize) *normalize = m->normalize;
     return 0;
 }
@@ -96,20 +98,20 @@ static int m2v_embed(rt_embedder *e, const char *text, enum rt_text_kind kind, f
                      size_t errlen) {
     struct m2v *m = (struct m2v *)e;
     (void)kind;
-    double *acc = malloc((size_t)m->dim * sizeof(*acc));
+    double *acc = nx_malloc((size_t)m->dim * sizeof(*acc));
     if (!acc) {
         snprintf(err, errlen, "model2vec: out of memory");
         return -1;
     }
     if (rt_model2vec_mean(e, text, acc, NULL, err, errlen) != 0) {
-        free(acc);
+        nx_free(acc);
         return -1;
     }
     double ss = 0;
     for (int d = 0; d < m->dim; d++) ss += acc[d] * acc[d];
     double inv = 1.0 / (sqrt(ss) + 1e-32);
     for (int d = 0; d < m->dim; d++) out[d] = (float)(acc[d] * inv);
-    free(acc);
+    nx_free(acc);
     return 0;
 }
 
@@ -141,7 +143,7 @@ static int read_config(const char *dir, int *normalize, char *err, size_t errlen
 
 rt_embedder *rt_embedder_model2vec_open(const char *dir, char *err, size_t errlen) {
     char path[4096], e2[400] = "";
-    struct m2v *m = calloc(1, sizeof(*m));
+    struct m2v *m = nx_calloc(1, sizeof(*m));
     st_file *st = NULL;
     if (!m) {
         snprintf(err, errlen, "model2vec: out of memory");
@@ -150,7 +152,7 @@ rt_embedder *rt_embedder_model2vec_open(const char *dir, char *err, size_t errle
     snprintf(m->name, sizeof m->name, "model2vec");
     m->base.name = m->name;
     m->base.embed = m2v_embed;
-    m->base.free = m2v_free;
+    m->base.destroy = m2v_free;
     if (read_config(dir, &m->normalize, err, errlen) != 0) goto fail_quiet;
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     m->tok = hf_tok_load(path, e2, sizeof e2);
@@ -182,7 +184,7 @@ rt_embedder *rt_embedder_model2vec_open(const char *dir, char *err, size_t errle
     m->rows = (int)te->shape[0];
     m->dim = (int)te->shape[1];
     m->base.dim = m->dim;
-    m->emb = malloc((size_t)te->n_elem * sizeof(float));
+    m->emb = nx_malloc((size_t)te->n_elem * sizeof(float));
     if (!m->emb) {
         snprintf(e2, sizeof e2, "out of memory");
         goto fail;
@@ -203,7 +205,7 @@ rt_embedder *rt_embedder_model2vec_open(const char *dir, char *err, size_t errle
                      m->n_vocab, st_dtype_name(tw->dtype), tw->n_dims);
             goto fail;
         }
-        m->w = malloc((size_t)m->n_vocab * sizeof(double));
+        m->w = nx_malloc((size_t)m->n_vocab * sizeof(double));
         if (!m->w) {
             snprintf(e2, sizeof e2, "out of memory");
             goto fail;
@@ -227,7 +229,7 @@ rt_embedder *rt_embedder_model2vec_open(const char *dir, char *err, size_t errle
                      m->n_vocab, st_dtype_name(d), tm->n_dims);
             goto fail;
         }
-        m->map = malloc((size_t)m->n_vocab * sizeof(int32_t));
+        m->map = nx_malloc((size_t)m->n_vocab * sizeof(int32_t));
         if (!m->map) {
             snprintf(e2, sizeof e2, "out of memory");
             goto fail;

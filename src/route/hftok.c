@@ -24,6 +24,8 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "core/alloc.h"
+
 #include "tok/unichar.h"
 
 #define UNK_PENALTY 10.0
@@ -50,7 +52,7 @@ static bool sb_reserve(struct sbuf *b, size_t add) {
         if (c > SIZE_MAX / 2) return false;
         c *= 2;
     }
-    char *q = realloc(b->p, c);
+    char *q = nx_realloc(b->p, c);
     if (!q) return false;
     b->p = q;
     b->cap = c;
@@ -77,7 +79,7 @@ struct ivec {
 static bool iv_push(struct ivec *a, int32_t x) {
     if (a->n == a->cap) {
         int c = a->cap ? a->cap * 2 : 32;
-        int32_t *q = realloc(a->v, (size_t)c * sizeof(*q));
+        int32_t *q = nx_realloc(a->v, (size_t)c * sizeof(*q));
         if (!q) return false;
         a->v = q;
         a->cap = c;
@@ -126,9 +128,9 @@ struct norm {
 static void norm_free(struct norm *n) {
     if (!n) return;
     for (int i = 0; i < n->n_sub; i++) norm_free(&n->sub[i]);
-    free(n->sub);
-    free(n->pat);
-    free(n->rep);
+    nx_free(n->sub);
+    nx_free(n->pat);
+    nx_free(n->rep);
     if (n->re) pcre2_code_free(n->re);
 }
 
@@ -151,7 +153,7 @@ static int norm_parse(struct norm *n, json_t *j, char *err, size_t errlen) {
             return -1;
         }
         n->k = N_SEQ;
-        n->sub = calloc(json_array_size(a) + 1, sizeof(*n->sub));
+        n->sub = nx_calloc(json_array_size(a) + 1, sizeof(*n->sub));
         if (!n->sub) return hf_errf(err, errlen, "out of memory"), -1;
         for (size_t i = 0; i < json_array_size(a); i++) {
             if (norm_parse(&n->sub[i], json_array_get(a, i), err, errlen) != 0) {
@@ -175,7 +177,7 @@ static int norm_parse(struct norm *n, json_t *j, char *err, size_t errlen) {
             hf_errf(err, errlen, "tokenizer.json: Replace normalizer needs \"pattern\" and \"content\"");
             return -1;
         }
-        n->rep = strdup(content);
+        n->rep = nx_strdup(content);
         n->rep_len = strlen(content);
         const char *s = json_string_value(json_object_get(p, "String"));
         const char *r = json_string_value(json_object_get(p, "Regex"));
@@ -184,7 +186,7 @@ static int norm_parse(struct norm *n, json_t *j, char *err, size_t errlen) {
                 hf_errf(err, errlen, "tokenizer.json: Replace with an empty String pattern");
                 return -1;
             }
-            n->pat = strdup(s);
+            n->pat = nx_strdup(s);
             n->pat_len = strlen(s);
         } else if (r) {
             int ec;
@@ -223,7 +225,7 @@ static int norm_parse(struct norm *n, json_t *j, char *err, size_t errlen) {
             hf_errf(err, errlen, "tokenizer.json: Prepend normalizer without \"prepend\"");
             return -1;
         }
-        n->rep = strdup(s);
+        n->rep = nx_strdup(s);
         n->rep_len = strlen(s);
         if (!n->rep) return hf_errf(err, errlen, "out of memory"), -1;
     } else {
@@ -233,17 +235,38 @@ static int norm_parse(struct norm *n, json_t *j, char *err, size_t errlen) {
     return 0;
 }
 
+/* utf8proc_map with the buffer from nx_malloc (utf8proc_map's own comes from malloc): decompose
+ * into code points, then re-encode in place (UTF-8 never takes more than the 4 bytes of a code
+ * point). The length, or a negative utf8proc error. */
+static utf8proc_ssize_t unf_map_nx(const utf8proc_uint8_t *s, utf8proc_ssize_t n, utf8proc_uint8_t **out,
+                                   utf8proc_option_t opts) {
+    *out = NULL;
+    utf8proc_ssize_t k = utf8proc_decompose(s, n, NULL, 0, opts);
+    if (k < 0) return k;
+    utf8proc_int32_t *buf = nx_malloc(sizeof *buf * (size_t)k + 1);
+    if (!buf) return UTF8PROC_ERROR_NOMEM;
+    utf8proc_ssize_t k2 = utf8proc_decompose(s, n, buf, k, opts);
+    if (k2 >= 0 && k2 <= k) k2 = utf8proc_reencode(buf, k2, opts);
+    else if (k2 >= 0) k2 = UTF8PROC_ERROR_OVERFLOW;
+    if (k2 < 0) {
+        nx_free(buf);
+        return k2;
+    }
+    *out = (utf8proc_uint8_t *)buf;
+    return k2;
+}
+
 /* Apply a per-code-point map to b: fn writes 0..n code points for one input. */
 static int unf_map(struct sbuf *b, int opts) {
     utf8proc_uint8_t *out = NULL;
-    utf8proc_ssize_t k = utf8proc_map((const utf8proc_uint8_t *)b->p, (utf8proc_ssize_t)b->n, &out,
-                                      (utf8proc_option_t)opts);
+    utf8proc_ssize_t k = unf_map_nx((const utf8proc_uint8_t *)b->p, (utf8proc_ssize_t)b->n, &out,
+                                    (utf8proc_option_t)opts);
     if (k < 0) return -1;
     struct sbuf r = {0};
     bool ok = sb_put(&r, out, (size_t)k);
-    free(out);
+    nx_free(out);
     if (!ok) return -1;
-    free(b->p);
+    nx_free(b->p);
     *b = r;
     return 0;
 }
@@ -253,7 +276,7 @@ static int norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t er
     if (!sb_reserve(&r, b->n)) goto oom;
     switch (n->k) {
     case N_SEQ:
-        free(r.p);
+        nx_free(r.p);
         for (int i = 0; i < n->n_sub; i++)
             if (norm_apply(&n->sub[i], b, err, errlen) != 0) return -1;
         return 0;
@@ -279,11 +302,11 @@ static int norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t er
                 i += (size_t)u8_next(r.p + i, r.n - i, &c);
                 if (utf8proc_category(c) == UTF8PROC_CATEGORY_MN) continue;
                 if (!sb_putc32(&s, c)) {
-                    free(s.p);
+                    nx_free(s.p);
                     goto oom;
                 }
             }
-            free(r.p);
+            nx_free(r.p);
             r = s;
         }
         if (n->lower) {
@@ -301,11 +324,11 @@ static int norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t er
                         int32_t d;
                         j += (size_t)u8_next(r.p + j, r.n - j, &d);
                         if (!sb_putc32(&s, utf8proc_tolower(d))) {
-                            free(s.p);
+                            nx_free(s.p);
                             goto oom;
                         }
                     }
-                    free(r.p);
+                    nx_free(r.p);
                     r = s;
                     break;
                 }
@@ -344,7 +367,7 @@ static int norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t er
                     outlen = ol + 1;
                     continue;
                 }
-                free(r.p);
+                nx_free(r.p);
                 hf_errf(err, errlen, "tokenizer: Replace regex failed (pcre2 error %d)", rc);
                 return -1;
             }
@@ -389,19 +412,19 @@ static int norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t er
         }
         break;
     case N_UNF:
-        free(r.p);
+        nx_free(r.p);
         if (b->n && unf_map(b, n->unf) != 0) goto oom2;
         return 0;
     case N_PREPEND:
         if (b->n && (!sb_put(&r, n->rep, n->rep_len) || !sb_put(&r, b->p, b->n))) goto oom;
         break;
     }
-    free(b->p);
+    nx_free(b->p);
     *b = r;
     if (!b->p && !sb_reserve(b, 0)) goto oom2;
     return 0;
 oom:
-    free(r.p);
+    nx_free(r.p);
 oom2:
     hf_errf(err, errlen, "out of memory (normalizer)");
     return -1;
@@ -425,8 +448,8 @@ struct pre {
 static void pre_free(struct pre *p) {
     if (!p) return;
     for (int i = 0; i < p->n_sub; i++) pre_free(&p->sub[i]);
-    free(p->sub);
-    free(p->repl);
+    nx_free(p->sub);
+    nx_free(p->repl);
 }
 
 static int pre_parse(struct pre *p, json_t *j, char *err, size_t errlen) {
@@ -443,7 +466,7 @@ static int pre_parse(struct pre *p, json_t *j, char *err, size_t errlen) {
             return -1;
         }
         p->k = P_SEQ;
-        p->sub = calloc(json_array_size(a) + 1, sizeof(*p->sub));
+        p->sub = nx_calloc(json_array_size(a) + 1, sizeof(*p->sub));
         if (!p->sub) return hf_errf(err, errlen, "out of memory"), -1;
         for (size_t i = 0; i < json_array_size(a); i++) {
             if (pre_parse(&p->sub[i], json_array_get(a, i), err, errlen) != 0) {
@@ -464,7 +487,7 @@ static int pre_parse(struct pre *p, json_t *j, char *err, size_t errlen) {
             hf_errf(err, errlen, "tokenizer.json: Metaspace replacement '%s' is not one character", r);
             return -1;
         }
-        p->repl = strdup(r);
+        p->repl = nx_strdup(r);
         if (!p->repl) return hf_errf(err, errlen, "out of memory"), -1;
         p->repl_len = strlen(r);
         p->split = jbool(j, "split", true);
@@ -501,8 +524,8 @@ struct plist {
     int n, cap;
 };
 static void pl_clear(struct plist *l) {
-    for (int i = 0; i < l->n; i++) free(l->v[i].p);
-    free(l->v);
+    for (int i = 0; i < l->n; i++) nx_free(l->v[i].p);
+    nx_free(l->v);
     memset(l, 0, sizeof(*l));
 }
 /* Append a copy of s[0..n); empty pieces are dropped (as Hugging Face does). */
@@ -510,12 +533,12 @@ static bool pl_push(struct plist *l, const char *s, size_t n, bool first) {
     if (n == 0) return true;
     if (l->n == l->cap) {
         int c = l->cap ? l->cap * 2 : 8;
-        struct piece *q = realloc(l->v, (size_t)c * sizeof(*q));
+        struct piece *q = nx_realloc(l->v, (size_t)c * sizeof(*q));
         if (!q) return false;
         l->v = q;
         l->cap = c;
     }
-    char *d = malloc(n + 1);
+    char *d = nx_malloc(n + 1);
     if (!d) return false;
     memcpy(d, s, n);
     d[n] = 0;
@@ -574,10 +597,10 @@ static int pre_apply(const struct pre *p, struct plist *l, char *err, size_t err
                 }
             }
         }
-        free(b.p);
+        nx_free(b.p);
         continue;
     oomb:
-        free(b.p);
+        nx_free(b.p);
         goto oom;
     }
     pl_clear(l);
@@ -618,11 +641,11 @@ static int32_t trie_child(const struct trie *t, int32_t node, uint8_t byte) {
 }
 static bool trie_grow(struct trie *t) {
     size_t nc = t->cap ? t->cap * 2 : 1024;
-    uint64_t *k = calloc(nc, sizeof(*k));
-    int32_t *v = malloc(nc * sizeof(*v));
+    uint64_t *k = nx_calloc(nc, sizeof(*k));
+    int32_t *v = nx_malloc(nc * sizeof(*v));
     if (!k || !v) {
-        free(k);
-        free(v);
+        nx_free(k);
+        nx_free(v);
         return false;
     }
     for (size_t i = 0; i < t->cap; i++) {
@@ -632,8 +655,8 @@ static bool trie_grow(struct trie *t) {
         k[h] = t->keys[i];
         v[h] = t->vals[i];
     }
-    free(t->keys);
-    free(t->vals);
+    nx_free(t->keys);
+    nx_free(t->vals);
     t->keys = k;
     t->vals = v;
     t->cap = nc;
@@ -642,7 +665,7 @@ static bool trie_grow(struct trie *t) {
 static int32_t trie_new_node(struct trie *t) {
     if (t->n_nodes == t->cap_nodes) {
         int c = t->cap_nodes ? t->cap_nodes * 2 : 1024;
-        int32_t *q = realloc(t->id, (size_t)c * sizeof(*q));
+        int32_t *q = nx_realloc(t->id, (size_t)c * sizeof(*q));
         if (!q) return -1;
         t->id = q;
         t->cap_nodes = c;
@@ -679,9 +702,9 @@ static int32_t trie_lookup(const struct trie *t, const char *s, size_t n) {
     return node >= 0 ? t->id[node] : -1;
 }
 static void trie_free(struct trie *t) {
-    free(t->id);
-    free(t->keys);
-    free(t->vals);
+    nx_free(t->id);
+    nx_free(t->keys);
+    nx_free(t->vals);
 }
 
 /* ---- the tokenizer ---------------------------------------------------------------------- */
@@ -712,18 +735,18 @@ struct hf_tok {
 
 void hf_tok_free(hf_tok *t) {
     if (!t) return;
-    for (int32_t i = 0; i < t->n_vocab; i++) free(t->piece[i]);
-    free(t->piece);
-    free(t->score);
-    free(t->wp_prefix);
+    for (int32_t i = 0; i < t->n_vocab; i++) nx_free(t->piece[i]);
+    nx_free(t->piece);
+    nx_free(t->score);
+    nx_free(t->wp_prefix);
     trie_free(&t->trie);
     if (t->norm) norm_free(t->norm);
-    free(t->norm);
+    nx_free(t->norm);
     if (t->pre) pre_free(t->pre);
-    free(t->pre);
-    for (int i = 0; i < t->n_added; i++) free(t->added[i].s);
-    free(t->added);
-    free(t);
+    nx_free(t->pre);
+    for (int i = 0; i < t->n_added; i++) nx_free(t->added[i].s);
+    nx_free(t->added);
+    nx_free(t);
 }
 
 int32_t hf_tok_n_vocab(const hf_tok *t) { return t->n_vocab; }
@@ -752,7 +775,7 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
                 je.column);
         return NULL;
     }
-    hf_tok *t = calloc(1, sizeof(*t));
+    hf_tok *t = nx_calloc(1, sizeof(*t));
     char e2[400] = "";
     if (!t) {
         snprintf(e2, sizeof e2, "out of memory");
@@ -807,8 +830,8 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
         }
     }
     t->n_vocab = n_vocab;
-    t->piece = calloc((size_t)n_vocab, sizeof(*t->piece));
-    t->score = calloc((size_t)n_vocab, sizeof(*t->score));
+    t->piece = nx_calloc((size_t)n_vocab, sizeof(*t->piece));
+    t->score = nx_calloc((size_t)n_vocab, sizeof(*t->score));
     if (!t->piece || !t->score) {
         snprintf(e2, sizeof e2, "out of memory");
         goto fail;
@@ -823,13 +846,13 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
                          t->piece[id], k);
                 goto fail;
             }
-            if (!(t->piece[id] = strdup(k)) || (*k && !trie_insert(&t->trie, k, strlen(k), id))) {
+            if (!(t->piece[id] = nx_strdup(k)) || (*k && !trie_insert(&t->trie, k, strlen(k), id))) {
                 snprintf(e2, sizeof e2, "out of memory");
                 goto fail;
             }
         }
         const char *pfx = json_string_value(json_object_get(model, "continuing_subword_prefix"));
-        t->wp_prefix = strdup(pfx ? pfx : "##");
+        t->wp_prefix = nx_strdup(pfx ? pfx : "##");
         json_t *mx = json_object_get(model, "max_input_chars_per_word");
         t->wp_max_chars = json_is_integer(mx) && json_integer_value(mx) > 0 &&
                                   json_integer_value(mx) < (1 << 24)
@@ -857,7 +880,7 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
             snprintf(e2, sizeof e2, "model.vocab[%zu] is not [string, number]", i);
             goto fail;
         }
-        t->piece[i] = strdup(s);
+        t->piece[i] = nx_strdup(s);
         t->score[i] = json_number_value(sc);
         if (!t->piece[i]) {
             snprintf(e2, sizeof e2, "out of memory");
@@ -884,7 +907,7 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
     }
     t->byte_fallback = jbool(model, "byte_fallback", false);
     if (json_is_array(added) && json_array_size(added) > 0) {
-        t->added = calloc(json_array_size(added), sizeof(*t->added));
+        t->added = nx_calloc(json_array_size(added), sizeof(*t->added));
         if (!t->added) {
             snprintf(e2, sizeof e2, "out of memory");
             goto fail;
@@ -895,14 +918,14 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
             int32_t id = (int32_t)json_integer_value(json_object_get(a, "id"));
             if (!*c) continue;
             struct added *ad = &t->added[t->n_added++];
-            ad->s = strdup(c);
+            ad->s = nx_strdup(c);
             ad->n = strlen(c);
             ad->id = id;
             if (!ad->s) {
                 snprintf(e2, sizeof e2, "out of memory");
                 goto fail;
             }
-            if (!t->piece[id] && !(t->piece[id] = strdup(c))) {
+            if (!t->piece[id] && !(t->piece[id] = nx_strdup(c))) {
                 snprintf(e2, sizeof e2, "out of memory");
                 goto fail;
             }
@@ -910,7 +933,7 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
     }
     json_t *nj = json_object_get(root, "normalizer");
     if (nj && !json_is_null(nj)) {
-        t->norm = calloc(1, sizeof(*t->norm));
+        t->norm = nx_calloc(1, sizeof(*t->norm));
         if (!t->norm) {
             snprintf(e2, sizeof e2, "out of memory");
             goto fail;
@@ -919,7 +942,7 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
     }
     json_t *pj = json_object_get(root, "pre_tokenizer");
     if (pj && !json_is_null(pj)) {
-        t->pre = calloc(1, sizeof(*t->pre));
+        t->pre = nx_calloc(1, sizeof(*t->pre));
         if (!t->pre) {
             snprintf(e2, sizeof e2, "out of memory");
             goto fail;
@@ -927,7 +950,7 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
         if (pre_parse(t->pre, pj, e2, sizeof e2) != 0) goto fail;
     }
     /* median token length in code points over the ids that have a token */
-    int *lens = malloc((size_t)n_vocab * sizeof(*lens));
+    int *lens = nx_malloc((size_t)n_vocab * sizeof(*lens));
     if (!lens) {
         snprintf(e2, sizeof e2, "out of memory");
         goto fail;
@@ -937,7 +960,7 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
         if (t->piece[i]) lens[nl++] = (int)u8_count(t->piece[i], strlen(t->piece[i]));
     qsort(lens, (size_t)nl, sizeof(int), cmp_int);
     t->median_chars = nl == 0 ? 1 : (nl % 2 ? lens[nl / 2] : (lens[nl / 2 - 1] + lens[nl / 2]) / 2);
-    free(lens);
+    nx_free(lens);
     json_decref(root);
     return t;
 fail:
@@ -954,9 +977,9 @@ static int unigram_piece(const hf_tok *t, const char *s, size_t n, struct ivec *
         hf_errf(err, errlen, "tokenizer: a piece of %zu bytes is too long", n);
         return -1;
     }
-    double *best = malloc((n + 1) * sizeof(*best));
-    int32_t *from = malloc((n + 1) * sizeof(*from));
-    int32_t *tid = malloc((n + 1) * sizeof(*tid));
+    double *best = nx_malloc((n + 1) * sizeof(*best));
+    int32_t *from = nx_malloc((n + 1) * sizeof(*from));
+    int32_t *tid = nx_malloc((n + 1) * sizeof(*tid));
     int32_t *stack = NULL;
     int rc = -1;
     if (!best || !from || !tid) goto oom;
@@ -996,7 +1019,7 @@ static int unigram_piece(const hf_tok *t, const char *s, size_t n, struct ivec *
     }
     /* backtrack (reversed), then emit with unknowns fused */
     int ns = 0;
-    stack = malloc((n + 1) * sizeof(*stack));
+    stack = nx_malloc((n + 1) * sizeof(*stack));
     if (!stack) goto oom;
     for (size_t e = n; e > 0; e = (size_t)from[e]) stack[ns++] = (int32_t)e;
     for (int k = ns - 1; k >= 0;) {
@@ -1044,10 +1067,10 @@ static int unigram_piece(const hf_tok *t, const char *s, size_t n, struct ivec *
 oom:
     hf_errf(err, errlen, "out of memory (tokenizer)");
 done:
-    free(best);
-    free(from);
-    free(tid);
-    free(stack);
+    nx_free(best);
+    nx_free(from);
+    nx_free(tid);
+    nx_free(stack);
     return rc;
 }
 
@@ -1060,7 +1083,7 @@ static int wordpiece_piece(const hf_tok *t, const char *s, size_t n, struct ivec
     bool bad = u8_count(s, n) > (size_t)t->wp_max_chars;
     char *buf = NULL;
     if (!bad) {
-        buf = malloc(pl + n + 1);
+        buf = nx_malloc(pl + n + 1);
         if (!buf) goto oom;
         memcpy(buf, t->wp_prefix, pl);
     }
@@ -1082,7 +1105,7 @@ static int wordpiece_piece(const hf_tok *t, const char *s, size_t n, struct ivec
         if (!iv_push(out, id)) goto oom;
         start = end;
     }
-    free(buf);
+    nx_free(buf);
     if (bad) {
         out->n = first_out;
         if (t->unk_id < 0) {
@@ -1093,7 +1116,7 @@ static int wordpiece_piece(const hf_tok *t, const char *s, size_t n, struct ivec
     }
     return 0;
 oom:
-    free(buf);
+    nx_free(buf);
 oom2:
     hf_errf(err, errlen, "out of memory (tokenizer)");
     return -1;
@@ -1113,15 +1136,15 @@ static int segment_pieces(const hf_tok *t, const char *s, size_t n, bool first, 
         i += (size_t)k;
     }
     if (t->norm && norm_apply(t->norm, &b, err, errlen) != 0) {
-        free(b.p);
+        nx_free(b.p);
         return -1;
     }
     if (!pl_push(l, b.p, b.n, first)) goto oom;
-    free(b.p);
+    nx_free(b.p);
     if (t->pre && pre_apply(t->pre, l, err, errlen) != 0) return -1;
     return 0;
 oom:
-    free(b.p);
+    nx_free(b.p);
     hf_errf(err, errlen, "out of memory (tokenizer)");
     return -1;
 }
@@ -1169,7 +1192,7 @@ int hf_tok_encode(const hf_tok *t, const char *text, size_t len, int32_t **ids, 
     *ids = out.v;
     return out.n;
 fail:
-    free(out.v);
+    nx_free(out.v);
     return -1;
 }
 
@@ -1184,7 +1207,7 @@ char *hf_tok_debug_pretokenize(const hf_tok *t, const char *text, char *err, siz
     for (int i = 0; i < l.n && ok; i++) ok = (i == 0 || sb_put(&b, "|", 1)) && sb_put(&b, l.v[i].p, l.v[i].n);
     pl_clear(&l);
     if (!ok) {
-        free(b.p);
+        nx_free(b.p);
         hf_errf(err, errlen, "out of memory");
         return NULL;
     }

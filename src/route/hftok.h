@@ -49,7 +49,7 @@ const char *hf_tok_piece(const hf_tok *t, int32_t id);
 int hf_tok_median_token_chars(const hf_tok *t);
 
 /*
- * Tokenize UTF-8 text (no special tokens added). *ids is allocated (free with free()), holds
+ * Tokenize UTF-8 text (no special tokens added). *ids is allocated (free with nx_free), holds
  * the count returned. Returns the count (>= 0) or -1 with a message (out of memory, or a regex
  * error). Invalid UTF-8 bytes are read as U+FFFD.
  */
@@ -57,7 +57,7 @@ int hf_tok_encode(const hf_tok *t, const char *text, size_t len, int32_t **ids, 
                   size_t errlen);
 
 /* The normalized, pre-tokenized pieces of text (no added-token handling) joined with '|'
- * between pieces, for tests. Allocated (free()), NULL on failure. */
+ * between pieces, for tests. Allocated (nx_free), NULL on failure. */
 char *hf_tok_debug_pretokenize(const hf_tok *t, const char *text, char *err, size_t errlen);
 
 #endif

@@ -17,6 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
+#include "gen/generate.h"
+
 struct nd_node {
     nx_token tok;        /* token on the edge into this node (root: -1) */
     int32_t first_child; /* -1: none */
@@ -42,12 +45,12 @@ struct rt_namedec {
 void rt_namedec_free(rt_namedec *nd) {
     if (!nd) return;
     if (nd->path)
-        for (int i = 0; i < nd->n_names; i++) free(nd->path[i]);
-    free(nd->path);
-    free(nd->n_path);
-    free(nd->prefix);
-    free(nd->node);
-    free(nd);
+        for (int i = 0; i < nd->n_names; i++) nx_free(nd->path[i]);
+    nx_free(nd->path);
+    nx_free(nd->n_path);
+    nx_free(nd->prefix);
+    nx_free(nd->node);
+    nx_free(nd);
 }
 
 int32_t rt_namedec_prefix(const rt_namedec *nd, const nx_token **tokens) {
@@ -65,34 +68,16 @@ int32_t rt_namedec_path(const rt_namedec *nd, int i, const nx_token **tokens) {
 int rt_namedec_n_nodes(const rt_namedec *nd) { return nd->n_nodes; }
 
 int32_t rt_tokenize_alloc(const nx_model *m, const char *text, nx_token **out) {
-    size_t len = strlen(text);
-    if (len > (size_t)INT32_MAX - 64) return -1;
-    int32_t cap = (int32_t)len + 16;
-    nx_token *t = malloc((size_t)cap * sizeof(*t));
-    if (!t) return -1;
-    int32_t n = nx_tokenize(m, text, len, t, cap, true, false);
-    if (n < 0 && n != INT32_MIN) {
-        cap = -n;
-        nx_token *q = realloc(t, (size_t)cap * sizeof(*t));
-        if (!q) {
-            free(t);
-            return -1;
-        }
-        t = q;
-        n = nx_tokenize(m, text, len, t, cap, true, false);
-    }
-    if (n < 0) {
-        free(t);
-        return -1;
-    }
-    *out = t;
+    int32_t n;
+    struct nx_err err;
+    if (nx_gen_tokenize(m, text, strlen(text), NX_GEN_TOK_ADD_SPECIAL, out, &n, &err)) return -1;
     return n;
 }
 
 static int32_t new_node(rt_namedec *nd, nx_token tok) {
     if (nd->n_nodes == nd->cap_nodes) {
         int c = nd->cap_nodes ? nd->cap_nodes * 2 : 64;
-        struct nd_node *q = realloc(nd->node, (size_t)c * sizeof(*q));
+        struct nd_node *q = nx_realloc(nd->node, (size_t)c * sizeof(*q));
         if (!q) return -1;
         nd->node = q;
         nd->cap_nodes = c;
@@ -148,15 +133,15 @@ rt_namedec *rt_namedec_build(const nx_model *model, const char *prompt, const ch
         }
     if (!prompt) prompt = "";
     if (!term) term = "\n";
-    rt_namedec *nd = calloc(1, sizeof(*nd));
+    rt_namedec *nd = nx_calloc(1, sizeof(*nd));
     nx_token *p = NULL;
     char *buf = NULL;
     if (!nd) goto oom;
     nd->n_vocab = nx_model_n_vocab(model);
     nd->eos = nx_token_eos(model);
     nd->n_names = n_names;
-    nd->path = calloc((size_t)n_names, sizeof(*nd->path));
-    nd->n_path = calloc((size_t)n_names, sizeof(*nd->n_path));
+    nd->path = nx_calloc((size_t)n_names, sizeof(*nd->path));
+    nd->n_path = nx_calloc((size_t)n_names, sizeof(*nd->n_path));
     if (!nd->path || !nd->n_path) goto oom;
     int32_t np = rt_tokenize_alloc(model, prompt, &p);
     if (np < 0) goto oom;
@@ -164,7 +149,7 @@ rt_namedec *rt_namedec_build(const nx_model *model, const char *prompt, const ch
     int32_t common = np;
     for (int i = 0; i < n_names; i++) {
         size_t nl = strlen(names[i]);
-        char *b2 = realloc(buf, pl + nl + tl + 1);
+        char *b2 = nx_realloc(buf, pl + nl + tl + 1);
         if (!b2) goto oom;
         buf = b2;
         memcpy(buf, prompt, pl);
@@ -183,7 +168,7 @@ rt_namedec *rt_namedec_build(const nx_model *model, const char *prompt, const ch
         goto fail;
     }
     /* strip the common prefix off every path */
-    nd->prefix = malloc((size_t)common * sizeof(*nd->prefix));
+    nd->prefix = nx_malloc((size_t)common * sizeof(*nd->prefix));
     if (!nd->prefix) goto oom;
     memcpy(nd->prefix, p, (size_t)common * sizeof(*p));
     nd->n_prefix = common;
@@ -200,38 +185,39 @@ rt_namedec *rt_namedec_build(const nx_model *model, const char *prompt, const ch
     if (new_node(nd, -1) < 0) goto oom;
     for (int i = 0; i < n_names; i++)
         if (!insert(nd, i)) goto oom;
-    free(p);
-    free(buf);
+    nx_free(p);
+    nx_free(buf);
     return nd;
 oom:
     snprintf(err, errlen, "name decoding: out of memory");
 fail:
-    free(p);
-    free(buf);
+    nx_free(p);
+    nx_free(buf);
     rt_namedec_free(nd);
     return NULL;
 }
 
-int rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, int *chosen,
+nx_status rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, int *chosen,
                    int *n_feeds, char *err, size_t errlen) {
-    int feeds = 0, rc = -1;
+    int feeds = 0;
+    nx_status rc = NX_STATUS_INVALID_ARG; /* the feed failed */
     if (n_feeds) *n_feeds = 0;
     const struct nd_node *N = nd->node;
     if (N[0].n_cand == 1) {
         *chosen = N[0].some_cand;
-        return 0;
+        return NX_STATUS_OK;
     }
-    nx_token *pend = malloc(((size_t)nd->n_prefix + (size_t)nd->max_path) * sizeof(*pend));
+    nx_token *pend = nx_malloc(((size_t)nd->n_prefix + (size_t)nd->max_path) * sizeof(*pend));
     if (!pend) {
         snprintf(err, errlen, "name decoding: out of memory");
-        return -1;
+        return NX_STATUS_NOMEM;
     }
     memcpy(pend, nd->prefix, (size_t)nd->n_prefix * sizeof(*pend));
     int32_t np = nd->n_prefix, cur = 0;
     for (;;) {
         if (N[cur].n_cand == 1) {
             *chosen = N[cur].some_cand;
-            rc = 0;
+            rc = NX_STATUS_OK;
             break;
         }
         int32_t c0 = N[cur].first_child;
@@ -243,7 +229,10 @@ int rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, in
         const float *lg = feed(user, pend, np, err, errlen);
         feeds++;
         np = 0;
-        if (!lg) break;
+        if (!lg) {
+            if (strstr(err, "out of memory")) rc = NX_STATUS_NOMEM;
+            break;
+        }
         int32_t best = -1;
         float bv = -INFINITY;
         for (int32_t c = c0; c >= 0; c = N[c].next_sib) {
@@ -257,14 +246,14 @@ int rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, in
             bool take_end = best < 0 || nd->eos < 0 || nd->eos >= nd->n_vocab || lg[nd->eos] > bv;
             if (take_end) {
                 *chosen = N[cur].end_cand;
-                rc = 0;
+                rc = NX_STATUS_OK;
                 break;
             }
         }
         pend[np++] = N[best].tok;
         cur = best;
     }
-    free(pend);
+    nx_free(pend);
     if (n_feeds) *n_feeds = feeds;
     return rc;
 }
@@ -279,7 +268,7 @@ static const float *feed_ctx(void *user, const nx_token *tokens, int32_t n, char
     return nx_get_logits(ctx, -1);
 }
 
-int rt_namedec_decode(const rt_namedec *nd, nx_ctx *ctx, int *chosen, int *n_feeds, char *err,
+nx_status rt_namedec_decode(const rt_namedec *nd, nx_ctx *ctx, int *chosen, int *n_feeds, char *err,
                       size_t errlen) {
     int64_t need = (int64_t)nd->n_prefix + nd->max_path;
     if (need > nx_ctx_n_ctx(ctx)) {
@@ -287,7 +276,7 @@ int rt_namedec_decode(const rt_namedec *nd, nx_ctx *ctx, int *chosen, int *n_fee
                  "name decoding: the prompt (%d tokens) and the longest name (%d tokens) do not fit "
                  "a context of %d tokens",
                  nd->n_prefix, nd->max_path, nx_ctx_n_ctx(ctx));
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     nx_ctx_reset(ctx);
     return rt_namedec_run(nd, feed_ctx, ctx, chosen, n_feeds, err, errlen);
@@ -298,7 +287,7 @@ static bool app(char **b, size_t *len, size_t *cap, const char *s, size_t n) {
     if (*len + n + 1 > *cap) {
         size_t c = *cap ? *cap : 256;
         while (c < *len + n + 1) c *= 2;
-        char *q = realloc(*b, c);
+        char *q = nx_realloc(*b, c);
         if (!q) return false;
         *b = q;
         *cap = c;
@@ -336,7 +325,7 @@ char *rt_namedec_prompt(const char *query, const char *const *names, const char 
     ok = ok && app(&b, &len, &cap, "Query: ", 7) && app(&b, &len, &cap, q, strlen(q));
     ok = ok && app(&b, &len, &cap, "\nTool: ", 7);
     if (!ok) {
-        free(b);
+        nx_free(b);
         return NULL;
     }
     return b;

@@ -27,7 +27,7 @@
  *     int pick;
  *     if (nd && rt_namedec_decode(nd, ctx, &pick, NULL, err, sizeof err) == 0) ... names[pick]
  *     rt_namedec_free(nd);
- *     free(prompt);
+ *     nx_free(prompt);
  * Any prompt that lists the candidates and ends where the name should follow works, e.g.
  *     "Tools: get_weather, get_time, search.\nQuery: what time is it?\nTool:"
  * with or without a trailing space (the shared-prefix rule above handles both).
@@ -55,7 +55,7 @@ void rt_namedec_free(rt_namedec *nd);
 /* A routing prompt for rt_namedec_build:
  *     "Tools:\n- NAME: DESCRIPTION\n- ...\nQuery: QUERY\nTool: "
  * (descs NULL, or an entry NULL/empty: the line is "- NAME"; descriptions cut to desc_max bytes
- * at a UTF-8 boundary, 0 = no limit; newlines in them become spaces). Allocated (free()); NULL
+ * at a UTF-8 boundary, 0 = no limit; newlines in them become spaces). Allocated (nx_free); NULL
  * on out of memory. Keeping it within the context is the caller's job (fewer candidates or a
  * smaller desc_max); rt_namedec_decode says when it does not fit. */
 char *rt_namedec_prompt(const char *query, const char *const *names, const char *const *descs,
@@ -77,17 +77,18 @@ typedef const float *(*rt_namedec_feed_fn)(void *user, const nx_token *tokens, i
                                            size_t errlen);
 
 /* Greedy constrained decode with a logits source. *chosen = the candidate's index; *n_feeds
- * (may be NULL) = feed calls made. 0 or -1 with a message (the feed failed). */
-int rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, int *chosen,
+ * (may be NULL) = feed calls made. NX_STATUS_OK, or with a message NX_STATUS_NOMEM or
+ * NX_STATUS_INVALID_ARG (the feed failed). */
+nx_status rt_namedec_run(const rt_namedec *nd, rt_namedec_feed_fn feed, void *user, int *chosen,
                    int *n_feeds, char *err, size_t errlen);
 
 /* The same with the model through ctx (reset first; its n_ctx must hold the prefix and the
- * longest path). */
-int rt_namedec_decode(const rt_namedec *nd, nx_ctx *ctx, int *chosen, int *n_feeds, char *err,
+ * longest path: NX_STATUS_INVALID_ARG otherwise). */
+nx_status rt_namedec_decode(const rt_namedec *nd, nx_ctx *ctx, int *chosen, int *n_feeds, char *err,
                       size_t errlen);
 
-/* Tokenize text (BOS as the model asks, no special-token parsing) into a new malloc'd array
- * *out (caller frees); the token count, or -1 on failure. Also used by chat_rerank.c. */
+/* Tokenize text (BOS as the model asks, no special-token parsing) into a new array
+ * *out (nx_free); the token count, or -1 on failure. Also used by chat_rerank.c. */
 int32_t rt_tokenize_alloc(const nx_model *m, const char *text, nx_token **out);
 
 #endif

@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "core/alloc.h"
+#include "core/json.h"
 #include "core/readfile.h"
 
 void rt_registry_init(rt_registry *r) { memset(r, 0, sizeof *r); }
@@ -164,7 +165,7 @@ static int same_definition(const struct rt_tool *t, const char *desc, json_t *sc
 static int set_prefixed(struct rt_tool *t) {
     size_t n = strlen(t->source) + strlen(t->call_name) + 2;
     char *s = nx_malloc(n);
-    if (!s) return -1;
+    if (!s) return NX_STATUS_NOMEM;
     snprintf(s, n, "%s.%s", t->source, t->call_name);
     nx_free(t->name);
     t->name = s;
@@ -176,18 +177,18 @@ int rt_registry_add(rt_registry *r, const char *name, const char *description, j
     if (!name || !name_ok(name)) {
         snprintf(err, errlen, "tool name '%s' is empty, longer than 256 bytes or contains "
                  "whitespace/control characters", name ? name : "(null)");
-        return -1;
+        return NX_STATUS_FORMAT;
     }
     if (!description) description = "";
     if (!source) source = "";
     if (params && !json_is_object(params)) {
         snprintf(err, errlen, "tool '%s': the parameter schema is not a JSON object", name);
-        return -1;
+        return NX_STATUS_FORMAT;
     }
     json_t *props = params ? json_object_get(params, "properties") : NULL;
     if (props && !json_is_object(props)) {
         snprintf(err, errlen, "tool '%s': 'properties' is not an object", name);
-        return -1;
+        return NX_STATUS_FORMAT;
     }
     json_t *req = params ? json_object_get(params, "required") : NULL;
     if (req) {
@@ -195,22 +196,22 @@ int rt_registry_add(rt_registry *r, const char *name, const char *description, j
         json_t *e;
         if (!json_is_array(req)) {
             snprintf(err, errlen, "tool '%s': 'required' is not a list", name);
-            return -1;
+            return NX_STATUS_FORMAT;
         }
         json_array_foreach(req, i, e) if (!json_is_string(e)) {
             snprintf(err, errlen, "tool '%s': 'required'[%zu] is not a string", name, i);
-            return -1;
+            return NX_STATUS_FORMAT;
         }
     }
     json_t *schema;
     if (params) {
         schema = norm_schema(params, name, "parameters", err, errlen, 0);
-        if (!schema) return -1;
+        if (!schema) return strstr(err, "out of memory") ? NX_STATUS_NOMEM : NX_STATUS_FORMAT;
     } else {
         schema = json_pack("{s:s,s:{}}", "type", "object", "properties");
         if (!schema) {
             snprintf(err, errlen, "out of memory");
-            return -1;
+            return NX_STATUS_NOMEM;
         }
     }
     /* duplicates: linear scan (registries are small; rt_registry_sort is not required yet) */
@@ -226,7 +227,7 @@ int rt_registry_add(rt_registry *r, const char *name, const char *description, j
                      "duplicate tool name '%s' in %s with a different definition (rename one, "
                      "or load the other from a separate file)", name, source[0] ? source : "input");
             json_decref(schema);
-            return -1;
+            return NX_STATUS_FORMAT;
         }
     }
     if (r->n == r->cap) {
@@ -235,7 +236,7 @@ int rt_registry_add(rt_registry *r, const char *name, const char *description, j
         if (!nt) {
             json_decref(schema);
             snprintf(err, errlen, "out of memory");
-            return -1;
+            return NX_STATUS_NOMEM;
         }
         r->tools = nt;
         r->cap = nc;
@@ -248,24 +249,17 @@ int rt_registry_add(rt_registry *r, const char *name, const char *description, j
     t->source = nx_strdup(source);
     t->schema = schema;
     if (raw) {
-        t->raw_json = json_dumps(raw, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
-        if (t->raw_json) { /* move into the nx_ allocator */
-            char *c = nx_strdup(t->raw_json);
-            free(t->raw_json);
-            t->raw_json = c;
-        }
+        t->raw_json = nx_json_dumps(raw, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY);
     } else {
         json_t *o = json_pack("{s:s,s:s,s:O}", "name", name, "description", description,
                               "inputSchema", schema);
-        char *d = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-        t->raw_json = d ? nx_strdup(d) : NULL;
-        free(d);
+        t->raw_json = nx_json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
         json_decref(o);
     }
     if (!t->name || !t->call_name || !t->description || !t->source || !t->raw_json) {
         tool_free(t);
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return NX_STATUS_NOMEM;
     }
     r->n++;
     /* a different definition under the same name from another source: prefix both */
@@ -278,7 +272,7 @@ int rt_registry_add(rt_registry *r, const char *name, const char *description, j
     if (clash && set_prefixed(t) != 0) clash = -1;
     if (clash < 0) {
         snprintf(err, errlen, "out of memory");
-        return -1;
+        return NX_STATUS_NOMEM;
     }
     return 0;
 }
@@ -288,7 +282,7 @@ static int add_element(rt_registry *r, json_t *e, const char *where, const char 
                        const char *source, char *err, size_t errlen) {
     if (!json_is_object(e)) {
         snprintf(err, errlen, "%s: %s is not a JSON object", where, what);
-        return -1;
+        return NX_STATUS_FORMAT;
     }
     json_t *fn = e;
     json_t *type = json_object_get(e, "type");
@@ -297,20 +291,20 @@ static int add_element(rt_registry *r, json_t *e, const char *where, const char 
         if (type && !(json_is_string(type) && strcmp(json_string_value(type), "function") == 0)) {
             snprintf(err, errlen, "%s: %s has a 'function' object but type is not \"function\"",
                      where, what);
-            return -1;
+            return NX_STATUS_FORMAT;
         }
         fn = inner;
     }
     json_t *namev = json_object_get(fn, "name");
     if (!json_is_string(namev)) {
         snprintf(err, errlen, "%s: %s has no string 'name'", where, what);
-        return -1;
+        return NX_STATUS_FORMAT;
     }
     json_t *desc = json_object_get(fn, "description");
     if (desc && !json_is_string(desc) && !json_is_null(desc)) {
         snprintf(err, errlen, "%s: %s ('%s'): 'description' is not a string", where, what,
                  json_string_value(namev));
-        return -1;
+        return NX_STATUS_FORMAT;
     }
     json_t *params = json_object_get(fn, "inputSchema");
     if (!params) params = json_object_get(fn, "parameters");
@@ -320,7 +314,7 @@ static int add_element(rt_registry *r, json_t *e, const char *where, const char 
                              params, e, source, sub, sizeof sub);
     if (rc < 0) {
         snprintf(err, errlen, "%s: %s: %s", where, what, sub);
-        return -1;
+        return rc;
     }
     return rc == 0 ? 1 : 0;
 }
@@ -334,7 +328,7 @@ static int add_array(rt_registry *r, json_t *a, const char *where, const char *l
         char what[64];
         snprintf(what, sizeof what, "%s[%zu]", label, i);
         int rc = add_element(r, e, where, what, source, err, errlen);
-        if (rc < 0) return -1;
+        if (rc < 0) return rc;
         added += rc;
     }
     return added;
@@ -345,13 +339,13 @@ int rt_registry_add_json(rt_registry *r, json_t *root, const char *where, const 
     if (json_is_array(root)) return add_array(r, root, where, "element", source, err, errlen);
     if (!json_is_object(root)) {
         snprintf(err, errlen, "%s: expected a JSON object or list of tools", where);
-        return -1;
+        return NX_STATUS_FORMAT;
     }
     json_t *tools = json_object_get(root, "tools");
     if (tools) {
         if (!json_is_array(tools)) {
             snprintf(err, errlen, "%s: 'tools' is not a list", where);
-            return -1;
+            return NX_STATUS_FORMAT;
         }
         return add_array(r, tools, where, "tools", source, err, errlen);
     }
@@ -360,7 +354,7 @@ int rt_registry_add_json(rt_registry *r, json_t *root, const char *where, const 
     if (json_object_get(root, "name") || json_is_object(fns))
         return add_element(r, root, where, "tool", source, err, errlen);
     snprintf(err, errlen, "%s: no tools found (expected 'tools', 'function' or 'name')", where);
-    return -1;
+    return NX_STATUS_FORMAT;
 }
 
 static int load_file(rt_registry *r, const char *path, char *err, size_t errlen);
@@ -376,7 +370,7 @@ int rt_registry_load_file(rt_registry *r, const char *path, char *err, size_t er
 static int load_file(rt_registry *r, const char *path, char *err, size_t errlen) {
     size_t len;
     char *text = nx_read_file(path, NX_READ_FILE_MAX, &len, err, errlen);
-    if (!text) return -1;
+    if (!text) return strstr(err, "out of memory") ? NX_STATUS_NOMEM : NX_STATUS_IO;
     /* source tag: base name without extension */
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -386,18 +380,22 @@ static int load_file(rt_registry *r, const char *path, char *err, size_t errlen)
     if (dot && dot != source) *dot = 0;
 
     json_error_t je;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    bool oom;
+    json_t *root = nx_json_loadb(text, len, JSON_REJECT_DUPLICATES, &je, &oom);
     int added;
     if (root) {
         added = rt_registry_add_json(r, root, path, source, err, errlen);
         json_decref(root);
     } else {
         /* JSON Lines? Only when the first value parses and is followed by more. */
-        json_t *first = json_loadb(text, len, JSON_DISABLE_EOF_CHECK, NULL);
+        json_t *first = oom ? NULL : nx_json_loadb(text, len, JSON_DISABLE_EOF_CHECK, NULL, &oom);
         if (!first) {
-            snprintf(err, errlen, "%s:%d:%d: invalid JSON: %s", path, je.line, je.column, je.text);
+            if (oom)
+                snprintf(err, errlen, "%s: out of memory", path);
+            else
+                snprintf(err, errlen, "%s:%d:%d: invalid JSON: %s", path, je.line, je.column, je.text);
             nx_free(text);
-            return -1;
+            return oom ? NX_STATUS_NOMEM : NX_STATUS_FORMAT;
         }
         json_decref(first);
         added = 0;
@@ -410,13 +408,16 @@ static int load_file(rt_registry *r, const char *path, char *err, size_t errlen)
             size_t k = 0;
             while (k < ll && (p[k] == ' ' || p[k] == '\t' || p[k] == '\r')) k++;
             if (k < ll) {
-                json_t *v = json_loadb(p, ll, JSON_REJECT_DUPLICATES, &je);
+                json_t *v = nx_json_loadb(p, ll, JSON_REJECT_DUPLICATES, &je, &oom);
                 char where[600];
                 snprintf(where, sizeof where, "%s:%d", path, line);
                 if (!v) {
-                    snprintf(err, errlen, "%s: invalid JSON: %s", where, je.text);
+                    if (oom)
+                        snprintf(err, errlen, "%s: out of memory", where);
+                    else
+                        snprintf(err, errlen, "%s: invalid JSON: %s", where, je.text);
                     nx_free(text);
-                    return -1;
+                    return oom ? NX_STATUS_NOMEM : NX_STATUS_FORMAT;
                 }
                 /* BFCL question lines repeat tool names with reworded descriptions: within
                  * such a file the first definition wins (registry.h) */
@@ -429,7 +430,7 @@ static int load_file(rt_registry *r, const char *path, char *err, size_t errlen)
                 json_decref(v);
                 if (rc < 0) {
                     nx_free(text);
-                    return -1;
+                    return rc;
                 }
                 added += rc;
             }

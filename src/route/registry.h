@@ -37,6 +37,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "nexus.h"
+
 struct rt_tool {
     char *name;        /* registry key (unique after sorting); may carry a "<source>." prefix */
     char *call_name;   /* the name the tool's owner knows (equals name unless disambiguated) */
@@ -63,18 +65,21 @@ void rt_registry_free(rt_registry *r);
  * Adds one tool. params: the input schema as given (may be NULL: no parameters; borrowed, a
  * normalised copy is kept). raw: the tool object as given (borrowed; NULL: built from the
  * fields). source: tag for disambiguation and messages (copied). Returns 0, 1 when the tool was
- * merged or dropped as a duplicate, or -1 with a message in err (the registry is unchanged).
+ * merged or dropped as a duplicate, or a negative nx_status with a message in err (the registry
+ * is unchanged): NX_STATUS_FORMAT (a bad name, schema or definition, a clash), NX_STATUS_NOMEM.
  */
 int rt_registry_add(rt_registry *r, const char *name, const char *description, json_t *params,
                     json_t *raw, const char *source, char *err, size_t errlen);
 
 /* Adds every tool of a parsed JSON document (any shape above). where: text for messages (file
- * name, "file:line"); source: tag. Returns the number of tools added or -1 with a message. */
+ * name, "file:line"); source: tag. Returns the number of tools added or a negative nx_status
+ * (FORMAT, NOMEM) with a message. */
 int rt_registry_add_json(rt_registry *r, json_t *root, const char *where, const char *source,
                          char *err, size_t errlen);
 
 /* Loads a file (JSON or JSON Lines) and adds its tools with the file's base name (without
- * extension) as source tag. Returns the number added or -1 with a message naming file[:line];
+ * extension) as source tag. Returns the number added or a negative nx_status with a message
+ * naming file[:line] (IO: unreadable; FORMAT: not JSON, bad tools; NOMEM);
  * on failure the tools added from this file are removed again (a "<source>." prefix given to an
  * earlier tool by a clash with this file stays). */
 int rt_registry_load_file(rt_registry *r, const char *path, char *err, size_t errlen);

@@ -187,7 +187,7 @@ void rt_rrf(const int32_t *const *rankings, const int *lens, int n_rankings, int
         }
 }
 
-int rt_router_route(rt_router *rt, const char *query, const float *qvec, struct rt_route *out,
+nx_status rt_router_route(rt_router *rt, const char *query, const float *qvec, struct rt_route *out,
                     char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     out->chosen = -1;
@@ -198,12 +198,13 @@ int rt_router_route(rt_router *rt, const char *query, const float *qvec, struct 
     if (p->mode != RT_MODE_DENSE) {
         if (rt_bm25_score(rt->bm, query, rt->bm_sc) < 0) {
             snprintf(err, errlen, "out of memory");
-            return -1;
+            return NX_STATUS_NOMEM;
         }
     }
     if (p->mode != RT_MODE_BM25) {
         if (!qvec) {
-            if (p->embedder->embed(p->embedder, query, RT_QUERY, rt->qvec, err, errlen)) return -1;
+            if (p->embedder->embed(p->embedder, query, RT_QUERY, rt->qvec, err, errlen))
+                return strstr(err, "out of memory") ? NX_STATUS_NOMEM : NX_STATUS_INVALID_ARG;
             qvec = rt->qvec;
         }
         rt_slb_scores(rt->slb, qvec, rt->dn_sc, rt->dots);
@@ -240,12 +241,12 @@ int rt_router_route(rt_router *rt, const char *query, const float *qvec, struct 
             char *doc = rt_embed_document(&rt->reg->tools[out->hit[i].id]);
             if (!doc) {
                 snprintf(err, errlen, "out of memory");
-                return -1;
+                return NX_STATUS_NOMEM;
             }
             float s = 0;
             int rc = p->reranker->score(p->reranker, query, doc, &s, err, errlen);
             nx_free(doc);
-            if (rc) return -1;
+            if (rc) return strstr(err, "out of memory") ? NX_STATUS_NOMEM : NX_STATUS_INVALID_ARG;
             /* ties keep first-stage order: push with the first-stage position as id */
             rt_topk_push(out->rerank, &nr, m, i, s);
         }

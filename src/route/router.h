@@ -80,8 +80,9 @@ rt_router *rt_router_new(const rt_registry *reg, const int *subset, int n,
 void rt_router_free(rt_router *rt);
 
 /* Routes one query. qvec (optional): the query embedding (dense/hybrid), else computed.
- * Returns 0, or -1 with a message (embedder or reranker failure). */
-int rt_router_route(rt_router *rt, const char *query, const float *qvec, struct rt_route *out,
+ * Returns NX_STATUS_OK, or NX_STATUS_NOMEM / NX_STATUS_INVALID_ARG (the embedder or reranker
+ * failed) with a message. */
+nx_status rt_router_route(rt_router *rt, const char *query, const float *qvec, struct rt_route *out,
                     char *err, size_t errlen);
 
 /* The document text the embedder sees for a tool: "<name>: <description>" (nx_free). */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/json.h"
 
 struct sbuf {
     char *s;
@@ -46,10 +47,10 @@ static const char *short_type(const char *t) {
 }
 
 static void render_literal(struct sbuf *b, json_t *v) {
-    char *d = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *d = nx_json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
     if (d) sb_str(b, d);
     else b->oom = 1;
-    free(d);
+    nx_free(d);
 }
 
 /* Renders the type of schema node s; *is_union tells whether the text is a top-level union. */

@@ -33,6 +33,8 @@ void vocab_free(struct nx_vocab *v);
 int32_t vocab_n_tokens(const struct nx_vocab *v);
 nx_token vocab_bos(const struct nx_vocab *v); /* -1 if none */
 nx_token vocab_eos(const struct nx_vocab *v); /* -1 if none */
+nx_token vocab_cls(const struct nx_vocab *v); /* BERT [CLS]; -1 if none */
+nx_token vocab_sep(const struct nx_vocab *v); /* BERT [SEP]; -1 if none */
 bool vocab_is_eog(const struct nx_vocab *v, nx_token t);
 bool vocab_is_control(const struct nx_vocab *v, nx_token t);
 /* The raw token text as stored in the vocabulary (NUL-terminated), NULL if out of range. */

@@ -635,6 +635,8 @@ void vocab_free(struct nx_vocab *v) {
 int32_t vocab_n_tokens(const struct nx_vocab *v) { return v ? v->n_tokens : 0; }
 nx_token vocab_bos(const struct nx_vocab *v) { return v ? v->bos : -1; }
 nx_token vocab_eos(const struct nx_vocab *v) { return v ? v->eos : -1; }
+nx_token vocab_cls(const struct nx_vocab *v) { return v ? v->cls : -1; }
+nx_token vocab_sep(const struct nx_vocab *v) { return v ? v->sep : -1; }
 
 bool vocab_is_eog(const struct nx_vocab *v, nx_token t) {
     return v && t >= 0 && t < v->n_tokens && v->eog[t];

@@ -10,6 +10,7 @@
  * Results go to stdout, errors to stderr with a non-zero exit code.
  */
 #include "embed_cmd.h"
+#include "args.h"
 
 #include <errno.h>
 #include <math.h>
@@ -25,10 +26,8 @@ static int ec_fail(const char *cmd, const char *msg) {
 }
 
 static bool ec_threads(const char *v, int *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < 1 || x > 512) return false;
+    long long x;
+    if (!args_long(v, 1, 512, &x)) return false;
     *out = (int)x;
     return true;
 }

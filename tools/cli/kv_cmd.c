@@ -12,6 +12,7 @@
  * Errors go to stderr with exit code 1.
  */
 #include "kv_cmd.h"
+#include "args.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -22,6 +23,7 @@
 #include "core/alloc.h"
 #include "core/nx_base.h"
 #include "core/readfile.h"
+#include "gen/generate.h"
 #include "nexus.h"
 
 __attribute__((format(printf, 1, 2))) static int kv_fail(const char *fmt, ...) {
@@ -34,28 +36,15 @@ __attribute__((format(printf, 1, 2))) static int kv_fail(const char *fmt, ...) {
     return 1;
 }
 
-static bool kv_long(const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) return false;
-    *out = x;
-    return true;
-}
-
+/* Tokenizes with special-token parsing, BOS as the model asks when bos (nx_gen_tokenize);
+ * nx_free the result; NULL on failure. */
 static nx_token *kv_tokenize(const nx_model *m, const char *text, size_t len, bool bos,
                              int32_t *n_out) {
-    int32_t n = nx_tokenize(m, text, len, NULL, 0, bos, true);
-    if (n == INT32_MIN) return NULL;
-    int32_t need = n < 0 ? -n : n;
-    nx_token *t = malloc(sizeof *t * (size_t)(need > 0 ? need : 1));
-    if (!t) return NULL;
-    n = nx_tokenize(m, text, len, t, need, bos, true);
-    if (n < 0) {
-        free(t);
+    nx_token *t;
+    struct nx_err err;
+    if (nx_gen_tokenize(m, text, len, (bos ? NX_GEN_TOK_ADD_SPECIAL : 0u) | NX_GEN_TOK_PARSE_SPECIAL,
+                        &t, n_out, &err))
         return NULL;
-    }
-    *n_out = n;
     return t;
 }
 
@@ -73,31 +62,20 @@ static int kv_compile(int argc, char **argv) {
     const char *model = NULL, *text = NULL, *file = NULL, *prefix = NULL, *out = NULL;
     long m0 = -1, threads = 2;
     bool f32 = false, no_bos = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has = i + 1 < argc;
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has)
-            model = argv[++i];
-        else if (!strcmp(a, "--text") && has)
-            text = argv[++i];
-        else if (!strcmp(a, "--file") && has)
-            file = argv[++i];
-        else if (!strcmp(a, "--prefix") && has)
-            prefix = argv[++i];
-        else if (!strcmp(a, "-o") && has)
-            out = argv[++i];
-        else if (!strcmp(a, "--m0") && has) {
-            if (!kv_long(argv[++i], 0, 1 << 24, &m0)) return kv_fail("--m0: bad value '%s'", argv[i]);
-        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && has) {
-            if (!kv_long(argv[++i], 1, 512, &threads))
-                return kv_fail("-t: bad value '%s'", argv[i]);
-        } else if (!strcmp(a, "--f32"))
-            f32 = true;
-        else if (!strcmp(a, "--no-bos"))
-            no_bos = true;
-        else
-            return kv_fail("compile: unknown or incomplete option '%s'", a);
-    }
+    const struct arg tab[] = {
+        A_STR("-m", "--model", &model),
+        A_STR("--text", NULL, &text),
+        A_STR("--file", NULL, &file),
+        A_STR("--prefix", NULL, &prefix),
+        A_STR("-o", NULL, &out),
+        A_LONG("--m0", NULL, &m0, 0, 1 << 24),
+        A_LONG("-t", "--threads", &threads, 1, 512),
+        A_FLAG("--f32", NULL, &f32),
+        A_FLAG("--no-bos", NULL, &no_bos),
+        A_END,
+    };
+    const struct arg *tabs[] = {tab, NULL};
+    if (args_parse(tabs, argc, argv, 1, "nexus kv compile", false, NULL, 0, NULL) != ARGS_OK) return 1;
     if (!model || !out || !text == !file)
         return kv_fail("compile: usage: nexus kv compile -m MODEL (--text T | --file F) [--m0 N] "
                        "[--prefix TEXT] [--f32] [--no-bos] -o FILE");
@@ -161,8 +139,8 @@ static int kv_compile(int argc, char **argv) {
 done:
     nx_kv_block_free(b);
     nx_ctx_free(c);
-    free(pre);
-    free(toks);
+    nx_free(pre);
+    nx_free(toks);
     nx_free(owned);
     nx_model_free(m);
     return rc;
@@ -170,14 +148,9 @@ done:
 
 static int kv_info(int argc, char **argv) {
     const char *model = NULL, *file = NULL;
-    for (int i = 1; i < argc; i++) {
-        if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc)
-            model = argv[++i];
-        else if (argv[i][0] != '-' && !file)
-            file = argv[i];
-        else
-            return kv_fail("info: unknown option '%s'", argv[i]);
-    }
+    const struct arg tab[] = {A_STR("-m", "--model", &model), A_END};
+    const struct arg *tabs[] = {tab, NULL};
+    if (args_parse(tabs, argc, argv, 1, "nexus kv info", false, &file, 1, NULL) != ARGS_OK) return 1;
     if (!file) return kv_fail("info: usage: nexus kv info FILE [-m MODEL]");
     nx_model *m = model ? kv_load_model(model) : NULL;
     if (model && !m) return 1;

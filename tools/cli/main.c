@@ -20,16 +20,18 @@
 #include "core/alloc.h"
 #include "core/nx_base.h"
 #include "core/readfile.h"
+#include "args.h"
+#include "gen/generate.h"
 #include "nexus.h"
 #include "bench.h"
 #include "embed_cmd.h"
 #include "kv_cmd.h"
-#include "eval.h"
-#include "eval_efficiency.h"
-#include "eval_ruler.h"
-#include "eval_longbench.h"
+#include "eval/eval.h"
+#include "eval/efficiency.h"
+#include "eval/ruler_run.h"
+#include "eval/longbench_run.h"
 #include "mcp_cmd.h"
-#include "mkmodel.h"
+#include "mkmodel_cmd.h"
 #include "route.h"
 #include "serve_cmd.h"
 
@@ -43,33 +45,11 @@ __attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt,
     exit(1);
 }
 
-/* ---- flag parsing ---- */
+/* ---- flag parsing (tools/cli/args.h) ---- */
 
-static long parse_long(const char *flag, const char *v, long lo, long hi) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi)
-        die("%s: expected an integer in [%ld, %ld], got '%s'", flag, lo, hi, v);
-    return x;
-}
-
-static double parse_double(const char *flag, const char *v) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(x)) die("%s: expected a number, got '%s'", flag, v);
-    return x;
-}
-
-/* A policy option (nx_kv_params_set) from a flag; an out-of-range value is fatal. */
-static void kv_opt(struct nx_kv_params *kv, const char *flag, const char *name, double v) {
-    if (nx_kv_params_set(kv, name, v) != NX_STATUS_OK) die("%s: value %g out of range", flag, v);
-}
-
-static const char *need_arg(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) die("%s needs a value", argv[*i]);
-    return argv[++*i];
+/* Parses argv[2..] against the tables; exits with status 1 after the message on a bad flag. */
+static void parse_flags(const struct arg *const *tables, int argc, char **argv) {
+    if (args_parse(tables, argc, argv, 2, "nexus", false, NULL, 0, NULL) != ARGS_OK) exit(1);
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -89,68 +69,79 @@ struct common_opts {
     bool ref_kernels;
 };
 
-/* Handles flags shared by every model subcommand; returns true when argv[*i] was one. */
-static bool common_flag(struct common_opts *o, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-        o->model = need_arg(argc, argv, i);
-    else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-        o->threads = (int)parse_long(a, need_arg(argc, argv, i), 1, 512);
-    else if (!strcmp(a, "-c") || !strcmp(a, "--ctx"))
-        o->ctx = (int)parse_long(a, need_arg(argc, argv, i), 0, 1 << 24);
-    else if (!strcmp(a, "--kv-type")) {
-        const char *v = need_arg(argc, argv, i);
-        if (!strcmp(v, "f16"))
-            o->kv_type = NX_TYPE_F16;
-        else if (!strcmp(v, "f32"))
-            o->kv_type = NX_TYPE_F32;
-        else
-            die("--kv-type: expected f16 or f32, got '%s'", v);
-    } else if (!strcmp(a, "--mmap"))
-        o->use_mmap = true;
-    else if (!strcmp(a, "--kv-policy"))
-        o->cp.kv.policy = need_arg(argc, argv, i);
-    else if (!strcmp(a, "--kv-density"))
-        o->cp.kv.density = (float)parse_double(a, need_arg(argc, argv, i));
-    else if (!strcmp(a, "--kv-budget"))
-        o->cp.kv.budget = (int32_t)parse_long(a, need_arg(argc, argv, i), 1, INT32_MAX);
-    else if (!strcmp(a, "--kv-regime")) {
-        const char *v = need_arg(argc, argv, i);
-        if (!strcmp(v, "prefill"))
-            o->cp.kv.regime = NX_KV_REGIME_PREFILL;
-        else if (!strcmp(v, "stream"))
-            o->cp.kv.regime = NX_KV_REGIME_STREAM;
-        else
-            die("--kv-regime: expected prefill or stream, got '%s'", v);
-    } else if (!strcmp(a, "--kv-block"))
-        o->cp.kv_block = (int32_t)parse_long(a, need_arg(argc, argv, i), 1, 4096);
-    else if (!strcmp(a, "--kv-sink"))
-        o->cp.kv.sink = (int32_t)parse_long(a, need_arg(argc, argv, i), 0, 1 << 20);
-    else if (!strcmp(a, "--kv-recent"))
-        o->cp.kv.recent = (int32_t)parse_long(a, need_arg(argc, argv, i), 0, 1 << 20);
-    else if (!strcmp(a, "--kv-window"))
-        o->cp.kv.window = (int32_t)parse_long(a, need_arg(argc, argv, i), 1, 256);
-    else if (!strcmp(a, "--kv-seed"))
-        o->cp.kv.seed = (uint64_t)parse_long(a, need_arg(argc, argv, i), 0, LONG_MAX);
-    else if (!strcmp(a, "--nexus-walk"))
-        kv_opt(&o->cp.kv, a, "nexus.walk", (double)parse_long(a, need_arg(argc, argv, i), 0, 256));
-    else if (!strcmp(a, "--nexus-lambda"))
-        kv_opt(&o->cp.kv, a, "nexus.lambda", parse_double(a, need_arg(argc, argv, i)));
-    else if (!strcmp(a, "--nexus-eps"))
-        kv_opt(&o->cp.kv, a, "nexus.eps", parse_double(a, need_arg(argc, argv, i)));
-    else if (!strcmp(a, "--nexus-n"))
-        kv_opt(&o->cp.kv, a, "nexus.n", (double)parse_long(a, need_arg(argc, argv, i), 1, 100000));
-    else if (!strcmp(a, "--nexus-w-scale"))
-        kv_opt(&o->cp.kv, a, "nexus.w_scale", parse_double(a, need_arg(argc, argv, i)));
-    else if (!strcmp(a, "--nexus-fresh-draws"))
-        kv_opt(&o->cp.kv, a, "nexus.fresh_draws", 1);
-    else if (!strcmp(a, "--nexus-mean-vectors"))
-        kv_opt(&o->cp.kv, a, "nexus.mean_vectors", 1);
-    else if (!strcmp(a, "--ref-kernels"))
-        o->ref_kernels = true;
-    else
-        return false;
-    return true;
+static const char *const k_kv_types[] = {"f16", "f32", NULL};
+static const char *const k_regimes[] = {"prefill", "stream", NULL}; /* = NX_KV_REGIME_* */
+
+/* The flags shared by every model subcommand, as a table over *o (choice flags land in the
+ * int fields and are applied by common_finish). */
+struct common_flags {
+    struct arg tab[32];
+    int kv_type, kv_regime;
+    bool kv_type_seen, kv_regime_seen;
+    /* policy options (nx_kv_params_set), applied by common_finish when given */
+    int32_t nexus_walk, nexus_n;
+    float nexus_lambda, nexus_eps, nexus_w_scale;
+    bool nexus_fresh_draws, nexus_mean_vectors;
+    bool seen_walk, seen_n, seen_lambda, seen_eps, seen_w_scale;
+};
+
+static void common_table(struct common_opts *o, struct common_flags *f) {
+    const struct arg t[] = {
+        A_STR("-m", "--model", &o->model),
+        A_INT("-t", "--threads", &o->threads, 1, 512),
+        A_INT("-c", "--ctx", &o->ctx, 0, 1 << 24),
+        A_CHOICE("--kv-type", NULL, &f->kv_type, k_kv_types, .seen = &f->kv_type_seen),
+        A_FLAG("--mmap", NULL, &o->use_mmap),
+        A_STR("--kv-policy", NULL, &o->cp.kv.policy),
+        A_FLOAT("--kv-density", NULL, &o->cp.kv.density),
+        A_I32("--kv-budget", NULL, &o->cp.kv.budget, 1, INT32_MAX),
+        A_CHOICE("--kv-regime", NULL, &f->kv_regime, k_regimes, .seen = &f->kv_regime_seen),
+        A_I32("--kv-block", NULL, &o->cp.kv_block, 1, 4096),
+        A_I32("--kv-sink", NULL, &o->cp.kv.sink, 0, 1 << 20),
+        A_I32("--kv-recent", NULL, &o->cp.kv.recent, 0, 1 << 20),
+        A_I32("--kv-window", NULL, &o->cp.kv.window, 1, 256),
+        A_U64("--kv-seed", NULL, &o->cp.kv.seed, 0, LONG_MAX),
+        A_I32("--nexus-walk", NULL, &f->nexus_walk, 0, 256, .seen = &f->seen_walk),
+        A_FLOAT("--nexus-lambda", NULL, &f->nexus_lambda, .seen = &f->seen_lambda),
+        A_FLOAT("--nexus-eps", NULL, &f->nexus_eps, .seen = &f->seen_eps),
+        A_I32("--nexus-n", NULL, &f->nexus_n, 1, 100000, .seen = &f->seen_n),
+        A_FLOAT("--nexus-w-scale", NULL, &f->nexus_w_scale, .seen = &f->seen_w_scale),
+        A_FLAG("--nexus-fresh-draws", NULL, &f->nexus_fresh_draws),
+        A_FLAG("--nexus-mean-vectors", NULL, &f->nexus_mean_vectors),
+        A_FLAG("--ref-kernels", NULL, &o->ref_kernels),
+        A_END,
+    };
+    _Static_assert(sizeof t <= sizeof f->tab, "common flag table too small");
+    memcpy(f->tab, t, sizeof t);
+}
+
+/* A policy option (nx_kv_params_set) from a flag; an out-of-range value is fatal. */
+static void kv_opt(struct nx_kv_params *kv, const char *flag, const char *name, double v) {
+    if (nx_kv_params_set(kv, name, v) != NX_STATUS_OK) die("%s: value %g out of range", flag, v);
+}
+
+static void common_finish(struct common_opts *o, const struct common_flags *f) {
+    struct nx_kv_params *kv = &o->cp.kv;
+    if (f->kv_type_seen) o->kv_type = f->kv_type == 1 ? NX_TYPE_F32 : NX_TYPE_F16;
+    if (f->kv_regime_seen) kv->regime = f->kv_regime;
+    if (f->seen_walk) kv_opt(kv, "--nexus-walk", "nexus.walk", f->nexus_walk);
+    if (f->seen_lambda) kv_opt(kv, "--nexus-lambda", "nexus.lambda", f->nexus_lambda);
+    if (f->seen_eps) kv_opt(kv, "--nexus-eps", "nexus.eps", f->nexus_eps);
+    if (f->seen_n) kv_opt(kv, "--nexus-n", "nexus.n", f->nexus_n);
+    if (f->seen_w_scale) kv_opt(kv, "--nexus-w-scale", "nexus.w_scale", f->nexus_w_scale);
+    if (f->nexus_fresh_draws) kv_opt(kv, "--nexus-fresh-draws", "nexus.fresh_draws", 1);
+    if (f->nexus_mean_vectors) kv_opt(kv, "--nexus-mean-vectors", "nexus.mean_vectors", 1);
+}
+
+/* Parses a model subcommand's flags: the shared ones, then the command's own table(s). */
+static void parse_model_flags(struct common_opts *o, const struct arg *own, const struct arg *own2,
+                              int argc, char **argv) {
+    struct common_flags f = {0};
+    common_table(o, &f);
+    const struct arg *tabs[] = {f.tab, own, own2, NULL};
+    if (!own2) tabs[2] = NULL;
+    parse_flags(tabs, argc, argv);
+    common_finish(o, &f);
 }
 
 static struct common_opts common_defaults(void) {
@@ -187,23 +178,24 @@ static nx_ctx *make_ctx(const nx_model *m, const struct common_opts *o) {
     return c;
 }
 
+/* Tokenizes with special-token parsing, BOS/EOS as the model asks when add_special
+ * (nx_gen_tokenize); nx_free the result. */
 static nx_token *tokenize_text(const nx_model *m, const char *text, size_t len, bool add_special,
                                int32_t *n_out) {
-    int32_t n = nx_tokenize(m, text, len, NULL, 0, add_special, true);
-    if (n == INT32_MIN) die("tokenizer failed");
-    int32_t need = n < 0 ? -n : n;
-    nx_token *toks = malloc(sizeof *toks * (size_t)(need > 0 ? need : 1));
-    if (!toks) die("out of memory");
-    n = nx_tokenize(m, text, len, toks, need, add_special, true);
-    if (n < 0) die("tokenizer failed");
-    *n_out = n;
+    nx_token *toks;
+    struct nx_err err;
+    nx_status st = nx_gen_tokenize(m, text, len,
+                                   (add_special ? NX_GEN_TOK_ADD_SPECIAL : 0u) | NX_GEN_TOK_PARSE_SPECIAL,
+                                   &toks, n_out, &err);
+    if (st) die(st == NX_STATUS_NOMEM ? "out of memory" : "tokenizer failed");
     return toks;
 }
 
-static void print_piece(const nx_model *m, nx_token t, FILE *out) {
-    char buf[256];
-    int32_t n = nx_token_to_piece(m, t, buf, sizeof buf, false);
-    if (n > 0) fwrite(buf, 1, (size_t)n, out);
+/* nx_generate's streaming callback: the text as it comes, flushed. */
+static int print_text(void *user, const char *text, size_t len) {
+    fwrite(text, 1, len, user);
+    fflush(user);
+    return 0;
 }
 
 /* ---- nexus run ---- */
@@ -216,41 +208,26 @@ static int cmd_run(int argc, char **argv) {
     const char *prompt_file = NULL;
     long n_predict = 128;
     const char *splices[16]; /* --splice FILE[@POS], in order */
-    int n_splices = 0;
+    struct arg_strs splice_list = {splices, 0, 16};
     bool splice_pin = false, splice_repair = true;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (common_flag(&o, argc, argv, &i)) continue;
-        if (!strcmp(a, "-p") || !strcmp(a, "--prompt"))
-            prompt = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file"))
-            prompt_file = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict"))
-            n_predict = parse_long(a, need_arg(argc, argv, &i), 0, 1 << 24);
-        else if (!strcmp(a, "--temp"))
-            sp.temp = (float)parse_double(a, need_arg(argc, argv, &i));
-        else if (!strcmp(a, "--top-k"))
-            sp.top_k = (int32_t)parse_long(a, need_arg(argc, argv, &i), 0, INT32_MAX);
-        else if (!strcmp(a, "--top-p"))
-            sp.top_p = (float)parse_double(a, need_arg(argc, argv, &i));
-        else if (!strcmp(a, "--min-p"))
-            sp.min_p = (float)parse_double(a, need_arg(argc, argv, &i));
-        else if (!strcmp(a, "--repeat-penalty"))
-            sp.repeat_penalty = (float)parse_double(a, need_arg(argc, argv, &i));
-        else if (!strcmp(a, "--repeat-last-n"))
-            sp.repeat_last_n = (int32_t)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 20);
-        else if (!strcmp(a, "--seed"))
-            sp.seed = (uint64_t)parse_long(a, need_arg(argc, argv, &i), 0, LONG_MAX);
-        else if (!strcmp(a, "--splice")) {
-            if (n_splices == 16) die("--splice: at most 16 blocks");
-            splices[n_splices++] = need_arg(argc, argv, &i);
-        } else if (!strcmp(a, "--splice-pin"))
-            splice_pin = true;
-        else if (!strcmp(a, "--splice-no-repair"))
-            splice_repair = false;
-        else
-            die("run: unknown option '%s' (see nexus --help)", a);
-    }
+    const struct arg own[] = {
+        A_STR("-p", "--prompt", &prompt),
+        A_STR("-f", "--file", &prompt_file),
+        A_LONG("-n", "--n-predict", &n_predict, 0, 1 << 24),
+        A_FLOAT("--temp", NULL, &sp.temp),
+        A_I32("--top-k", NULL, &sp.top_k, 0, INT32_MAX),
+        A_FLOAT("--top-p", NULL, &sp.top_p),
+        A_FLOAT("--min-p", NULL, &sp.min_p),
+        A_FLOAT("--repeat-penalty", NULL, &sp.repeat_penalty),
+        A_I32("--repeat-last-n", NULL, &sp.repeat_last_n, 0, 1 << 20),
+        A_U64("--seed", NULL, &sp.seed, 0, LONG_MAX),
+        A_STRS("--splice", NULL, &splice_list),
+        A_FLAG("--splice-pin", NULL, &splice_pin),
+        A_CLEAR("--splice-no-repair", NULL, &splice_repair),
+        A_END,
+    };
+    parse_model_flags(&o, own, NULL, argc, argv);
+    int n_splices = splice_list.n;
     nx_model *m = load_model(&o);
     nx_ctx *c = make_ctx(m, &o);
     size_t plen = strlen(prompt);
@@ -268,7 +245,10 @@ static int cmd_run(int argc, char **argv) {
         long pos = -1;
         snprintf(path, sizeof path, "%.*s", at ? (int)(at - splices[k]) : (int)strlen(splices[k]),
                  splices[k]);
-        if (at) pos = parse_long("--splice", at + 1, 0, INT32_MAX);
+        long long pv;
+        if (at && !args_long(at + 1, 0, INT32_MAX, &pv))
+            die("--splice: expected an integer in [0, %d], got '%s'", INT32_MAX, at + 1);
+        if (at) pos = (long)pv;
         nx_kv_block *b;
         char err[700];
         if (nx_kv_block_load(m, path, &b, err, sizeof err)) die("--splice: %s", err);
@@ -295,34 +275,22 @@ static int cmd_run(int argc, char **argv) {
     }
     nx_sampler *s;
     if (nx_sampler_init(&sp, nx_model_n_vocab(m), &s)) die("invalid sampling parameters");
-    for (int32_t i = 0; i < n_prompt; i++) nx_sampler_accept(s, toks[i]);
     fwrite(prompt, 1, plen, stdout);
     fflush(stdout);
-    double t0 = nx_time_s();
-    nx_status st = nx_decode(c, toks, n_prompt, false);
-    if (st) die("decode failed: %s", nx_ctx_last_error(c));
-    double t_prompt = nx_time_s() - t0;
-    long n_gen = 0;
-    double t1 = nx_time_s();
-    for (; n_gen < n_predict; n_gen++) {
-        nx_token t = nx_sampler_sample(s, nx_get_logits(c, -1));
-        if (nx_token_is_eog(m, t)) break;
-        print_piece(m, t, stdout);
-        fflush(stdout);
-        if (n_gen + 1 == n_predict) {
-            n_gen++;
-            break;
-        }
-        st = nx_decode(c, &t, 1, false);
-        if (st) die("decode failed: %s", nx_ctx_last_error(c));
-    }
-    double t_gen = nx_time_s() - t1;
+    struct nx_gen_params gp = nx_gen_default_params();
+    gp.max_tokens = (int32_t)n_predict;
+    gp.sampler = s;
+    gp.on_text = print_text;
+    gp.user = stdout;
+    struct nx_gen_result gr;
+    struct nx_err gerr;
+    if (nx_generate(m, c, toks, n_prompt, &gp, &gr, &gerr)) die("decode failed: %s", nx_ctx_last_error(c));
     printf("\n");
     fflush(stdout);
-    fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tokens/s)\n", n_prompt, t_prompt,
-            n_prompt / t_prompt);
-    fprintf(stderr, "generation: %ld tokens in %.3f s (%.1f tokens/s)\n", n_gen, t_gen,
-            n_gen > 0 ? n_gen / t_gen : 0.0);
+    fprintf(stderr, "prompt: %d tokens in %.3f s (%.1f tokens/s)\n", n_prompt, gr.t_prompt,
+            n_prompt / gr.t_prompt);
+    fprintf(stderr, "generation: %ld tokens in %.3f s (%.1f tokens/s)\n", (long)gr.n_generated, gr.t_gen,
+            gr.n_generated > 0 ? gr.n_generated / gr.t_gen : 0.0);
     struct nx_kv_stats ks;
     nx_ctx_kv_stats(c, &ks);
     fprintf(stderr,
@@ -332,7 +300,7 @@ static int cmd_run(int argc, char **argv) {
             (double)ks.bytes_current / 1048576.0, (double)ks.bytes_pool / 1048576.0,
             (long long)ks.tokens_cached, (long long)ks.evictions, (long long)ks.tokens_evicted,
             ks.evict_seconds);
-    free(toks);
+    nx_free(toks);
     nx_free(owned);
     nx_sampler_free(s);
     nx_ctx_free(c);
@@ -342,23 +310,26 @@ static int cmd_run(int argc, char **argv) {
 
 /* ---- nexus logits ---- */
 
+/* "1,2,3" -> token ids (each in [0, INT32_MAX], args_long); nx_free the result. */
 static nx_token *parse_token_list(const char *s, int32_t *n_out) {
-    int32_t cap = 16, n = 0;
-    nx_token *t = malloc(sizeof *t * (size_t)cap);
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v > INT32_MAX) die("--tokens: bad token id near '%s'", p);
-        if (n == cap) t = realloc(t, sizeof *t * (size_t)(cap *= 2));
-        if (!t) die("out of memory");
-        t[n++] = (nx_token)v;
-        p = end;
-        if (*p == ',') p++;
-        else if (*p) die("--tokens: expected ',' near '%s'", p);
+    size_t n = 1;
+    for (const char *p = s; *p; p++) n += *p == ',';
+    nx_token *t = nx_malloc(sizeof *t * n);
+    if (!t) die("out of memory");
+    int32_t k = 0;
+    for (const char *p = s;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        long long v;
+        snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item ? len : sizeof item - 1), p);
+        if (len == 0 && !comma && k > 0) break; /* a trailing comma */
+        if (len >= sizeof item || !args_long(item, 0, INT32_MAX, &v)) die("--tokens: bad token id near '%s'", p);
+        t[k++] = (nx_token)v;
+        if (!comma) break;
+        p = comma + 1;
     }
-    *n_out = n;
+    *n_out = k;
     return t;
 }
 
@@ -367,20 +338,14 @@ static int cmd_logits(int argc, char **argv) {
     const char *prompt = NULL, *tokens = NULL;
     int top = 10;
     bool bos = true;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (common_flag(&o, argc, argv, &i)) continue;
-        if (!strcmp(a, "--prompt") || !strcmp(a, "-p"))
-            prompt = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--tokens"))
-            tokens = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--top"))
-            top = (int)parse_long(a, need_arg(argc, argv, &i), 1, 1000);
-        else if (!strcmp(a, "--no-bos"))
-            bos = false;
-        else
-            die("logits: unknown option '%s'", a);
-    }
+    const struct arg own[] = {
+        A_STR("--prompt", "-p", &prompt),
+        A_STR("--tokens", NULL, &tokens),
+        A_INT("--top", NULL, &top, 1, 1000),
+        A_CLEAR("--no-bos", NULL, &bos),
+        A_END,
+    };
+    parse_model_flags(&o, own, NULL, argc, argv);
     if (!prompt == !tokens) die("logits: give exactly one of --prompt TEXT or --tokens 1,2,3");
     nx_model *m = load_model(&o);
     int32_t n;
@@ -416,7 +381,7 @@ static int cmd_logits(int argc, char **argv) {
         printf("\n");
     }
     free(best);
-    free(toks);
+    nx_free(toks);
     nx_ctx_free(c);
     nx_model_free(m);
     return 0;
@@ -428,18 +393,13 @@ static int cmd_tokenize(int argc, char **argv) {
     struct common_opts o = common_defaults();
     const char *text = NULL, *file = NULL;
     bool bos = false;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (common_flag(&o, argc, argv, &i)) continue;
-        if (!strcmp(a, "--text"))
-            text = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--file"))
-            file = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--bos"))
-            bos = true;
-        else
-            die("tokenize: unknown option '%s'", a);
-    }
+    const struct arg own[] = {
+        A_STR("--text", NULL, &text),
+        A_STR("--file", NULL, &file),
+        A_FLAG("--bos", NULL, &bos),
+        A_END,
+    };
+    parse_model_flags(&o, own, NULL, argc, argv);
     if (!text == !file) die("tokenize: give exactly one of --text TEXT or --file F");
     nx_model *m = load_model(&o);
     size_t len;
@@ -454,7 +414,7 @@ static int cmd_tokenize(int argc, char **argv) {
     nx_token *toks = tokenize_text(m, text, len, bos, &n);
     for (int32_t i = 0; i < n; i++) printf("%s%d", i ? " " : "", toks[i]);
     printf("\n");
-    free(toks);
+    nx_free(toks);
     nx_free(owned);
     nx_model_free(m);
     return 0;
@@ -466,35 +426,30 @@ static int cmd_bench(int argc, char **argv) {
     struct common_opts o = common_defaults();
     struct bench_params bp = bench_default_params();
     int par[16], n_par = 0;
-    const char *par_policies = NULL;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (common_flag(&o, argc, argv, &i)) continue;
-        if (!strcmp(a, "--parallel")) {
-            /* N or a comma list of N */
-            char *list = (char *)need_arg(argc, argv, &i), *save = NULL;
-            char buf[128];
-            snprintf(buf, sizeof buf, "%s", list);
-            for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (n_par == 16) die("--parallel: at most 16 values");
-                par[n_par++] = (int)parse_long(a, t, 1, 1024);
-            }
-        } else if (!strcmp(a, "--seq-policies"))
-            par_policies = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "-p"))
-            bp.n_prompt = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 20);
-        else if (!strcmp(a, "-n"))
-            bp.n_gen = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 20);
-        else if (!strcmp(a, "--depth") || !strcmp(a, "-d"))
-            bp.depth = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 22);
-        else if (!strcmp(a, "-r") || !strcmp(a, "--reps"))
-            bp.reps = (int)parse_long(a, need_arg(argc, argv, &i), 1, 1000);
-        else if (!strcmp(a, "--json"))
-            bp.json = true;
-        else if (!strcmp(a, "--no-bandwidth"))
-            bp.measure_bandwidth = false;
-        else
-            die("bench: unknown option '%s'", a);
+    const char *par_list = NULL, *par_policies = NULL;
+    const struct arg own[] = {
+        A_INT("-p", NULL, &bp.n_prompt, 0, 1 << 20),
+        A_INT("-n", NULL, &bp.n_gen, 0, 1 << 20),
+        A_INT("--depth", "-d", &bp.depth, 0, 1 << 22),
+        A_INT("-r", "--reps", &bp.reps, 1, 1000),
+        A_FLAG("--json", NULL, &bp.json),
+        A_CLEAR("--no-bandwidth", NULL, &bp.measure_bandwidth),
+        A_STR("--parallel", NULL, &par_list),
+        A_STR("--seq-policies", NULL, &par_policies),
+        A_END,
+    };
+    parse_model_flags(&o, own, NULL, argc, argv);
+    if (par_list) { /* N or a comma list of N */
+        char buf[128], *save = NULL;
+        snprintf(buf, sizeof buf, "%s", par_list);
+        for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            char *end;
+            long v = strtol(t, &end, 10);
+            if (n_par == 16) die("bench: --parallel: at most 16 values");
+            if (*end || end == t || v < 1 || v > 1024)
+                die("bench: --parallel: expected integers in [1, 1024], got '%s'", t);
+            par[n_par++] = (int)v;
+        }
     }
     nx_model *m = load_model(&o);
     if (n_par > 0) {
@@ -514,16 +469,8 @@ static int cmd_bench(int argc, char **argv) {
 }
 
 /* The policy x density x regime sweep flags shared by eval, eval-ruler and eval-longbench. */
-static bool sweep_flag(int argc, char **argv, int *i, const char **policies,
-                       const char **densities, const char **regimes) {
-    const char *a = argv[*i];
-    const char **dst = !strcmp(a, "--policies")    ? policies
-                       : !strcmp(a, "--densities") ? densities
-                       : !strcmp(a, "--regimes")   ? regimes
-                                                   : NULL;
-    if (dst) *dst = need_arg(argc, argv, i);
-    return dst != NULL;
-}
+#define SWEEP_FLAGS(pp, dd, rr) \
+    A_STR("--policies", NULL, pp), A_STR("--densities", NULL, dd), A_STR("--regimes", NULL, rr)
 
 /* ---- nexus eval ---- */
 
@@ -532,28 +479,18 @@ static int cmd_eval(int argc, char **argv) {
     struct eval_params ep = {.policies = "full,streaming,h2o,snapkv,pyramidkv,adakv,morphkv,tova,nexus",
                              .densities = "0.1,0.2,0.4", .regimes = "prefill,stream",
                              .streams = 16, .stream_len = 512, .recall_blocks = 2, .seed = 1};
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (common_flag(&o, argc, argv, &i) ||
-            sweep_flag(argc, argv, &i, &ep.policies, &ep.densities, &ep.regimes))
-            continue;
-        if (!strcmp(a, "--streams"))
-            ep.streams = (int)parse_long(a, need_arg(argc, argv, &i), 1, 10000);
-        else if (!strcmp(a, "--stream-len"))
-            ep.stream_len = (int)parse_long(a, need_arg(argc, argv, &i), 8, 1 << 20);
-        else if (!strcmp(a, "--recall-blocks"))
-            ep.recall_blocks = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 20);
-        else if (!strcmp(a, "--seed"))
-            ep.seed = (uint64_t)parse_long(a, need_arg(argc, argv, &i), 0, LONG_MAX);
-        else if (!strcmp(a, "--json"))
-            ep.json_path = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--svg"))
-            ep.svg_dir = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--file") || !strcmp(a, "-f"))
-            ep.text_file = need_arg(argc, argv, &i);
-        else
-            die("eval: unknown option '%s'", a);
-    }
+    const struct arg own[] = {
+        SWEEP_FLAGS(&ep.policies, &ep.densities, &ep.regimes),
+        A_INT("--streams", NULL, &ep.streams, 1, 10000),
+        A_INT("--stream-len", NULL, &ep.stream_len, 8, 1 << 20),
+        A_INT("--recall-blocks", NULL, &ep.recall_blocks, 0, 1 << 20),
+        A_U64("--seed", NULL, &ep.seed, 0, LONG_MAX),
+        A_STR("--json", NULL, &ep.json_path),
+        A_STR("--svg", NULL, &ep.svg_dir),
+        A_STR("--file", "-f", &ep.text_file),
+        A_END,
+    };
+    parse_model_flags(&o, own, NULL, argc, argv);
     ep.threads = o.threads;
     o.cp.kv_type = o.kv_type;
     ep.base = &o.cp;
@@ -568,30 +505,18 @@ static int cmd_eval(int argc, char **argv) {
 static int cmd_eval_efficiency(int argc, char **argv) {
     struct common_opts o = common_defaults();
     struct effi_params ep = effi_default_params();
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (common_flag(&o, argc, argv, &i)) continue;
-        if (!strcmp(a, "--policies"))
-            ep.policies = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--density"))
-            ep.density = (float)parse_double(a, need_arg(argc, argv, &i));
-        else if (!strcmp(a, "--regime")) {
-            const char *v = need_arg(argc, argv, &i);
-            ep.regime = eval_regime_from_name(v);
-            if (ep.regime < 0) die("--regime: expected prefill or stream, got '%s'", v);
-        } else if (!strcmp(a, "--prompt") || !strcmp(a, "-p"))
-            ep.prompt = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 22);
-        else if (!strcmp(a, "--lengths"))
-            ep.lengths = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--seed"))
-            ep.seed = (uint64_t)parse_long(a, need_arg(argc, argv, &i), 0, LONG_MAX);
-        else if (!strcmp(a, "--json"))
-            ep.json_path = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--svg"))
-            ep.svg_dir = need_arg(argc, argv, &i);
-        else
-            die("eval-efficiency: unknown option '%s'", a);
-    }
+    const struct arg own[] = {
+        A_STR("--policies", NULL, &ep.policies),
+        A_FLOAT("--density", NULL, &ep.density),
+        A_CHOICE("--regime", NULL, &ep.regime, k_regimes), /* index = NX_KV_REGIME_* */
+        A_INT("--prompt", "-p", &ep.prompt, 0, 1 << 22),
+        A_STR("--lengths", NULL, &ep.lengths),
+        A_U64("--seed", NULL, &ep.seed, 0, LONG_MAX),
+        A_STR("--json", NULL, &ep.json_path),
+        A_STR("--svg", NULL, &ep.svg_dir),
+        A_END,
+    };
+    parse_model_flags(&o, own, NULL, argc, argv);
     ep.threads = o.threads;
     o.cp.kv_type = o.kv_type;
     ep.base = &o.cp;
@@ -606,25 +531,17 @@ static int cmd_eval_efficiency(int argc, char **argv) {
 static int cmd_eval_ruler(int argc, char **argv) {
     struct common_opts o = common_defaults();
     struct ruler_params rp = ruler_default_params();
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (common_flag(&o, argc, argv, &i)) continue;
-        if (sweep_flag(argc, argv, &i, &rp.policies, &rp.densities, &rp.regimes)) continue;
-        if (!strcmp(a, "--tasks"))
-            rp.tasks = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--length"))
-            rp.length = (int)parse_long(a, need_arg(argc, argv, &i), 16, 1 << 22);
-        else if (!strcmp(a, "--samples"))
-            rp.samples = (int)parse_long(a, need_arg(argc, argv, &i), 1, 100000);
-        else if (!strcmp(a, "--max-new"))
-            rp.max_new = (int)parse_long(a, need_arg(argc, argv, &i), 0, 1 << 20);
-        else if (!strcmp(a, "--seed"))
-            rp.seed = (uint64_t)parse_long(a, need_arg(argc, argv, &i), 0, LONG_MAX);
-        else if (!strcmp(a, "--json"))
-            rp.json_path = need_arg(argc, argv, &i);
-        else
-            die("eval-ruler: unknown option '%s'", a);
-    }
+    const struct arg own[] = {
+        SWEEP_FLAGS(&rp.policies, &rp.densities, &rp.regimes),
+        A_STR("--tasks", NULL, &rp.tasks),
+        A_INT("--length", NULL, &rp.length, 16, 1 << 22),
+        A_INT("--samples", NULL, &rp.samples, 1, 100000),
+        A_INT("--max-new", NULL, &rp.max_new, 0, 1 << 20),
+        A_U64("--seed", NULL, &rp.seed, 0, LONG_MAX),
+        A_STR("--json", NULL, &rp.json_path),
+        A_END,
+    };
+    parse_model_flags(&o, own, NULL, argc, argv);
     rp.threads = o.threads;
     o.cp.kv_type = o.kv_type;
     rp.base = &o.cp;
@@ -639,25 +556,17 @@ static int cmd_eval_ruler(int argc, char **argv) {
 static int cmd_eval_longbench(int argc, char **argv) {
     struct common_opts o = common_defaults();
     struct longbench_params lp = longbench_default_params();
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (common_flag(&o, argc, argv, &i)) continue;
-        if (sweep_flag(argc, argv, &i, &lp.policies, &lp.densities, &lp.regimes)) continue;
-        if (!strcmp(a, "--data"))
-            lp.data = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--max-len"))
-            lp.max_len = (int)parse_long(a, need_arg(argc, argv, &i), 8, 1 << 22);
-        else if (!strcmp(a, "--max-new"))
-            lp.max_new = (int)parse_long(a, need_arg(argc, argv, &i), 1, 1 << 20);
-        else if (!strcmp(a, "--limit"))
-            lp.limit = (int)parse_long(a, need_arg(argc, argv, &i), 1, 1 << 30);
-        else if (!strcmp(a, "--template"))
-            lp.tmpl = need_arg(argc, argv, &i);
-        else if (!strcmp(a, "--json"))
-            lp.json_path = need_arg(argc, argv, &i);
-        else
-            die("eval-longbench: unknown option '%s'", a);
-    }
+    const struct arg own[] = {
+        SWEEP_FLAGS(&lp.policies, &lp.densities, &lp.regimes),
+        A_STR("--data", NULL, &lp.data),
+        A_INT("--max-len", NULL, &lp.max_len, 8, 1 << 22),
+        A_INT("--max-new", NULL, &lp.max_new, 1, 1 << 20),
+        A_INT("--limit", NULL, &lp.limit, 1, 1 << 30),
+        A_STR("--template", NULL, &lp.tmpl),
+        A_STR("--json", NULL, &lp.json_path),
+        A_END,
+    };
+    parse_model_flags(&o, own, NULL, argc, argv);
     if (!lp.data) die("eval-longbench: --data FILE.jsonl is required");
     lp.threads = o.threads;
     o.cp.kv_type = o.kv_type;

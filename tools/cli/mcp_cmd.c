@@ -18,8 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "mcp/mcp.h"
 #include "mcp_cmd.h"
+#include "args.h"
 
 static int fail(const char *fmt, const char *a) {
     fprintf(stderr, "nexus mcp: ");
@@ -77,7 +79,7 @@ static void print_result(const json_t *r) {
     size_t n = mcp_result_count(r);
     for (size_t i = 0; i < n; i++) {
         struct mcp_content c;
-        if (mcp_result_content(r, i, &c) != MCP_OK) {
+        if (mcp_result_content(r, i, &c) != NX_STATUS_OK) {
             printf("[item %zu: not a content object]\n", i);
             continue;
         }
@@ -90,7 +92,7 @@ static void print_result(const json_t *r) {
             bytes = c.data ? mcp_base64_decode(c.data, &len) : NULL;
             printf("[%s %s, %zu bytes%s]\n", c.type_name, c.mime_type ? c.mime_type : "?",
                    bytes ? len : 0, bytes || !c.data ? "" : ", bad base64");
-            free(bytes);
+            nx_free(bytes);
             break;
         case MCP_CONTENT_RESOURCE_LINK:
             printf("[resource_link %s%s%s]\n", c.uri ? c.uri : "?", c.name ? " " : "",
@@ -103,7 +105,7 @@ static void print_result(const json_t *r) {
             else if (c.data) {
                 bytes = mcp_base64_decode(c.data, &len);
                 printf("[blob, %zu bytes]\n", bytes ? len : 0);
-                free(bytes);
+                nx_free(bytes);
             }
             break;
         default: printf("[%s item]\n", c.type_name); break;
@@ -113,7 +115,7 @@ static void print_result(const json_t *r) {
     if (sc) {
         char *s = json_dumps(sc, JSON_COMPACT);
         if (s) printf("structuredContent: %s\n", s);
-        free(s);
+        nx_free(s);
     }
 }
 
@@ -122,11 +124,11 @@ static void print_result(const json_t *r) {
 static int call_and_print(mcp_client *c, const char *tool, const json_t *args, bool as_json,
                           char *err, size_t errlen) {
     json_t *r = NULL;
-    int st = mcp_call_tool(c, tool, args, &r, err, errlen);
+    nx_status st = mcp_call_tool(c, tool, args, &r, err, errlen);
     if (r && as_json) {
         char *s = json_dumps(r, JSON_INDENT(1));
         if (s) printf("%s\n", s);
-        free(s);
+        nx_free(s);
     } else if (r) {
         print_result(r);
     }
@@ -139,7 +141,7 @@ static int print_tools(json_t *tools, bool as_json) {
         char *s = json_dumps(tools, JSON_INDENT(1));
         if (!s) return fail("%s", "out of memory");
         printf("%s\n", s);
-        free(s);
+        nx_free(s);
         return 0;
     }
     size_t i;
@@ -186,10 +188,8 @@ int mcp_cmd_main(int argc, char **argv) {
             else if (!strcmp(a, "--server")) server = v;
             else if (!strcmp(a, "--name")) name = v;
             else if (!strcmp(a, "--timeout")) {
-                char *end;
-                errno = 0;
-                long t = strtol(v, &end, 10);
-                if (errno || *end || end == v || t < 1 || t > 3600000)
+                long long t;
+                if (!args_long(v, 1, 3600000, &t))
                     return fail("--timeout: expected milliseconds in [1, 3600000], got '%s'", v);
                 timeout_ms = (int)t;
             } else {
@@ -244,7 +244,7 @@ int mcp_cmd_main(int argc, char **argv) {
         p.timeout_ms = timeout_ms;
         p.era = era;
         mcp_client *c;
-        int st = mcp_open(&p, &c, err, sizeof err);
+        nx_status st = mcp_open(&p, &c, err, sizeof err);
         if (st) {
             fprintf(stderr, "nexus mcp: %s\n", err);
         } else {

@@ -33,6 +33,7 @@
  * JSON and SVG outputs are written atomically (eval/outfile.h, eval/svg.h).
  */
 #include "route.h"
+#include "args.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -52,9 +53,9 @@
 #include "mcp/mcp.h"
 #include "nexus.h"
 #include "route/bm25.h"
+#include "route/cascade.h"
 #include "route/chat_rerank.h"
 #include "route/embed.h"
-#include "route/namedec.h"
 #include "route/registry.h"
 #include "route/router.h"
 #include "route/signature.h"
@@ -71,51 +72,10 @@ static int bad_arg(const char *cmd, const char *fmt, const char *a) {
     return 2;
 }
 
-static int get_long(const char *cmd, const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "nexus %s: %s: expected an integer in [%ld, %ld], got '%s'\n", cmd, flag,
-                lo, hi, v ? v : "(nothing)");
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
-static int get_double(const char *cmd, const char *flag, const char *v, double *out) {
-    char *end;
-    errno = 0;
-    double x = v ? strtod(v, &end) : 0;
-    if (!v || errno || end == v || *end || !isfinite(x)) {
-        fprintf(stderr, "nexus %s: %s: expected a number, got '%s'\n", cmd, flag, v ? v : "(nothing)");
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 /* "10,50,100" -> sizes; returns count or -1 */
 static int parse_sizes(const char *cmd, const char *s, int *out, int max) {
-    int n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 1 || v > 1000000 || n == max) {
-            fprintf(stderr, "nexus %s: bad size list '%s'\n", cmd, s);
-            return -1;
-        }
-        out[n++] = (int)v;
-        p = end;
-        if (*p == ',') p++;
-        else if (*p) {
-            fprintf(stderr, "nexus %s: bad size list '%s'\n", cmd, s);
-            return -1;
-        }
-    }
+    int n = args_int_list(s, 1, 1000000, out, max);
+    if (n < 0) fprintf(stderr, "nexus %s: bad size list '%s'\n", cmd, s);
     return n;
 }
 
@@ -142,54 +102,15 @@ static int write_json(const char *cmd, const char *path, json_t *root) {
     return 0;
 }
 
-/* Adds the tools of an MCP config's servers (mcp_config_list_tools) with their server names. */
-static int add_mcp_tools(rt_registry *reg, const char *config, char *err, size_t errlen) {
-    json_t *arr = NULL;
-    if (mcp_config_list_tools(config, 0, &arr, err, errlen)) return -1;
-    size_t i;
-    json_t *t;
-    int rc = 0;
-    json_array_foreach(arr, i, t) {
-        json_t *name = json_object_get(t, "name"), *desc = json_object_get(t, "description");
-        json_t *server = json_object_get(t, "server");
-        char sub[512];
-        if (!json_is_string(name)) {
-            snprintf(err, errlen, "%s: tool %zu has no name", config, i);
-            rc = -1;
-            break;
-        }
-        if (rt_registry_add(reg, json_string_value(name), json_is_string(desc) ? json_string_value(desc) : "",
-                            json_object_get(t, "inputSchema"), t,
-                            json_is_string(server) ? json_string_value(server) : "mcp", sub,
-                            sizeof sub) < 0) {
-            snprintf(err, errlen, "%s: %s", config, sub);
-            rc = -1;
-            break;
-        }
-    }
-    json_decref(arr);
-    return rc;
-}
-
-/* Registry from files and an optional MCP config, sorted. */
+/* Registry from files and an optional MCP config, sorted (route/cascade.h); -1 after printing
+ * the message. */
 static int build_registry(const char *cmd, rt_registry *reg, const char *const *files, int nf,
                           const char *mcp) {
     char err[1024];
-    rt_registry_init(reg);
-    for (int i = 0; i < nf; i++)
-        if (rt_registry_load_file(reg, files[i], err, sizeof err) < 0) {
-            fprintf(stderr, "nexus %s: %s\n", cmd, err);
-            return -1;
-        }
-    if (mcp && add_mcp_tools(reg, mcp, err, sizeof err)) {
+    if (rt_registry_build(reg, files, nf, mcp, err, sizeof err)) {
         fprintf(stderr, "nexus %s: %s\n", cmd, err);
         return -1;
     }
-    if (reg->n == 0) {
-        fprintf(stderr, "nexus %s: no tools loaded\n", cmd);
-        return -1;
-    }
-    rt_registry_sort(reg);
     return 0;
 }
 
@@ -207,75 +128,39 @@ static void route_usage(void) {
             "the chat model picks among the top-k names by constrained decoding.\n");
 }
 
+static const char *const k_modes[] = {"bm25", "dense", "hybrid", NULL}; /* = enum rt_mode */
+
 int route_main(int argc, char **argv) {
     const char *files[MAX_FILES], *mcp = NULL, *embed_model = NULL, *rerank_model = NULL;
     const char *query = NULL, *chat_model = NULL;
-    int nf = 0, name_decode = 0;
+    struct arg_strs tool_files = {files, 0, MAX_FILES};
+    bool name_decode = false;
     double chat_tau = 0.05;
+    int mode = RT_MODE_BM25;
     struct rt_router_params p = rt_router_default_params();
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long lv;
-        double dv;
-        if (!strcmp(a, "--tools")) {
-            if (!v) return bad_arg("route", "%s needs a value", a);
-            if (nf == MAX_FILES) return bad_arg("route", "too many --tools files (%s)", v);
-            files[nf++] = v;
-            i++;
-        } else if (!strcmp(a, "--mcp")) {
-            if (!v) return bad_arg("route", "%s needs a value", a);
-            mcp = v;
-            i++;
-        } else if (!strcmp(a, "--embedder")) {
-            int m = v ? rt_mode_parse(v) : -1;
-            if (m < 0) return bad_arg("route", "--embedder: expected bm25, dense or hybrid, got '%s'", v ? v : "");
-            p.mode = (enum rt_mode)m;
-            i++;
-        } else if (!strcmp(a, "--embed-model")) {
-            if (!v) return bad_arg("route", "%s needs a value", a);
-            embed_model = v;
-            i++;
-        } else if (!strcmp(a, "--rerank-model")) {
-            if (!v) return bad_arg("route", "%s needs a value", a);
-            rerank_model = v;
-            i++;
-        } else if (!strcmp(a, "--chat-model")) {
-            if (!v) return bad_arg("route", "%s needs a value", a);
-            chat_model = v;
-            i++;
-        } else if (!strcmp(a, "--chat-tau")) {
-            if (get_double("route", a, v, &chat_tau)) return 2;
-            i++;
-        } else if (!strcmp(a, "--name-decode")) {
-            name_decode = 1;
-        } else if (!strcmp(a, "--tau")) {
-            if (get_double("route", a, v, &dv)) return 2;
-            p.tau = (float)dv;
-            i++;
-        } else if (!strcmp(a, "--rrf-depth")) {
-            if (get_long("route", a, v, 0, 1000000, &lv)) return 2;
-            p.rrf_depth = (int)lv;
-            i++;
-        } else if (!strcmp(a, "--abstain-below")) {
-            if (get_double("route", a, v, &dv)) return 2;
-            p.abstain_below = (float)dv;
-            i++;
-        } else if (!strcmp(a, "-k")) {
-            if (get_long("route", a, v, 1, RT_SLB_KMAX, &lv)) return 2;
-            p.k = (int)lv;
-            i++;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            route_usage();
-            return 0;
-        } else if (a[0] == '-' && a[1]) {
-            route_usage();
-            return bad_arg("route", "unknown option '%s'", a);
-        } else {
-            if (query) return bad_arg("route", "more than one query given ('%s'); quote the query", a);
-            query = a;
-        }
+    const struct arg tab[] = {
+        A_STRS("--tools", NULL, &tool_files),
+        A_STR("--mcp", NULL, &mcp),
+        A_CHOICE("--embedder", NULL, &mode, k_modes),
+        A_STR("--embed-model", NULL, &embed_model),
+        A_STR("--rerank-model", NULL, &rerank_model),
+        A_STR("--chat-model", NULL, &chat_model),
+        A_DOUBLE("--chat-tau", NULL, &chat_tau),
+        A_FLAG("--name-decode", NULL, &name_decode),
+        A_FLOAT("--tau", NULL, &p.tau),
+        A_INT("--rrf-depth", NULL, &p.rrf_depth, 0, 1000000),
+        A_FLOAT("--abstain-below", NULL, &p.abstain_below),
+        A_INT("-k", NULL, &p.k, 1, RT_SLB_KMAX),
+        A_END,
+    };
+    const struct arg *tabs[] = {tab, NULL};
+    int prc = args_parse(tabs, argc, argv, 2, "nexus route", true, &query, 1, NULL);
+    if (prc != ARGS_OK) {
+        route_usage();
+        return prc == ARGS_HELP ? 0 : 2;
     }
+    int nf = tool_files.n;
+    p.mode = (enum rt_mode)mode;
     if (!query || (nf == 0 && !mcp)) {
         route_usage();
         return 2;
@@ -330,11 +215,16 @@ int route_main(int argc, char **argv) {
         fprintf(stderr, "nexus route: %s\n", err);
         goto done;
     }
-    struct rt_route out;
-    if (rt_router_route(rt, query, NULL, &out, err, sizeof err)) {
+    struct rt_cascade_params cp = rt_cascade_default_params();
+    cp.chat = chat;
+    cp.name_decode = name_decode;
+    cp.chat_tau = chat_tau;
+    struct rt_cascade_result res;
+    if (rt_cascade_route(rt, &reg, rr, &cp, query, &res, err, sizeof err)) {
         fprintf(stderr, "nexus route: %s\n", err);
         goto done;
     }
+    const struct rt_route out = res.route;
     const struct rt_tool *ch = &reg.tools[out.chosen];
     printf("tools: %d (%s)\n", reg.n, rt_mode_name(p.mode));
     printf("chosen: %s%s\n", ch->name, out.abstain ? " (abstain: top score below threshold)" : "");
@@ -353,43 +243,10 @@ int route_main(int argc, char **argv) {
     } else if (out.undecided) {
         printf("undecided: the gate fired and no reranker is configured (--rerank-model, --chat-model)\n");
     }
-    /* constrained name decoding by the chat model among the top-k */
-    int undecided_chat = out.reranked && rr && chat && !strcmp(rr->name, "chat-relevance") &&
-                         out.n_rerank >= 2 && out.rerank[0].score - out.rerank[1].score < chat_tau;
-    if (chat && (name_decode || undecided_chat)) {
-        const char *names[RT_SLB_KMAX];
-        int nn = out.reranked ? out.n_rerank : out.n;
-        for (int i = 0; i < nn; i++)
-            names[i] = reg.tools[out.reranked ? out.rerank[i].id : out.hit[i].id].name;
-        size_t plen = strlen(query) + 64;
-        for (int i = 0; i < nn; i++) plen += strlen(names[i]) + 2;
-        char *prompt = nx_malloc(plen);
-        if (!prompt) {
-            fprintf(stderr, "nexus route: out of memory\n");
-            goto done;
-        }
-        size_t o = (size_t)snprintf(prompt, plen, "Tools: ");
-        for (int i = 0; i < nn; i++) o += (size_t)snprintf(prompt + o, plen - o, "%s%s", i ? ", " : "", names[i]);
-        snprintf(prompt + o, plen - o, ".\nQuery: %s\nTool:", query);
-        rt_namedec *nd = rt_namedec_build(chat, prompt, names, nn, NULL, err, sizeof err);
-        nx_free(prompt);
-        nx_ctx *ctx = NULL;
-        int pick = -1;
-        if (nd) {
-            struct nx_ctx_params cp = nx_ctx_default_params();
-            if (nx_ctx_init(chat, &cp, &ctx, err, sizeof err) == 0 &&
-                rt_namedec_decode(nd, ctx, &pick, NULL, err, sizeof err) != 0)
-                pick = -1;
-        }
-        nx_ctx_free(ctx);
-        rt_namedec_free(nd);
-        if (pick < 0) {
-            fprintf(stderr, "nexus route: name decoding failed: %s\n", err);
-            goto done;
-        }
+    if (res.name_decoded) {
+        ch = &reg.tools[res.chosen];
         printf("name decoding (%s) chose: %s\n", name_decode ? "--name-decode" : "chat reranker undecided",
-               names[pick]);
-        ch = &reg.tools[out.reranked ? out.rerank[pick].id : out.hit[pick].id];
+               ch->name);
         printf("chosen after name decoding: %s\n", ch->name);
     }
     char *sig = rt_signature(ch);
@@ -415,31 +272,30 @@ static int count_tokens(const nx_model *m, const char *s) {
 
 int signatures_main(int argc, char **argv) {
     const char *files[MAX_FILES], *model = NULL, *json_path = NULL;
-    int nf = 0, verbose = 0;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--tools")) {
-            /* every following non-flag argument is a file */
-            while (i + 1 < argc && argv[i + 1][0] != '-') {
-                if (nf == MAX_FILES) return bad_arg("signatures", "too many files (%s)", argv[i + 1]);
-                files[nf++] = argv[++i];
-            }
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (i + 1 >= argc) return bad_arg("signatures", "%s needs a value", a);
-            model = argv[++i];
-        } else if (!strcmp(a, "--json")) {
-            if (i + 1 >= argc) return bad_arg("signatures", "%s needs a value", a);
-            json_path = argv[++i];
-        } else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) {
-            verbose = 1;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fprintf(stderr, "usage: nexus signatures --tools FILE... -m VOCAB.gguf [--json OUT] [-v]\n");
-            return 0;
-        } else {
-            fprintf(stderr, "usage: nexus signatures --tools FILE... -m VOCAB.gguf [--json OUT] [-v]\n");
-            return bad_arg("signatures", "unknown option '%s'", a);
-        }
+    bool verbose = false;
+    /* --tools takes every following word that is not a flag: the first through the table, the
+       rest as positional words */
+    struct arg_strs tool_files = {files, 0, MAX_FILES};
+    const struct arg tab[] = {
+        A_STRS("--tools", NULL, &tool_files),
+        A_STR("-m", "--model", &model),
+        A_STR("--json", NULL, &json_path),
+        A_FLAG("-v", "--verbose", &verbose),
+        A_END,
+    };
+    const struct arg *tabs[] = {tab, NULL};
+    const char *more[MAX_FILES];
+    int n_more = 0;
+    int prc = args_parse(tabs, argc, argv, 2, "nexus signatures", true, more, MAX_FILES, &n_more);
+    if (prc != ARGS_OK) {
+        fprintf(stderr, "usage: nexus signatures --tools FILE... -m VOCAB.gguf [--json OUT] [-v]\n");
+        return prc == ARGS_HELP ? 0 : 2;
     }
+    for (int k = 0; k < n_more; k++) {
+        if (tool_files.n == MAX_FILES) return bad_arg("signatures", "too many files (%s)", more[k]);
+        files[tool_files.n++] = more[k];
+    }
+    int nf = tool_files.n;
     if (nf == 0 || !model) {
         fprintf(stderr, "usage: nexus signatures --tools FILE... -m VOCAB.gguf [--json OUT] [-v]\n");
         return 2;
@@ -574,37 +430,23 @@ static void rand_unit(uint64_t *s, float *v, int d) {
 int bench_slb_main(int argc, char **argv) {
     int dim = 384, sizes[16] = {10, 50, 100, 250, 1000}, ns = 5;
     long iters = 20000, seed = 1;
-    const char *json_path = NULL;
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long lv;
-        if (!strcmp(a, "--dim")) {
-            if (get_long("bench-slb", a, v, 1, 65536, &lv)) return 2;
-            dim = (int)lv;
-            i++;
-        } else if (!strcmp(a, "--sizes")) {
-            if (!v || (ns = parse_sizes("bench-slb", v, sizes, 16)) < 0) return 2;
-            i++;
-        } else if (!strcmp(a, "--iters")) {
-            if (get_long("bench-slb", a, v, 1, 100000000, &iters)) return 2;
-            i++;
-        } else if (!strcmp(a, "--seed")) {
-            if (get_long("bench-slb", a, v, 0, LONG_MAX, &seed)) return 2;
-            i++;
-        } else if (!strcmp(a, "--json")) {
-            if (!v) return bad_arg("bench-slb", "%s needs a value", a);
-            json_path = v;
-            i++;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fprintf(stderr, "usage: nexus bench-slb [--dim 384] [--sizes 10,50,100,250,1000] "
-                    "[--iters 20000] [--seed S] [--json OUT]\n");
-            return 0;
-        } else {
-            fprintf(stderr, "usage: nexus bench-slb [--dim 384] [--sizes 10,50,100,250,1000] "
-                    "[--iters 20000] [--seed S] [--json OUT]\n");
-            return bad_arg("bench-slb", "unknown option '%s'", a);
-        }
+    const char *json_path = NULL, *sizes_s = NULL;
+    const struct arg tab[] = {
+        A_INT("--dim", NULL, &dim, 1, 65536),
+        A_STR("--sizes", NULL, &sizes_s),
+        A_LONG("--iters", NULL, &iters, 1, 100000000),
+        A_LONG("--seed", NULL, &seed, 0, LONG_MAX),
+        A_STR("--json", NULL, &json_path),
+        A_END,
+    };
+    const struct arg *tabs[] = {tab, NULL};
+    int prc = args_parse(tabs, argc, argv, 2, "nexus bench-slb", true, NULL, 0, NULL);
+    if (prc != ARGS_OK) {
+        fprintf(stderr, "usage: nexus bench-slb [--dim 384] [--sizes 10,50,100,250,1000] "
+                "[--iters 20000] [--seed S] [--json OUT]\n");
+        return prc == ARGS_HELP ? 0 : 2;
     }
+    if (sizes_s && (ns = parse_sizes("bench-slb", sizes_s, sizes, 16)) < 0) return 2;
     const char *knames[3] = {"ref", "avx2", "avx512"};
     json_t *root = json_object(), *rows = json_array();
     json_object_set_new(root, "dim", json_integer(dim));
@@ -1684,69 +1526,52 @@ int eval_routing_main(int argc, char **argv) {
     struct eval_opts o = {.bfcl_dir = "../shared/data/bfcl", .embedders = {"bm25"}, .n_emb = 1,
                           .sizes = {10, 50, 100, 250}, .n_sizes = 4, .seed = 1, .gate_pct = 20};
     static char emb_list[64];
-    for (int i = 2; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long lv;
-        if (!strcmp(a, "--bfcl")) {
-            if (!v) return bad_arg("eval-routing", "%s needs a value", a);
-            o.bfcl_dir = v;
-            i++;
-        } else if (!strcmp(a, "--tools")) {
-            while (i + 1 < argc && argv[i + 1][0] != '-') {
-                if (o.n_tools == MAX_FILES) return bad_arg("eval-routing", "too many files (%s)", argv[i + 1]);
-                o.tools[o.n_tools++] = argv[++i];
-            }
-        } else if (!strcmp(a, "--queries")) {
-            if (!v) return bad_arg("eval-routing", "%s needs a value", a);
-            o.queries = v;
-            i++;
-        } else if (!strcmp(a, "--embedder") || !strcmp(a, "--embedders")) {
-            if (!v || strlen(v) >= sizeof emb_list) return bad_arg("eval-routing", "%s needs a value", a);
-            snprintf(emb_list, sizeof emb_list, "%s", v);
-            o.n_emb = 0;
-            for (char *t = strtok(emb_list, ","); t; t = strtok(NULL, ",")) {
-                if (rt_mode_parse(t) < 0 || o.n_emb == 3)
-                    return bad_arg("eval-routing", "--embedder: expected bm25, dense or hybrid, got '%s'", t);
-                o.embedders[o.n_emb++] = t;
-            }
-            if (o.n_emb == 0) return bad_arg("eval-routing", "%s: empty list", a);
-            i++;
-        } else if (!strcmp(a, "--embed-model")) {
-            if (!v) return bad_arg("eval-routing", "%s needs a value", a);
-            o.embed_model = v;
-            i++;
-        } else if (!strcmp(a, "--sizes")) {
-            if (!v || (o.n_sizes = parse_sizes("eval-routing", v, o.sizes, 16)) < 0) return 2;
-            i++;
-        } else if (!strcmp(a, "--seed")) {
-            if (get_long("eval-routing", a, v, 0, LONG_MAX, &lv)) return 2;
-            o.seed = (uint64_t)lv;
-            i++;
-        } else if (!strcmp(a, "--rrf-depth")) {
-            if (get_long("eval-routing", a, v, 0, 1000000, &lv)) return 2;
-            o.rrf_depth = (int)lv;
-            i++;
-        } else if (!strcmp(a, "--gate-pct")) {
-            double d;
-            if (get_double("eval-routing", a, v, &d)) return 2;
-            if (d < 0 || d > 100) return bad_arg("eval-routing", "--gate-pct must be in [0, 100], got %s", v);
-            o.gate_pct = d;
-            i++;
-        } else if (!strcmp(a, "--json")) {
-            if (!v) return bad_arg("eval-routing", "%s needs a value", a);
-            o.json_path = v;
-            i++;
-        } else if (!strcmp(a, "--svg")) {
-            if (!v) return bad_arg("eval-routing", "%s needs a value", a);
-            o.svg_path = v;
-            i++;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            eval_usage();
-            return 0;
-        } else {
-            eval_usage();
-            return bad_arg("eval-routing", "unknown option '%s'", a);
+    const char *emb_s = NULL, *sizes_s = NULL;
+    struct arg_strs tool_files = {o.tools, 0, MAX_FILES};
+    const struct arg tab[] = {
+        A_STR("--bfcl", NULL, &o.bfcl_dir),
+        A_STRS("--tools", NULL, &tool_files),
+        A_STR("--queries", NULL, &o.queries),
+        A_STR("--embedder", "--embedders", &emb_s),
+        A_STR("--embed-model", NULL, &o.embed_model),
+        A_STR("--sizes", NULL, &sizes_s),
+        A_U64("--seed", NULL, &o.seed, 0, LONG_MAX),
+        A_INT("--rrf-depth", NULL, &o.rrf_depth, 0, 1000000),
+        A_DOUBLE("--gate-pct", NULL, &o.gate_pct),
+        A_STR("--json", NULL, &o.json_path),
+        A_STR("--svg", NULL, &o.svg_path),
+        A_END,
+    };
+    const struct arg *tabs[] = {tab, NULL};
+    const char *more[MAX_FILES];
+    int n_more = 0;
+    int prc = args_parse(tabs, argc, argv, 2, "nexus eval-routing", true, more, MAX_FILES, &n_more);
+    if (prc != ARGS_OK) {
+        eval_usage();
+        return prc == ARGS_HELP ? 0 : 2;
+    }
+    /* --tools takes every following word that is not a flag */
+    for (int k = 0; k < n_more; k++) {
+        if (tool_files.n == MAX_FILES) return bad_arg("eval-routing", "too many files (%s)", more[k]);
+        o.tools[tool_files.n++] = more[k];
+    }
+    o.n_tools = tool_files.n;
+    if (emb_s) {
+        if (strlen(emb_s) >= sizeof emb_list) return bad_arg("eval-routing", "%s: list too long", "--embedder");
+        snprintf(emb_list, sizeof emb_list, "%s", emb_s);
+        o.n_emb = 0;
+        for (char *t = strtok(emb_list, ","); t; t = strtok(NULL, ",")) {
+            if (rt_mode_parse(t) < 0 || o.n_emb == 3)
+                return bad_arg("eval-routing", "--embedder: expected bm25, dense or hybrid, got '%s'", t);
+            o.embedders[o.n_emb++] = t;
         }
+        if (o.n_emb == 0) return bad_arg("eval-routing", "%s: empty list", "--embedder");
+    }
+    if (sizes_s && (o.n_sizes = parse_sizes("eval-routing", sizes_s, o.sizes, 16)) < 0) return 2;
+    if (o.gate_pct < 0 || o.gate_pct > 100) {
+        char g[64];
+        snprintf(g, sizeof g, "%g", o.gate_pct);
+        return bad_arg("eval-routing", "--gate-pct must be in [0, 100], got %s", g);
     }
     if (o.n_tools || o.queries) {
         if (!o.n_tools || !o.queries) {

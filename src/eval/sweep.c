@@ -1,6 +1,6 @@
 /* eval_common.c - helpers shared by `nexus eval`, `eval-ruler`, `eval-longbench` and
  * `eval-efficiency`: list parsing, tokenizing, reading files, greedy generation. */
-#include "eval.h"
+#include "eval/eval.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -9,7 +9,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/alloc.h"
+
 #include "core/readfile.h"
+#include "gen/generate.h"
 #include "kv/kv_policy.h"
 
 int eval_split_list(char *s, char **items, int max) {
@@ -111,19 +114,9 @@ int eval_mkdir(const char *dir, const char *cmd) {
 }
 
 nx_token *eval_tokenize(const nx_model *m, const char *text, size_t len, int add_bos, int32_t *n) {
-    int32_t k = nx_tokenize(m, text, len, NULL, 0, false, false);
-    if (k == INT32_MIN) return NULL;
-    int32_t need = (k < 0 ? -k : k) + 1;
-    nx_token *t = malloc(sizeof *t * (size_t)need);
-    if (!t) return NULL;
-    int32_t off = 0;
-    if (add_bos && nx_token_bos(m) >= 0) t[off++] = nx_token_bos(m);
-    k = nx_tokenize(m, text, len, t + off, need - off, false, false);
-    if (k < 0) {
-        free(t);
-        return NULL;
-    }
-    *n = k + off;
+    nx_token *t;
+    struct nx_err err;
+    if (nx_gen_tokenize(m, text, len, add_bos ? NX_GEN_TOK_FORCE_BOS : 0u, &t, n, &err)) return NULL;
     return t;
 }
 
@@ -137,48 +130,17 @@ char *eval_read_file(const char *path, size_t *len, const char *cmd) {
 int eval_generate_greedy(const nx_model *m, nx_ctx *c, const nx_token *prompt, int32_t n_prompt,
                          int max_new, char **out) {
     *out = NULL;
-    int nv = nx_model_n_vocab(m);
-    size_t cap = 256, len = 0;
-    char *s = malloc(cap);
-    if (!s) return -1;
-    s[0] = 0;
-    if (nx_decode(c, prompt, n_prompt, false)) {
-        fprintf(stderr, "generation: %s\n", nx_ctx_last_error(c));
-        free(s);
+    struct nx_gen_params gp = nx_gen_default_params();
+    gp.max_tokens = max_new;
+    gp.keep_text = true;
+    struct nx_gen_result gr;
+    struct nx_err err;
+    nx_status st = nx_generate(m, c, prompt, n_prompt, &gp, &gr, &err);
+    if (st) {
+        if (st == NX_STATUS_NOMEM) fprintf(stderr, "generation: out of memory\n");
+        else fprintf(stderr, "generation: %s\n", nx_ctx_last_error(c));
         return -1;
     }
-    for (int i = 0; i < max_new; i++) {
-        const float *l = nx_get_logits(c, -1);
-        nx_token best = 0;
-        for (int v = 1; v < nv; v++)
-            if (l[v] > l[best]) best = v;
-        if (nx_token_is_eog(m, best)) break;
-        char piece[256];
-        int32_t k = nx_token_to_piece(m, best, piece, sizeof piece, false);
-        if (k > 0) {
-            if (len + (size_t)k + 1 > cap) {
-                while (len + (size_t)k + 1 > cap) cap *= 2;
-                char *ns = realloc(s, cap);
-                if (!ns) {
-                    free(s);
-                    return -1;
-                }
-                s = ns;
-            }
-            memcpy(s + len, piece, (size_t)k);
-            len += (size_t)k;
-            s[len] = 0;
-        }
-        if (i + 1 < max_new && nx_ctx_n_past(c) < nx_ctx_n_ctx(c)) {
-            if (nx_decode(c, &best, 1, false)) {
-                fprintf(stderr, "generation: %s\n", nx_ctx_last_error(c));
-                free(s);
-                return -1;
-            }
-        } else if (i + 1 < max_new) {
-            break; /* context full */
-        }
-    }
-    *out = s;
+    *out = gr.text;
     return 0;
 }

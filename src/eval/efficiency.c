@@ -11,15 +11,17 @@
  * figures. "full" ignores the density. Token values do not change the speed of a dense forward
  * pass; they do steer which blocks a policy keeps, which changes nothing in its cost.
  */
-#include "eval_efficiency.h"
+#include "eval/efficiency.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
+
 #include "core/nx_base.h"
-#include "eval.h"
+#include "eval/eval.h"
 #include "eval/outfile.h"
 #include "eval/progress.h"
 #include "eval/svg.h"
@@ -69,7 +71,7 @@ static int run_policy(const nx_model *m, const struct effi_params *ep, const cha
         fprintf(stderr, "eval-efficiency: %s: %s\n", policy, err);
         return -1;
     }
-    double *lat = malloc(sizeof *lat * (size_t)maxlen), *win = malloc(sizeof *win * (size_t)maxlen);
+    double *lat = nx_malloc(sizeof *lat * (size_t)maxlen), *win = nx_malloc(sizeof *win * (size_t)maxlen);
     int rc = -1;
     if (!lat || !win) goto done;
     if (ep->prompt > 0 && nx_decode(c, toks, ep->prompt, false)) {
@@ -112,8 +114,8 @@ static int run_policy(const nx_model *m, const struct effi_params *ep, const cha
     }
     rc = 0;
 done:
-    free(lat);
-    free(win);
+    nx_free(lat);
+    nx_free(win);
     nx_ctx_free(c);
     return rc;
 }
@@ -211,8 +213,8 @@ int eval_efficiency_run(const nx_model *m, const struct effi_params *ep) {
         lens[i] = (int)v;
     }
     int maxlen = lens[nl - 1], ntok = ep->prompt + maxlen;
-    nx_token *toks = malloc(sizeof *toks * (size_t)ntok);
-    struct effi_point *pts = calloc((size_t)(np * nl), sizeof *pts);
+    nx_token *toks = nx_malloc(sizeof *toks * (size_t)ntok);
+    struct effi_point *pts = nx_calloc((size_t)(np * nl), sizeof *pts);
     int rc = 1;
     if (!toks || !pts) {
         fprintf(stderr, "eval-efficiency: out of memory\n");
@@ -255,7 +257,7 @@ int eval_efficiency_run(const nx_model *m, const struct effi_params *ep) {
     if (ep->svg_dir && write_svg(m, ep, pols, np, nl, pts)) goto out;
     rc = 0;
 out:
-    free(toks);
-    free(pts);
+    nx_free(toks);
+    nx_free(pts);
     return rc;
 }

@@ -8,13 +8,14 @@
  * and generates greedily up to the task's length or an end-of-generation token. The score is
  * RULER's string_match_all x 100, averaged over samples. Deterministic for a seed.
  */
-#include "eval_ruler.h"
+#include "eval/ruler_run.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval.h"
+#include "core/alloc.h"
+#include "eval/eval.h"
 #include "eval/outfile.h"
 #include "eval/progress.h"
 #include "eval/ruler.h"
@@ -73,11 +74,11 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
     struct eval_sweep_cfg cfgs[MAX_CFG];
     int nc = eval_sweep_parse(pbuf, dbuf, rbuf, "eval-ruler", cfgs, MAX_CFG);
     if (nc < 0) return 1;
-    double *score = calloc((size_t)(nc * nt), sizeof *score);
-    double *ptoks = calloc((size_t)nt, sizeof *ptoks);
+    double *score = nx_calloc((size_t)(nc * nt), sizeof *score);
+    double *ptoks = nx_calloc((size_t)nt, sizeof *ptoks);
     if (!score || !ptoks) {
-        free(score);
-        free(ptoks);
+        nx_free(score);
+        nx_free(ptoks);
         fprintf(stderr, "eval-ruler: out of memory\n");
         return 1;
     }
@@ -91,9 +92,9 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
         for (int s = 0; s < rp->samples; s++) {
             struct ruler_sample smp;
             char err[512];
-            int g = ruler_generate(tasks[ti], rp->length, rp->max_new, rp->seed + (uint64_t)s,
+            nx_status g = ruler_generate(tasks[ti], rp->length, rp->max_new, rp->seed + (uint64_t)s,
                                    count_tokens, (void *)m, &smp, err, sizeof err);
-            if (g == -2) { /* does not fit: the task is skipped and listed */
+            if (g == NX_STATUS_UNSUPPORTED) { /* does not fit: the task is skipped and listed */
                 snprintf(skipped[ti], sizeof skipped[ti], "%s", err);
                 done += (rp->samples - s) * nc;
                 nx_progress_update(&pg, done, ruler_task_name(tasks[ti]));
@@ -129,16 +130,16 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
                 }
                 nx_ctx_free(ctx);
                 if (!pred) {
-                    free(toks);
+                    nx_free(toks);
                     ruler_sample_free(&smp);
                     goto out;
                 }
-                free(pred);
+                nx_free(pred);
                 char label[96];
                 snprintf(label, sizeof label, "%s %s", ruler_task_name(tasks[ti]), cfgs[c].policy);
                 nx_progress_update(&pg, ++done, label);
             }
-            free(toks);
+            nx_free(toks);
             ruler_sample_free(&smp);
         }
     nx_progress_finish(&pg);
@@ -212,7 +213,7 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
     }
     rc = 0;
 out:
-    free(score);
-    free(ptoks);
+    nx_free(score);
+    nx_free(ptoks);
     return rc;
 }

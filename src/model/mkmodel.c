@@ -27,9 +27,9 @@
  *   ffn_down.weight of layer i get Q6_K when use_more_bits(i, n_layer) holds. Where llama.cpp
  *   would fall back to another type for a row length that is not a multiple of 256, we refuse
  *   instead (the fallbacks are types the engine does not load).
- * - Never writes to stdout except in mkmodel_main; the library part reports errors via nx_err.
+ * - Never writes to stdout; errors are reported via nx_err, progress (p->progress) to stderr.
  */
-#include "mkmodel.h"
+#include "model/mkmodel.h"
 
 #include <errno.h>
 #include <math.h>
@@ -40,6 +40,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "core/alloc.h"
 
 #include "gguf/gguf.h"
 #include "kern/quant.h"
@@ -150,7 +152,7 @@ static nx_status mk_plan_add(struct mk_plan *pl, const char *name, int n_dims, i
                              struct nx_err *err) {
     if (pl->n == pl->cap) {
         int cap = pl->cap ? pl->cap * 2 : 64;
-        struct mk_tensor *t = realloc(pl->t, (size_t)cap * sizeof *t);
+        struct mk_tensor *t = nx_realloc(pl->t, (size_t)cap * sizeof *t);
         if (!t) return nx_err_set(err, NX_STATUS_NOMEM, "mkmodel: out of memory");
         pl->t = t;
         pl->cap = cap;
@@ -443,7 +445,7 @@ static void mk_job_rows(struct mk_job *j, int64_t r0, int64_t r1, float *buf) {
 
 static void *mk_worker(void *arg) {
     struct mk_job *j = arg;
-    float *buf = malloc((size_t)(j->chunk_rows * j->t->ne[0]) * sizeof(float));
+    float *buf = nx_malloc((size_t)(j->chunk_rows * j->t->ne[0]) * sizeof(float));
     if (!buf) {
         atomic_store(&j->failed, 1);
         return NULL;
@@ -454,7 +456,7 @@ static void *mk_worker(void *arg) {
         int64_t r1 = NX_MIN(r0 + j->chunk_rows, j->t->ne[1]);
         mk_job_rows(j, r0, r1, buf);
     }
-    free(buf);
+    nx_free(buf);
     return NULL;
 }
 
@@ -574,9 +576,9 @@ static void mk_synth_piece(int k, char *buf, size_t cap) {
 /* A SentencePiece ("llama") vocabulary: <unk> <s> </s>, 256 byte tokens, then pieces. */
 static nx_status mk_synth_vocab(struct gguf_writer *w, int n_vocab, struct nx_err *err) {
     nx_status st = NX_STATUS_NOMEM;
-    char **tok = calloc((size_t)n_vocab, sizeof *tok);
-    float *score = calloc((size_t)n_vocab, sizeof *score);
-    int32_t *type = calloc((size_t)n_vocab, sizeof *type);
+    char **tok = nx_calloc((size_t)n_vocab, sizeof *tok);
+    float *score = nx_calloc((size_t)n_vocab, sizeof *score);
+    int32_t *type = nx_calloc((size_t)n_vocab, sizeof *type);
     if (!tok || !score || !type) goto done;
     for (int i = 0; i < n_vocab; i++) {
         char buf[64];
@@ -594,7 +596,7 @@ static nx_status mk_synth_vocab(struct gguf_writer *w, int n_vocab, struct nx_er
             type[i] = 1; /* normal */
             score[i] = -(float)(i - 259);
         }
-        tok[i] = strdup(buf);
+        tok[i] = nx_strdup(buf);
         if (!tok[i]) goto done;
     }
     st = gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
@@ -617,11 +619,11 @@ static nx_status mk_synth_vocab(struct gguf_writer *w, int n_vocab, struct nx_er
     if (st == NX_STATUS_OK) st = gguf_writer_add_bool(w, "tokenizer.ggml.add_eos_token", false);
 done:
     if (tok) {
-        for (int i = 0; i < n_vocab; i++) free(tok[i]);
+        for (int i = 0; i < n_vocab; i++) nx_free(tok[i]);
     }
-    free(tok);
-    free(score);
-    free(type);
+    nx_free(tok);
+    nx_free(score);
+    nx_free(type);
     if (st != NX_STATUS_OK) nx_err_set(err, st, "mkmodel: cannot add the synthetic vocabulary");
     return st;
 }
@@ -632,7 +634,7 @@ static char *mk_strndup(const char *s, size_t len, bool *bad) {
         *bad = true;
         return NULL;
     }
-    char *r = malloc(len + 1);
+    char *r = nx_malloc(len + 1);
     if (!r) return NULL;
     memcpy(r, s, len);
     r[len] = '\0';
@@ -698,7 +700,7 @@ nx_status mkmodel_copy_kv(struct gguf_writer *w, const struct gguf_file *src, in
         char *c = mk_strndup(s, len, &bad);
         if (!c && !bad) return nx_err_set(err, NX_STATUS_NOMEM, "mkmodel: out of memory");
         if (c) st = gguf_writer_add_str(w, key, c);
-        free(c);
+        nx_free(c);
         break;
     }
     case GGUF_VTYPE_ARRAY: {
@@ -718,7 +720,7 @@ nx_status mkmodel_copy_kv(struct gguf_writer *w, const struct gguf_file *src, in
             break;
         }
         if (n > SIZE_MAX / sizeof(char *)) return nx_err_set(err, NX_STATUS_NOMEM, "too big");
-        char **v = calloc(n ? (size_t)n : 1, sizeof *v);
+        char **v = nx_calloc(n ? (size_t)n : 1, sizeof *v);
         if (!v) return nx_err_set(err, NX_STATUS_NOMEM, "mkmodel: out of memory");
         uint64_t k = 0;
         for (; k < n; k++) {
@@ -736,8 +738,8 @@ nx_status mkmodel_copy_kv(struct gguf_writer *w, const struct gguf_file *src, in
         } else if (!bad) {
             st = NX_STATUS_NOMEM;
         }
-        for (uint64_t m = 0; m < n; m++) free(v[m]);
-        free(v);
+        for (uint64_t m = 0; m < n; m++) nx_free(v[m]);
+        nx_free(v);
         break;
     }
     default:
@@ -777,8 +779,8 @@ static nx_status mk_copy_tokenizer(struct gguf_writer *w, const struct gguf_file
  */
 static nx_status mk_synth_wpm_vocab(struct gguf_writer *w, int n_vocab, struct nx_err *err) {
     nx_status st = NX_STATUS_NOMEM;
-    char **tok = calloc((size_t)n_vocab, sizeof *tok);
-    int32_t *type = calloc((size_t)n_vocab, sizeof *type);
+    char **tok = nx_calloc((size_t)n_vocab, sizeof *tok);
+    int32_t *type = nx_calloc((size_t)n_vocab, sizeof *type);
     if (!tok || !type) goto done;
     int next = 0, ch = 33;
     long idx = 0; /* index among strings of >= 2 letters, shortlex */
@@ -823,7 +825,7 @@ static nx_status mk_synth_wpm_vocab(struct gguf_writer *w, int n_vocab, struct n
                 idx++;
             }
         }
-        tok[i] = strdup(buf);
+        tok[i] = nx_strdup(buf);
         if (!tok[i]) goto done;
     }
     st = gguf_writer_add_str(w, "tokenizer.ggml.model", "bert");
@@ -843,10 +845,10 @@ static nx_status mk_synth_wpm_vocab(struct gguf_writer *w, int n_vocab, struct n
     if (st == NX_STATUS_OK) st = gguf_writer_add_u32(w, "tokenizer.ggml.mask_token_id", 103);
 done:
     if (tok) {
-        for (int i = 0; i < n_vocab; i++) free(tok[i]);
+        for (int i = 0; i < n_vocab; i++) nx_free(tok[i]);
     }
-    free(tok);
-    free(type);
+    nx_free(tok);
+    nx_free(type);
     if (st != NX_STATUS_OK) nx_err_set(err, st, "mkmodel: cannot add the WordPiece vocabulary");
     return st;
 }
@@ -1063,7 +1065,7 @@ nx_status mkmodel_write(const struct mkmodel_params *p, const char *path, struct
     size_t done_bytes = 0;
     for (int i = 0; i < pl.n; i++) {
         const struct mk_tensor *t = &pl.t[i];
-        uint8_t *data = malloc(t->nbytes ? t->nbytes : 1);
+        uint8_t *data = nx_malloc(t->nbytes ? t->nbytes : 1);
         if (!data) {
             st = nx_err_set(err, NX_STATUS_NOMEM, "mkmodel: out of memory for '%s' (%zu bytes)",
                             t->name, t->nbytes);
@@ -1077,7 +1079,7 @@ nx_status mkmodel_write(const struct mkmodel_params *p, const char *path, struct
                            nx_status_str(st));
             }
         }
-        free(data);
+        nx_free(data);
         if (st != NX_STATUS_OK) goto fail;
         done_bytes += t->nbytes;
         if (show_progress) {
@@ -1092,208 +1094,12 @@ nx_status mkmodel_write(const struct mkmodel_params *p, const char *path, struct
 
     gguf_writer_free(w);
     gguf_close(tok_src);
-    free(pl.t);
+    nx_free(pl.t);
     return NX_STATUS_OK;
 
 fail:
     gguf_writer_free(w);
     gguf_close(tok_src);
-    free(pl.t);
+    nx_free(pl.t);
     return st;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * CLI
- * ------------------------------------------------------------------------------------------- */
-
-static void mk_usage(FILE *f) {
-    fprintf(f,
-            "usage: nexus mkmodel -o OUT.gguf [options]\n"
-            "  --preset NAME      tiny (default) | llama-3.2-1b (applied first; options override)\n"
-            "  --arch A           llama | mistral | qwen2 | qwen3 | bert | nomic-bert\n"
-            "  --rerank           bert: add the classification head (cls, cls.output; rank pooling)\n"
-            "  --qkv-fused        bert: one attn_qkv tensor instead of attn_q/k/v\n"
-            "  --pooling P        encoders: mean (default) | cls\n"
-            "  --layers N  --embd N  --heads N  --heads-kv N  --head-dim N  --ff N\n"
-            "  --vocab N          (default with --tokenizer: its token count)\n"
-            "  --ctx N            trained context length (metadata only)\n"
-            "  --type T           f32 f16 bf16 q8_0 q4_0 q4_k q5_k q6_k q4_k_m\n"
-            "  --seed S           same seed, same bytes\n"
-            "  --tied             no output.weight (token_embd reused)\n"
-            "  --llama3-rope      write rope_freqs.weight (Llama-3.1 rope scaling)\n"
-            "  --rope-base F      0 = omit the key (engine default 10000)\n"
-            "  --eps F            RMSNorm epsilon\n"
-            "  --tokenizer GGUF   copy tokenizer.* keys from this file\n"
-            "  --scale F          weight standard deviation multiplier\n"
-            "  --threads N        generation threads (default: all CPUs)\n"
-            "  --name S           general.name\n"
-            "  -q, --quiet        no progress\n");
-}
-
-static bool mk_parse_int(const char *s, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < 0 || v > 1L << 30) return false;
-    *out = (int)v;
-    return true;
-}
-
-static bool mk_parse_float(const char *s, float *out) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) return false;
-    *out = v;
-    return true;
-}
-
-static bool mk_parse_u64(const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 0);
-    if (errno || end == s || *end) return false;
-    *out = (uint64_t)v;
-    return true;
-}
-
-/* Print a one-paragraph summary of the written file (read back with the GGUF reader). */
-static void mk_summary(const char *path, double secs) {
-    struct gguf_file *f = NULL;
-    struct nx_err err;
-    if (gguf_open(path, &f, &err) != NX_STATUS_OK) {
-        fprintf(stderr, "mkmodel: warning: cannot read back %s: %s\n", path, err.msg);
-        return;
-    }
-    int count[NX_TYPE_COUNT] = {0};
-    uint64_t params = 0;
-    for (int64_t i = 0; i < gguf_n_tensors(f); i++) {
-        const struct gguf_tensor *t = gguf_tensor(f, i);
-        if ((int)t->type >= 0 && (int)t->type < NX_TYPE_COUNT) count[t->type]++;
-        params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
-    }
-    const char *arch = "?";
-    size_t alen = 1;
-    gguf_get_str(f, "general.architecture", &arch, &alen);
-    printf("wrote %s: %.*s, %lld tensors, %.2f M parameters, %.1f MiB, %.1f s; types:", path,
-           (int)alen, arch, (long long)gguf_n_tensors(f), (double)params / 1e6,
-           (double)gguf_file_size(f) / (1024.0 * 1024.0), secs);
-    for (int t = 0; t < NX_TYPE_COUNT; t++) {
-        if (count[t]) printf(" %s x%d", nx_type_name((enum nx_type)t), count[t]);
-    }
-    printf("\n");
-    gguf_close(f);
-}
-
-int mkmodel_main(int argc, char **argv) {
-    struct mkmodel_params p;
-    struct nx_err err;
-    mkmodel_default_params(&p);
-    p.progress = true;
-    const char *out = NULL;
-
-    /* presets first, so that explicit options override them */
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) {
-            if (mkmodel_preset(&p, argv[i + 1], &err) != NX_STATUS_OK) {
-                fprintf(stderr, "%s\n", err.msg);
-                return 2;
-            }
-            p.progress = true;
-        }
-    }
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        bool ok = true, takes = true;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            mk_usage(stdout);
-            return 0;
-        } else if (strcmp(a, "--tied") == 0) {
-            p.tied_output = true;
-            takes = false;
-        } else if (strcmp(a, "--rerank") == 0) {
-            p.rerank = true;
-            takes = false;
-        } else if (strcmp(a, "--qkv-fused") == 0) {
-            p.qkv_fused = true;
-            takes = false;
-        } else if (strcmp(a, "--llama3-rope") == 0) {
-            p.llama3_rope_scaling = true;
-            takes = false;
-        } else if (strcmp(a, "-q") == 0 || strcmp(a, "--quiet") == 0) {
-            p.progress = false;
-            takes = false;
-        } else if (!v) {
-            fprintf(stderr, "mkmodel: unknown option or missing value: %s\n", a);
-            mk_usage(stderr);
-            return 2;
-        } else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) {
-            out = v;
-        } else if (strcmp(a, "--preset") == 0) {
-            /* handled above */
-        } else if (strcmp(a, "--arch") == 0) {
-            p.arch = v;
-        } else if (strcmp(a, "--layers") == 0) {
-            ok = mk_parse_int(v, &p.n_layer);
-        } else if (strcmp(a, "--embd") == 0) {
-            ok = mk_parse_int(v, &p.n_embd);
-        } else if (strcmp(a, "--heads") == 0) {
-            ok = mk_parse_int(v, &p.n_head);
-        } else if (strcmp(a, "--heads-kv") == 0) {
-            ok = mk_parse_int(v, &p.n_head_kv);
-        } else if (strcmp(a, "--head-dim") == 0) {
-            ok = mk_parse_int(v, &p.head_dim);
-        } else if (strcmp(a, "--ff") == 0) {
-            ok = mk_parse_int(v, &p.n_ff);
-        } else if (strcmp(a, "--vocab") == 0) {
-            ok = mk_parse_int(v, &p.n_vocab);
-        } else if (strcmp(a, "--ctx") == 0) {
-            ok = mk_parse_int(v, &p.n_ctx_train);
-        } else if (strcmp(a, "--type") == 0) {
-            p.wtype = v;
-        } else if (strcmp(a, "--seed") == 0) {
-            ok = mk_parse_u64(v, &p.seed);
-        } else if (strcmp(a, "--rope-base") == 0) {
-            ok = mk_parse_float(v, &p.rope_base);
-        } else if (strcmp(a, "--eps") == 0) {
-            ok = mk_parse_float(v, &p.rms_eps);
-        } else if (strcmp(a, "--scale") == 0) {
-            ok = mk_parse_float(v, &p.weight_scale);
-        } else if (strcmp(a, "--threads") == 0) {
-            ok = mk_parse_int(v, &p.n_threads);
-        } else if (strcmp(a, "--tokenizer") == 0) {
-            p.tokenizer_from = v;
-            /* the synthetic default vocab size does not apply to a copied tokenizer */
-            bool vocab_given = false;
-            for (int k = 1; k < argc; k++) vocab_given |= strcmp(argv[k], "--vocab") == 0;
-            if (!vocab_given) p.n_vocab = 0;
-        } else if (strcmp(a, "--name") == 0) {
-            p.name = v;
-        } else if (strcmp(a, "--pooling") == 0) {
-            ok = strcmp(v, "mean") == 0 || strcmp(v, "cls") == 0;
-            p.pooling = strcmp(v, "cls") == 0 ? 2 : 1;
-        } else {
-            fprintf(stderr, "mkmodel: unknown option: %s\n", a);
-            mk_usage(stderr);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "mkmodel: bad value for %s: '%s'\n", a, v);
-            return 2;
-        }
-        if (takes) i++;
-    }
-    if (!out) {
-        fprintf(stderr, "mkmodel: -o OUT is required\n");
-        mk_usage(stderr);
-        return 2;
-    }
-    double t0 = mk_now();
-    if (mkmodel_write(&p, out, &err) != NX_STATUS_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
-    mk_summary(out, mk_now() - t0);
-    return 0;
 }

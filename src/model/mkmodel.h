@@ -1,7 +1,7 @@
 /*
  * mkmodel.h - write a GGUF model with random weights and the exact tensor names, shapes and
  * metadata keys llama.cpp uses for the llama / mistral / qwen2 / qwen3 architectures. Used by
- * `nexus mkmodel` and by the tests (engine vs reference logits, benchmarks on a 1B-shaped model
+ * `nexus mkmodel` (tools/cli/mkmodel_cmd.c) and by the tests (engine vs reference logits, benchmarks on a 1B-shaped model
  * without downloading one).
  *
  * Output is a pure function of the parameters: the same parameters (seed included) give the
@@ -65,13 +65,10 @@ nx_status mkmodel_preset(struct mkmodel_params *p, const char *name, struct nx_e
  */
 nx_status mkmodel_write(const struct mkmodel_params *p, const char *path, struct nx_err *err);
 
-/* `nexus mkmodel ...` (argv[0] = "mkmodel"). Returns the process exit code. */
 /* Copy metadata key i of src to w with its value type. (The reader has no i64/f64 getters: an
  * i64 value outside the int32 range is refused, and an f64 value goes through f32.) Nested
  * arrays are skipped with a warning. */
 nx_status mkmodel_copy_kv(struct gguf_writer *w, const struct gguf_file *src, int64_t i,
                           struct nx_err *err);
-
-int mkmodel_main(int argc, char **argv);
 
 #endif

@@ -60,13 +60,13 @@ int eval_sweep_parse(char *policies, char *densities, char *regimes, const char 
                      struct eval_sweep_cfg *out, int max);
 /* Creates a directory if it does not exist; 0, or -1 with a message on stderr. */
 int eval_mkdir(const char *dir, const char *cmd);
-/* Tokenizes text (add BOS when add_bos and the model has one); malloc'ed, *n set; NULL on
+/* Tokenizes text (add BOS when add_bos and the model has one); allocated (nx_free), *n set; NULL on
    failure. */
 nx_token *eval_tokenize(const nx_model *m, const char *text, size_t len, int add_bos, int32_t *n);
 /* nx_read_file (1 GiB limit; free with nx_free), its message printed as "cmd: ..." on failure. */
 char *eval_read_file(const char *path, size_t *len, const char *cmd);
 /* Greedy generation: decodes the prompt (one multi-token call), then up to max_new tokens, stopping
-   at an end-of-generation token. The generated text (malloc'ed) goes to *out. 0, or -1 with the
+   at an end-of-generation token. The generated text (nx_free) goes to *out. 0, or -1 with the
    context's error on stderr. */
 int eval_generate_greedy(const nx_model *m, nx_ctx *c, const nx_token *prompt, int32_t n_prompt,
                          int max_new, char **out);

@@ -10,14 +10,15 @@
  * score is LongBench's metric, max over the answers, mean x 100 per dataset. Records of
  * unsupported datasets (jieba-segmented Chinese metrics) are counted and skipped.
  */
-#include "eval_longbench.h"
+#include "eval/longbench_run.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval.h"
+#include "core/alloc.h"
+#include "eval/eval.h"
 #include "eval/longbench.h"
 #include "eval/outfile.h"
 #include "eval/progress.h"
@@ -44,7 +45,7 @@ char *longbench_prompt(const char *tmpl, const char *context, const char *input)
         if (!strncmp(p, "{context}", 9)) cap += nc;
         if (!strncmp(p, "{input}", 7)) cap += ni;
     }
-    char *out = malloc(cap), *o = out;
+    char *out = nx_malloc(cap), *o = out;
     if (!out) return NULL;
     for (const char *p = tmpl; *p;) {
         if (!strncmp(p, "{context}", 9)) {
@@ -113,7 +114,7 @@ int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
                 }
                 snprintf(ds[di].name, sizeof ds[di].name, "%s", r->dataset);
                 lb_dataset_info(r->dataset, &ds[di].metric, NULL, NULL);
-                ds[di].sum = calloc((size_t)nc, sizeof *ds[di].sum);
+                ds[di].sum = nx_calloc((size_t)nc, sizeof *ds[di].sum);
                 if (!ds[di].sum) goto out;
                 nds++;
             }
@@ -136,7 +137,7 @@ int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
             char *text = longbench_prompt(lp->tmpl, r->context, r->input);
             int32_t n = 0;
             nx_token *toks = text ? eval_tokenize(m, text, strlen(text), 1, &n) : NULL;
-            free(text);
+            nx_free(text);
             if (!toks) {
                 fprintf(stderr, "eval-longbench: %s:%d: cannot tokenize the prompt\n", files[f],
                         r->line);
@@ -160,14 +161,14 @@ int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
                     a->sum[c] += lb_score(r, pred);
                 nx_ctx_free(ctx);
                 if (!pred) {
-                    free(toks);
+                    nx_free(toks);
                     goto out;
                 }
-                free(pred);
+                nx_free(pred);
                 nx_progress_update(&pg, ++done, r->dataset);
             }
             a->n++;
-            free(toks);
+            nx_free(toks);
         }
     nx_progress_finish(&pg);
     printf("| policy | density | regime |");
@@ -228,6 +229,6 @@ int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
     rc = 0;
 out:
     for (int f = 0; f < nf; f++) lb_free(&sets[f]);
-    for (int d = 0; d < nds; d++) free(ds[d].sum);
+    for (int d = 0; d < nds; d++) nx_free(ds[d].sum);
     return rc;
 }

@@ -22,7 +22,7 @@ struct longbench_params {
 struct longbench_params longbench_default_params(void);
 /* Keeps the first max/2 and the last max - max/2 of n tokens (in place); returns the new count. */
 int32_t longbench_truncate_middle(nx_token *toks, int32_t n, int32_t max);
-/* Builds the prompt text (malloc'ed) from the template. */
+/* Builds the prompt text (nx_free) from the template. */
 char *longbench_prompt(const char *tmpl, const char *context, const char *input);
 int eval_longbench_run(const nx_model *m, const struct longbench_params *p);
 #endif

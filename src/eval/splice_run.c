@@ -1,13 +1,7 @@
 /*
- * splice_eval.c - `nexus splice-eval`: how close splicing a compiled block stays to prefilling
- * it, and how much sooner the first token comes, at each depth.
- *
- *   nexus splice-eval -m MODEL [--depths 0,64,256,512,1024,2048] [--block 64] [--query 32]
- *                     [--streams 4] [--reps 3] [--seed S] [-t N] [--f32]
- *                     [--repair-p 256] [--repair-base 5] [--repair-k 4]
- *                     [--json OUT] [--svg FILE]
- *   nexus splice-eval -m MODEL --seqcache [--requests 64] [--sys-len 256] [--tail 32]
- *                     [-t N] [--json OUT]
+ * splice_run.c - the `nexus splice-eval` runners (splice_run.h): how close splicing a compiled
+ * block stays to prefilling it, and how much sooner the first token comes, at each depth; and
+ * the sequence cache on an agent-like request mix.
  *
  * Streams: the model samples `--streams` token streams from BOS (temperature 1, seeded). For a
  * depth d a stream gives the history S[0, d), the block S[d, d + block) and the query
@@ -22,7 +16,7 @@
  * query prefill); the minimum over --reps repeats per stream, averaged over streams. Depths
  * with d + block + query beyond the model's trained context are skipped.
  */
-#include "kv_cmd.h"
+#include "eval/splice_run.h"
 
 #include <errno.h>
 #include <math.h>
@@ -30,7 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/nx_base.h"
+#include "gen/generate.h"
 #include "eval/metrics.h"
 #include "eval/outfile.h"
 #include "eval/svg.h"
@@ -50,22 +46,6 @@ static int se_fail(const char *msg, const char *arg) {
     return 1;
 }
 
-static bool se_long(const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi) return false;
-    *out = x;
-    return true;
-}
-static bool se_double(const char *v, double *out) {
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(x)) return false;
-    *out = x;
-    return true;
-}
 
 /* Sample n tokens from BOS at temperature 1. */
 static int sample_stream(nx_ctx *c, const nx_model *m, nx_token *out, int32_t n, uint64_t seed) {
@@ -75,18 +55,18 @@ static int sample_stream(nx_ctx *c, const nx_model *m, nx_token *out, int32_t n,
     nx_sampler *s = NULL;
     if (nx_sampler_init(&sp, nx_model_n_vocab(m), &s)) return -1;
     nx_ctx_reset(c);
-    nx_token t = nx_token_bos(m) >= 0 ? nx_token_bos(m) : 1;
-    out[0] = t;
-    for (int32_t i = 1; i < n; i++) {
-        if (nx_decode(c, &t, 1, false)) {
-            nx_sampler_free(s);
-            return -1;
-        }
-        t = nx_sampler_sample(s, nx_get_logits(c, -1));
-        out[i] = t;
-    }
+    out[0] = nx_token_bos(m) >= 0 ? nx_token_bos(m) : 1;
+    struct nx_gen_params gp = nx_gen_default_params();
+    gp.max_tokens = n - 1;
+    gp.ignore_eog = true;
+    gp.sampler = s;
+    gp.tokens = out + 1;
+    gp.tokens_cap = n - 1;
+    struct nx_gen_result gr;
+    struct nx_err err;
+    nx_status st = n > 1 ? nx_generate(m, c, out, 1, &gp, &gr, &err) : NX_STATUS_OK;
     nx_sampler_free(s);
-    return 0;
+    return st || (n > 1 && gr.n_generated != n - 1) ? -1 : 0;
 }
 
 static int write_json(const char *path, const char *model, const struct se_row *rows, int n,
@@ -152,8 +132,8 @@ static int write_svg(const char *path, const char *model, const struct se_row *r
  * tokens); each goes through nx_seqcache_prefill and is then stored. Every request is also
  * prefilled cold (reset + nx_decode) for the time-to-first-token comparison.
  */
-static int seqcache_bench(nx_model *m, long requests, long sys_len, long tail, long threads,
-                          uint64_t seed, const char *json) {
+int splice_eval_seqcache(const nx_model *m, long requests, long sys_len, long tail, long threads,
+                         uint64_t seed, const char *json) {
     const int32_t nv = nx_model_n_vocab(m);
     const int32_t n_ctx = (int32_t)(sys_len + tail);
     struct nx_ctx_params cp = nx_ctx_default_params();
@@ -170,12 +150,19 @@ static int seqcache_bench(nx_model *m, long requests, long sys_len, long tail, l
     }
     uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
 #define NEXT() (r ^= r << 13, r ^= r >> 7, r ^= r << 17, r)
-    nx_token *sys = malloc(sizeof(nx_token) * 4 * (size_t)sys_len);
-    nx_token *req = malloc(sizeof(nx_token) * (size_t)n_ctx);
+    nx_token *sys = nx_malloc(sizeof(nx_token) * 4 * (size_t)sys_len);
+    nx_token *req = nx_malloc(sizeof(nx_token) * (size_t)n_ctx);
+    int rc = 1;
+    if (!sys || !req) {
+        nx_free(sys);
+        nx_free(req);
+        nx_seqcache_free(sc);
+        nx_ctx_free(c);
+        return se_fail("out of memory", NULL);
+    }
     for (long i = 0; i < 4 * sys_len; i++) sys[i] = 1 + (nx_token)(NEXT() % (uint64_t)(nv - 1));
     double t_hit = 0, t_cold = 0;
     long n_hit = 0;
-    int rc = 1;
     for (long q = 0; q < requests; q++) {
         int k = (int)(NEXT() % 4);
         memcpy(req, sys + k * sys_len, sizeof(nx_token) * (size_t)sys_len);
@@ -228,81 +215,24 @@ static int seqcache_bench(nx_model *m, long requests, long sys_len, long tail, l
 out:
     if (rc) fprintf(stderr, "splice-eval: %s\n", nx_ctx_last_error(c));
 #undef NEXT
-    free(sys);
-    free(req);
+    nx_free(sys);
+    nx_free(req);
     nx_seqcache_free(sc);
     nx_ctx_free(c);
     return rc;
 }
 
-int splice_eval_main(int argc, char **argv) {
-    const char *model_path = NULL, *depths_s = "0,64,256,512,1024,2048", *json = NULL,
-               *svg = NULL;
-    long block = 64, query = 32, streams = 4, reps = 3, threads = 2, seed = 1;
-    bool f32 = false, seqcache = false;
-    long requests = 64, sys_len = 256, tail = 32;
-    struct nx_splice_params sp = nx_splice_default_params();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long lv;
-        double dv;
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v)
-            model_path = v;
-        else if (!strcmp(a, "--depths") && v)
-            depths_s = v;
-        else if (!strcmp(a, "--json") && v)
-            json = v;
-        else if (!strcmp(a, "--svg") && v)
-            svg = v;
-        else if (!strcmp(a, "--block") && v && se_long(v, 1, 1 << 16, &block)) {
-        } else if (!strcmp(a, "--query") && v && se_long(v, 1, 1 << 16, &query)) {
-        } else if (!strcmp(a, "--streams") && v && se_long(v, 1, 1000, &streams)) {
-        } else if (!strcmp(a, "--reps") && v && se_long(v, 1, 100, &reps)) {
-        } else if ((!strcmp(a, "-t") || !strcmp(a, "--threads")) && v &&
-                   se_long(v, 1, 512, &threads)) {
-        } else if (!strcmp(a, "--seed") && v && se_long(v, 0, 1L << 62, &seed)) {
-        } else if (!strcmp(a, "--repair-p") && v && se_long(v, 1, 1 << 24, &lv)) {
-            sp.repair_p = (int32_t)lv;
-        } else if (!strcmp(a, "--repair-base") && v && se_double(v, &dv) && dv >= 0 && dv <= 100) {
-            sp.repair_base = (float)dv;
-        } else if (!strcmp(a, "--repair-k") && v && se_double(v, &dv) && dv >= 1) {
-            sp.repair_k = (float)dv;
-        } else if (!strcmp(a, "--requests") && v && se_long(v, 1, 1 << 20, &requests)) {
-        } else if (!strcmp(a, "--sys-len") && v && se_long(v, 1, 1 << 20, &sys_len)) {
-        } else if (!strcmp(a, "--tail") && v && se_long(v, 1, 1 << 20, &tail)) {
-        } else if (!strcmp(a, "--seqcache")) {
-            seqcache = true;
-            continue;
-        } else if (!strcmp(a, "--f32")) {
-            f32 = true;
-            continue;
-        } else {
-            return se_fail("unknown option or bad value: ", a);
-        }
-        i++;
-    }
-    if (!model_path) return se_fail("no model (-m MODEL)", NULL);
-    int32_t depths[16];
-    int nd = 0;
-    for (const char *p = depths_s; *p;) {
-        char *end;
-        errno = 0;
-        long d = strtol(p, &end, 10);
-        if (end == p || errno || d < 0 || d > (1 << 22) || nd == 16)
-            return se_fail("--depths: expected up to 16 comma-separated integers >= 0: ", depths_s);
-        depths[nd++] = (int32_t)d;
-        p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return se_fail("--depths: bad list ", depths_s);
-    }
+int splice_eval_run(const nx_model *m, const struct splice_eval_params *ep) {
+    const long block = ep->block, query = ep->query, streams = ep->streams, reps = ep->reps,
+               threads = ep->threads;
+    const uint64_t seed = ep->seed;
+    const bool f32 = ep->f32;
+    const struct nx_splice_params sp = ep->splice;
+    const char *json = ep->json, *svg = ep->svg, *model_path = ep->model_path;
+    int32_t depths[SPLICE_EVAL_MAX_DEPTHS];
+    int nd = ep->n_depths;
     char err[512];
-    nx_model *m = NULL;
-    if (nx_model_load(model_path, NULL, &m, err, sizeof err)) return se_fail(err, NULL);
-    if (seqcache) {
-        int rc = seqcache_bench(m, requests, sys_len, tail, threads, (uint64_t)seed, json);
-        nx_model_free(m);
-        return rc;
-    }
+    for (int i = 0; i < nd; i++) depths[i] = ep->depths[i];
     const int32_t nv = nx_model_n_vocab(m), ctx_train = nx_model_n_ctx_train(m);
     int32_t dmax = -1;
     int nd_ok = 0;
@@ -314,27 +244,25 @@ int splice_eval_main(int argc, char **argv) {
             fprintf(stderr, "splice-eval: depth %d skipped (%d + %ld + %ld > trained context %d)\n",
                     depths[i], depths[i], block, query, ctx_train);
         }
-    if (nd_ok == 0) {
-        nx_model_free(m);
-        return se_fail("no depth fits the model's context", NULL);
-    }
+    if (nd_ok == 0) return se_fail("no depth fits the model's context", NULL);
     const int32_t len = dmax + (int32_t)(block + query);
     struct nx_ctx_params cp = nx_ctx_default_params();
     cp.n_ctx = len;
     cp.kv_type = f32 ? NX_TYPE_F32 : NX_TYPE_F16;
     cp.n_threads = cp.n_threads_batch = (int32_t)threads;
     nx_ctx *c = NULL;
-    if (nx_ctx_init(m, &cp, &c, err, sizeof err)) {
-        nx_model_free(m);
-        return se_fail(err, NULL);
-    }
+    if (nx_ctx_init(m, &cp, &c, err, sizeof err)) return se_fail(err, NULL);
     fprintf(stderr, "splice-eval: %s, trained context %d, block %ld, query %ld, %ld streams\n",
             nx_model_desc(m), ctx_train, block, query, streams);
-    nx_token *S = malloc(sizeof(nx_token) * (size_t)len);
-    float *ref = malloc(sizeof(float) * (size_t)nv * (size_t)query);
+    nx_token *S = nx_malloc(sizeof(nx_token) * (size_t)len);
+    float *ref = nx_malloc(sizeof(float) * (size_t)nv * (size_t)query);
     struct se_row rows[16];
     memset(rows, 0, sizeof rows);
     int rc = 1;
+    if (!S || !ref) {
+        fprintf(stderr, "splice-eval: out of memory\n");
+        goto out;
+    }
     for (long s = 0; s < streams; s++) {
         if (sample_stream(c, m, S, len, (uint64_t)seed * 1000003u + (uint64_t)s)) {
             fprintf(stderr, "splice-eval: sampling failed: %s\n", nx_ctx_last_error(c));
@@ -427,9 +355,8 @@ int splice_eval_main(int argc, char **argv) {
         rc = 1;
     if (svg && write_svg(svg, nx_model_desc(m), rows, nd_ok)) rc = 1;
 out:
-    free(S);
-    free(ref);
+    nx_free(S);
+    nx_free(ref);
     nx_ctx_free(c);
-    nx_model_free(m);
     return rc;
 }

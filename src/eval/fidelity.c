@@ -21,7 +21,7 @@
  * one JSON record per configuration to --json, and per regime one SVG (KL, top-1 and recall
  * against density, one line per policy) to --svg DIR; files are written atomically.
  */
-#include "eval.h"
+#include "eval/eval.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "gen/generate.h"
 #include "eval/metrics.h"
 #include "eval/outfile.h"
 #include "eval/progress.h"
@@ -102,14 +103,18 @@ static int sample_stream(const nx_model *m, const struct eval_params *ep, uint64
         return -1;
     }
     toks[0] = nx_token_bos(m) >= 0 ? nx_token_bos(m) : 0;
+    struct nx_gen_params gp = nx_gen_default_params();
+    gp.max_tokens = ep->stream_len - 1;
+    gp.ignore_eog = true;
+    gp.sampler = s;
+    gp.tokens = toks + 1;
+    gp.tokens_cap = ep->stream_len - 1;
+    struct nx_gen_result gr;
+    struct nx_err err;
     int rc = 0;
-    for (int i = 1; i < ep->stream_len && rc == 0; i++) {
-        if (nx_decode(c, &toks[i - 1], 1, false)) {
-            fprintf(stderr, "eval: sampling: %s\n", nx_ctx_last_error(c));
-            rc = -1;
-        } else {
-            toks[i] = nx_sampler_sample(s, nx_get_logits(c, -1));
-        }
+    if (nx_generate(m, c, toks, 1, &gp, &gr, &err) || gr.n_generated != ep->stream_len - 1) {
+        fprintf(stderr, "eval: sampling: %s\n", nx_ctx_last_error(c));
+        rc = -1;
     }
     nx_sampler_free(s);
     nx_ctx_free(c);
@@ -135,7 +140,7 @@ static int file_streams(const nx_model *m, const struct eval_params *ep, nx_toke
     if (have < 1) {
         fprintf(stderr, "eval: '%s' gives %d tokens, fewer than one stream of %d\n",
                 ep->text_file, n, L);
-        free(ft);
+        nx_free(ft);
         return -1;
     }
     int ns = have < want ? have : want;
@@ -147,7 +152,7 @@ static int file_streams(const nx_model *m, const struct eval_params *ep, nx_toke
     if (ns < want)
         fprintf(stderr, "eval: '%s' holds %d streams of %d tokens (%d asked for)\n",
                 ep->text_file, ns, L, want);
-    free(ft);
+    nx_free(ft);
     return ns;
 }
 
@@ -291,11 +296,11 @@ int eval_run(const nx_model *m, const struct eval_params *ep) {
         return 1;
     }
     int L = ep->stream_len;
-    nx_token *toks = malloc(sizeof *toks * (size_t)L * (size_t)ep->streams);
-    struct eval_result *res = calloc((size_t)(np * nd * nr), sizeof *res);
+    nx_token *toks = nx_malloc(sizeof *toks * (size_t)L * (size_t)ep->streams);
+    struct eval_result *res = nx_calloc((size_t)(np * nd * nr), sizeof *res);
     if (!toks || !res) {
-        free(toks);
-        free(res);
+        nx_free(toks);
+        nx_free(res);
         fprintf(stderr, "eval: out of memory\n");
         return 1;
     }
@@ -345,7 +350,7 @@ int eval_run(const nx_model *m, const struct eval_params *ep) {
     if (ep->svg_dir && write_svgs(ep, res, np, nd, nr, streams)) goto out;
     rc = 0;
 out:
-    free(toks);
-    free(res);
+    nx_free(toks);
+    nx_free(res);
     return rc;
 }
