@@ -304,7 +304,7 @@ TEST(server_stop_string_cuts_before_it) {
     resp_free(&r);
     free(got);
     free(full);
-    free(stop_json);
+    nx_free(stop_json);
     json_decref(st);
     srv_stop(s);
 }
@@ -638,7 +638,7 @@ static char *turn(int port, const char *session, const char *prompt, int n, cons
     char *body = json_dumps(b, 0);
     json_decref(b);
     struct resp r = post(port, "/v1/completions", body);
-    free(body);
+    nx_free(body);
     char *t = r.status == 200 ? resp_text(&r) : NULL;
     if (r.status != 200) fprintf(stderr, "  turn: %d %s\n", r.status, r.body);
     const char *c = strstr(r.body, "\"cached_tokens\":");

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "fuzz.h"
 #include "route/hftok.h"
 
@@ -26,14 +27,14 @@ NX_FUZZ_TARGET(hftok_encode) {
     int n = hf_tok_encode(t, (const char *)data, size, &ids, err, sizeof err);
     for (int k = 0; k < n; k++)
         if (ids[k] < 0 || ids[k] >= n_vocab || !hf_tok_piece(t, ids[k])) __builtin_trap();
-    free(ids);
+    nx_free(ids);
     /* the debug view takes a NUL-terminated string */
     char *text = malloc(size + 1);
     if (!text) return 0;
     memcpy(text, data, size);
     text[size] = 0;
     char *pre = hf_tok_debug_pretokenize(t, text, err, sizeof err);
-    free(pre);
+    nx_free(pre);
     free(text);
     return 0;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "fuzz.h"
 #include "route/hftok.h"
 
@@ -37,9 +38,9 @@ NX_FUZZ_TARGET(hftok_json) {
         int n = hf_tok_encode(t, texts[i], strlen(texts[i]), &ids, err, sizeof err);
         for (int k = 0; k < n; k++)
             if (ids[k] < 0 || ids[k] >= n_vocab || !hf_tok_piece(t, ids[k])) __builtin_trap();
-        free(ids);
+        nx_free(ids);
         char *pre = hf_tok_debug_pretokenize(t, texts[i], err, sizeof err);
-        free(pre);
+        nx_free(pre);
     }
     hf_tok_free(t);
     return 0;

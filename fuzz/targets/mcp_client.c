@@ -13,6 +13,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "fuzz.h"
 #include "mcp/mcp_impl.h"
 
@@ -28,12 +29,12 @@ static void read_result(const json_t *res) {
         if (mcp_result_content(res, i, &ct) != NX_STATUS_OK) continue;
         if (ct.data) {
             size_t len;
-            free(mcp_base64_decode(ct.data, &len));
+            nx_free(mcp_base64_decode(ct.data, &len));
         }
     }
     (void)mcp_result_structured(res);
     (void)mcp_result_is_error(res);
-    free(mcp_result_text(res));
+    nx_free(mcp_result_text(res));
 }
 
 static void session(mcp_client *c) {
