@@ -275,13 +275,15 @@ TEST(hostile_templates_fail_cleanly) {
         {"{% include 'x.j2' %}", NX_STATUS_UNSUPPORTED, "the 'include' tag"},
         {"{% raw %}{{ x }}{% endraw %}", NX_STATUS_UNSUPPORTED, "the 'raw' tag"},
         {"{% for x in y recursive %}{% endfor %}", NX_STATUS_UNSUPPORTED, "recursive for loops"},
-        {"\n\n{{ x | from_json }}", NX_STATUS_UNSUPPORTED, "line 3: unsupported construct: unknown filter 'from_json'"},
+        {"\n\n{{ x | from_json }}", NX_STATUS_INVALID_ARG, "template: No filter named 'from_json' found."},
+        {"\n\n{{ x | wordwrap }}", NX_STATUS_UNSUPPORTED, "unsupported: line 3: unsupported construct: the filter 'wordwrap'"},
+        {"{{ x is foo }}", NX_STATUS_INVALID_ARG, "template: No test named 'foo' found."},
         {"{{ 'a' % 3 }}", NX_STATUS_UNSUPPORTED, "printf-style"},
         {"{{ 9223372036854775807 + 1 }}", NX_STATUS_UNSUPPORTED, "64 bits"},
         {"{{ raise_exception('bad role') }}", NX_STATUS_INVALID_ARG, "raise: bad role"},
         {"{{ messages[0].content.foo.bar }}", NX_STATUS_INVALID_ARG, "undefined: 'str object' has no attribute 'foo'"},
         {"{% set l = [] %}{{ l.append(1) }}", NX_STATUS_INVALID_ARG, "security: access to attribute 'append' of 'list' object is unsafe."},
-        {"{{ ((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((1 }}", NX_STATUS_INVALID_ARG, "nested too deeply"},
+        {g_deep, NX_STATUS_INVALID_ARG, "nested too deeply"},
         {"{{ 'unterminated }}", NX_STATUS_FORMAT, "unterminated string"},
     };
     for (size_t i = 0; i < NX_ARRAY_LEN(cases); i++) {

@@ -1100,7 +1100,14 @@ jval jr_filter(struct jrender *R, const char *name, jval in, const struct jargs 
         return jr_getattr(R, in, n->u.s.p, n->u.s.n);
     }
     if (IS("e") || IS("escape")) return jv_html_escape(R->e, soft_str(R, in));
-    jr_fail(R, NX_STATUS_UNSUPPORTED, "unsupported", "line %d: unsupported construct: unknown filter '%s'", R->line, name);
+    static const char *const jinja2_filters[] = {"batch", "center", "filesizeformat", "forceescape", "format",
+        "groupby", "pprint", "random", "round", "slice", "striptags", "truncate", "urlencode", "urlize",
+        "wordcount", "wordwrap", "xmlattr"};
+    for (size_t k = 0; k < NX_ARRAY_LEN(jinja2_filters); k++)
+        if (IS(jinja2_filters[k]))
+            jr_fail(R, NX_STATUS_UNSUPPORTED, "unsupported", "line %d: unsupported construct: the filter '%s'", R->line, name);
+    /* not a jinja2 filter either: jinja2's own TemplateRuntimeError */
+    jr_fail(R, NX_STATUS_INVALID_ARG, "template", "No filter named '%s' found.", name);
 #undef IS
 }
 
@@ -1154,6 +1161,8 @@ bool jr_test(struct jrender *R, const char *name, jval v, const struct jargs *a)
         if (v.t == JV_DICT || v.t == JV_NS) return v.u.d == x->u.d;
         return jv_equal(v, *x);
     }
-    jr_fail(R, NX_STATUS_UNSUPPORTED, "unsupported", "line %d: unsupported construct: unknown test '%s'", R->line, name);
+    if (IS("escaped") || IS("filter") || IS("test"))
+        jr_fail(R, NX_STATUS_UNSUPPORTED, "unsupported", "line %d: unsupported construct: the test '%s'", R->line, name);
+    jr_fail(R, NX_STATUS_INVALID_ARG, "template", "No test named '%s' found.", name);
 #undef IS
 }
