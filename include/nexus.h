@@ -562,8 +562,9 @@ NX_API void nx_chat_free_string(char *s);
 
 /* ---------------------------------------------------------------------------------------------
  * Tool calls in model output. Families: Hermes / Qwen (<tool_call>{"name":..,"arguments":..}
- * </tool_call>), Llama 3.x (a JSON object {"name":..,"parameters":..}, optionally after
- * <|python_tag|>, several separated by ';'), Mistral ([TOOL_CALLS][{...}] and the newer
+ * </tool_call>, or inside the tags Qwen3-Coder's <function=NAME><parameter=K>V</parameter>
+ * </function>), Llama 3.x (a JSON object {"name":..,"parameters":..}, optionally after
+ * <|python_tag|>, several separated by ';'; functionary's <function=NAME>{..}</function>), Mistral ([TOOL_CALLS][{...}] and the newer
  * [TOOL_CALLS]name[ARGS]{...}), and the generic form (a JSON object {"tool_call": {...}} or
  * {"tool_calls": [...]}, or {"name":..,"arguments":..}).
  * ------------------------------------------------------------------------------------------- */
@@ -578,8 +579,10 @@ enum nx_tool_format {
 NX_API enum nx_tool_format nx_chat_template_tool_format(const nx_chat_template *t);
 /* "none", "hermes", "llama3", "mistral", "generic". Static. */
 NX_API const char *nx_tool_format_name(enum nx_tool_format f);
-/* The text that begins a tool call in that family ("<tool_call>", "<|python_tag|>",
- * "[TOOL_CALLS]", "{"), for lazy grammars: generation is free until it appears. Static. */
+/* The text that begins a tool call in that family: "<tool_call>" (hermes), "{\"name\""
+ * (llama3; also "<|python_tag|>" and functionary's "<function=" are parsed), "[TOOL_CALLS]"
+ * (mistral), "{\"" (generic), "" (none); for lazy grammars: generation is free until it
+ * appears. Static. */
 NX_API const char *nx_tool_format_trigger(enum nx_tool_format f);
 
 struct nx_tool_call {
