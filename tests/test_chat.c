@@ -419,4 +419,59 @@ TEST(render_speed) {
     nx_chat_template_free(t);
 }
 
+TEST(model_template_accessor) {
+    char path[1024], err[512];
+    snprintf(path, sizeof path, "%s/models/vocab/ggml-vocab-qwen2.gguf", test_shared());
+    nx_model *m = NULL;
+    ASSERT_OK(nx_model_load(path, NULL, &m, err, sizeof err));
+    const char *src = nx_model_chat_template(m);
+    ASSERT_TRUE(src != NULL);
+    ASSERT_TRUE(strncmp(src, "{% for message in messages %}", 29) == 0);
+    nx_chat_template *t = NULL;
+    ASSERT_OK(nx_chat_template_from_model(m, &t, err, sizeof err));
+    struct nx_chat_params p = nx_chat_default_params();
+    p.messages_json = "[{\"role\":\"user\",\"content\":\"Hi\"}]";
+    p.add_generation_prompt = true;
+    char *out = NULL;
+    ASSERT_OK(nx_chat_render(t, &p, &out, NULL, err, sizeof err));
+    /* that template: a default system turn when the first message is not a system one */
+    ASSERT_STR_EQ(out, "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+                       "<|im_start|>assistant\n");
+    nx_chat_free_string(out);
+    nx_chat_template_free(t);
+    nx_model_free(m);
+    snprintf(path, sizeof path, "%s/models/stories260K/stories260K.gguf", test_shared());
+    ASSERT_OK(nx_model_load(path, NULL, &m, err, sizeof err));
+    ASSERT_TRUE(nx_model_chat_template(m) == NULL);
+    ASSERT_EQ(nx_chat_template_from_model(m, &t, err, sizeof err), NX_STATUS_NOT_FOUND);
+    ASSERT_TRUE(t == NULL);
+    nx_model_free(m);
+}
+
+/* `nexus chat -i`: one turn per line, the history re-rendered into each prompt, /reset */
+TEST(cli_chat_keeps_history) {
+    const char *build = getenv("BUILD") ? getenv("BUILD") : "build";
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "printf 'Hi\\nAgain\\n/reset\\nNew\\n/exit\\n' | %s/nexus chat -m %s/models/stories260K/stories260K.gguf "
+             "-i -n 4 --temp 0 --system Sys --print-prompt 2>/dev/null",
+             build, test_shared());
+    FILE *f = popen(cmd, "r");
+    ASSERT_TRUE(f != NULL);
+    char buf[16384];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    int rc = pclose(f);
+    ASSERT_EQ(rc, 0);
+    const char *turn1 = "<|im_start|>system\nSys<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n\n----";
+    ASSERT_CONTAINS(buf, turn1);
+    /* the second prompt holds the first turn and the model's reply, then the new user turn */
+    const char *second = strstr(buf, "----");
+    ASSERT_TRUE(second != NULL);
+    ASSERT_CONTAINS(second + 4, "<|im_start|>system\nSys<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+    ASSERT_CONTAINS(second + 4, "<|im_end|>\n<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n\n----");
+    /* after /reset only the system prompt remains */
+    ASSERT_CONTAINS(buf, "<|im_start|>system\nSys<|im_end|>\n<|im_start|>user\nNew<|im_end|>\n<|im_start|>assistant\n\n----");
+}
+
 TEST_MAIN
