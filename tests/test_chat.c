@@ -256,7 +256,7 @@ static nx_status render_src(const char *src, const char *msgs, char **out, char 
     return st;
 }
 
-static char g_deep[1200];
+static char g_deep[1200], g_deep_if[8000];
 
 TEST(hostile_templates_fail_cleanly) {
     strcpy(g_deep, "{{ ");
@@ -264,6 +264,8 @@ TEST(hostile_templates_fail_cleanly) {
     strcat(g_deep, "1");
     for (int i = 0; i < 500; i++) strcat(g_deep, ")");
     strcat(g_deep, " }}");
+    g_deep_if[0] = 0;
+    for (int i = 0; i < 400; i++) strcat(g_deep_if, "{% if 1 %}");
     struct { const char *src; nx_status st; const char *needle; } cases[] = {
         {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", NX_STATUS_INVALID_ARG, "limit: line 1"},
         {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NX_STATUS_INVALID_ARG, "nested deeper"},
@@ -284,6 +286,10 @@ TEST(hostile_templates_fail_cleanly) {
         {"{{ messages[0].content.foo.bar }}", NX_STATUS_INVALID_ARG, "undefined: 'str object' has no attribute 'foo'"},
         {"{% set l = [] %}{{ l.append(1) }}", NX_STATUS_INVALID_ARG, "security: access to attribute 'append' of 'list' object is unsafe."},
         {g_deep, NX_STATUS_INVALID_ARG, "nested too deeply"},
+        {g_deep_if, NX_STATUS_INVALID_ARG, "blocks nested deeper than 200"},
+        {"{% set ns = namespace(x=[]) %}{% for i in range(2000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}", NX_STATUS_INVALID_ARG, "nested too deeply to print"},
+        {"{% set ns = namespace(x=[]) %}{% for i in range(2000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x < ns.x }}", NX_STATUS_INVALID_ARG, "nested too deeply to compare"},
+        {"{% set ns = namespace(x=[]) %}{% for i in range(2000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x|tojson }}", NX_STATUS_INVALID_ARG, "nested too deeply"},
         {"{{ 'unterminated }}", NX_STATUS_FORMAT, "unterminated string"},
     };
     for (size_t i = 0; i < NX_ARRAY_LEN(cases); i++) {

@@ -47,9 +47,11 @@ struct parser {
     struct tok *t;     /* current tag's tokens */
     int ti;
     int depth;
+    int stmt_depth;
 };
 
 #define MAX_EXPR_DEPTH 200
+#define MAX_STMT_DEPTH 200
 
 static _Noreturn void syntax(struct parser *P, int line, const char *fmt, const char *a) {
     char m[300];
@@ -834,7 +836,18 @@ static struct jnode *parse_assign_target(struct parser *P, bool allow_attr) {
     return t;
 }
 
+static struct jnode *parse_statement_inner(struct parser *P);
+/* statements nest through the C stack: cap the depth */
 static struct jnode *parse_statement(struct parser *P) {
+    if (++P->stmt_depth > MAX_STMT_DEPTH)
+        jerr(P->e, NX_STATUS_INVALID_ARG, "limit", "line %d: blocks nested deeper than %d", P->chunks[P->ci].line,
+             MAX_STMT_DEPTH);
+    struct jnode *n = parse_statement_inner(P);
+    P->stmt_depth--;
+    return n;
+}
+
+static struct jnode *parse_statement_inner(struct parser *P) {
     struct chunk *c = &P->chunks[P->ci];
     int line = c->line;
     open_tag(P);

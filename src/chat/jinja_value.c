@@ -185,7 +185,14 @@ static double num_f(jval v) {
 }
 static int64_t num_i(jval v) { return v.t == JV_INT ? v.u.i : (int64_t)v.u.b; }
 
-bool jv_equal(jval a, jval b) {
+#define MAX_NEST 500 /* deepest list/dict nesting compared or printed (the C stack is the limit) */
+
+static bool equal_d(jval a, jval b, int depth);
+bool jv_equal(jval a, jval b) { return equal_d(a, b, 0); }
+
+/* deeper than MAX_NEST compares unequal rather than exhausting the stack */
+static bool equal_d(jval a, jval b, int depth) {
+    if (depth > MAX_NEST) return false;
     if (is_num(a) && is_num(b)) {
         if (a.t == JV_FLOAT || b.t == JV_FLOAT) return num_f(a) == num_f(b);
         return num_i(a) == num_i(b);
@@ -197,13 +204,13 @@ bool jv_equal(jval a, jval b) {
     case JV_LIST:
         if (a.u.l->n != b.u.l->n || (a.flags & JL_TUPLE) != (b.flags & JL_TUPLE)) return false;
         for (size_t i = 0; i < a.u.l->n; i++)
-            if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return false;
+            if (!equal_d(a.u.l->v[i], b.u.l->v[i], depth + 1)) return false;
         return true;
     case JV_DICT:
         if (a.u.d->n != b.u.d->n) return false;
         for (size_t i = 0; i < a.u.d->n; i++) {
             jval *o = jdict_get(b.u.d, a.u.d->k[i]);
-            if (!o || !jv_equal(a.u.d->v[i], *o)) return false;
+            if (!o || !equal_d(a.u.d->v[i], *o, depth + 1)) return false;
         }
         return true;
     case JV_NS: return a.u.d == b.u.d;
@@ -230,7 +237,11 @@ const char *jv_type_name(jval v) {
     }
 }
 
-int jv_compare(struct jerr_ctx *e, jval a, jval b, const char *op) {
+static int compare_d(struct jerr_ctx *e, jval a, jval b, const char *op, int depth);
+int jv_compare(struct jerr_ctx *e, jval a, jval b, const char *op) { return compare_d(e, a, b, op, 0); }
+
+static int compare_d(struct jerr_ctx *e, jval a, jval b, const char *op, int depth) {
+    if (depth > MAX_NEST) jerr(e, NX_STATUS_INVALID_ARG, "limit", "values nested too deeply to compare");
     if (is_num(a) && is_num(b)) {
         if (a.t == JV_FLOAT || b.t == JV_FLOAT) {
             double x = num_f(a), y = num_f(b);
@@ -249,7 +260,7 @@ int jv_compare(struct jerr_ctx *e, jval a, jval b, const char *op) {
         size_t n = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
         for (size_t i = 0; i < n; i++) {
             if (jv_equal(a.u.l->v[i], b.u.l->v[i])) continue;
-            return jv_compare(e, a.u.l->v[i], b.u.l->v[i], op);
+            return compare_d(e, a.u.l->v[i], b.u.l->v[i], op, depth + 1);
         }
         return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n ? 1 : 0;
     }
@@ -382,7 +393,11 @@ static void repr_str(struct jerr_ctx *e, struct jbuf *b, const char *s, size_t n
     jbuf_putc(e, b, q);
 }
 
-void jv_repr_into(struct jerr_ctx *e, struct jbuf *b, jval v) {
+static void repr_d(struct jerr_ctx *e, struct jbuf *b, jval v, int depth);
+void jv_repr_into(struct jerr_ctx *e, struct jbuf *b, jval v) { repr_d(e, b, v, 0); }
+
+static void repr_d(struct jerr_ctx *e, struct jbuf *b, jval v, int depth) {
+    if (depth > MAX_NEST) jerr(e, NX_STATUS_INVALID_ARG, "limit", "value nested too deeply to print");
     switch (v.t) {
     case JV_STR: repr_str(e, b, v.u.s.p, v.u.s.n); return;
     case JV_UNDEF: return; /* jinja2's Undefined repr is "Undefined"; str is "" */
@@ -395,7 +410,7 @@ void jv_repr_into(struct jerr_ctx *e, struct jbuf *b, jval v) {
         jbuf_putc(e, b, tup ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) jbuf_put(e, b, ", ", 2);
-            jv_repr_into(e, b, v.u.l->v[i]);
+            repr_d(e, b, v.u.l->v[i], depth + 1);
         }
         if (tup && v.u.l->n == 1) jbuf_putc(e, b, ',');
         jbuf_putc(e, b, tup ? ')' : ']');
@@ -405,9 +420,9 @@ void jv_repr_into(struct jerr_ctx *e, struct jbuf *b, jval v) {
         jbuf_putc(e, b, '{');
         for (size_t i = 0; i < v.u.d->n; i++) {
             if (i) jbuf_put(e, b, ", ", 2);
-            jv_repr_into(e, b, v.u.d->k[i]);
+            repr_d(e, b, v.u.d->k[i], depth + 1);
             jbuf_put(e, b, ": ", 2);
-            jv_repr_into(e, b, v.u.d->v[i]);
+            repr_d(e, b, v.u.d->v[i], depth + 1);
         }
         jbuf_putc(e, b, '}');
         return;
