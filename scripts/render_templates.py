@@ -69,13 +69,20 @@ def cases(conv):
                 (tools if c.get("tools") else None), agp
 
 
-def render_one(env, src, messages, tools, agp, extra=None):
+def compile_template(env, src):
+    """The compiled template, or the error dict when jinja2 cannot compile it."""
     try:
-        tmpl = env.from_string(src)
+        return env.from_string(src)
     except jinja2.exceptions.TemplateSyntaxError as e:
         return {"error": "syntax", "message": str(e)}
-    except jinja2.exceptions.TemplateError as e:  # e.g. no filter named 'from_json'
+    except jinja2.exceptions.TemplateError as e:
         return {"error": "compile", "message": str(e)}
+
+
+def render_one(env, src, messages, tools, agp, extra=None):
+    tmpl = compile_template(env, src) if isinstance(src, str) else src
+    if isinstance(tmpl, dict):
+        return tmpl
     try:
         if extra is None:
             out = tmpl.render(messages=json.loads(json.dumps(messages)), tools=tools, documents=None,
@@ -122,9 +129,9 @@ def main():
     env = make_env()
     result = {}
     for path in sorted(glob.glob(os.path.join(tdir, "*.jinja"))):
-        src = open(path, encoding="utf-8").read()
+        tmpl = compile_template(env, open(path, encoding="utf-8").read())
         name = os.path.basename(path)
-        result[name] = {k: render_one(env, src, m, t, agp) for k, m, t, agp in cases(conv)}
+        result[name] = {k: render_one(env, tmpl, m, t, agp) for k, m, t, agp in cases(conv)}
     write_json(out_path, result, 1)
 
 
