@@ -166,6 +166,7 @@ TEST(families_parse) {
     struct want_call w2[] = {{"get_weather", "{\"location\":\"Oslo\"}", NULL}, {"search_docs", "{}", NULL}};
     check(NX_TOOL_FORMAT_LLAMA3, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"location\": \"Oslo\"}}; {\"name\": \"search_docs\"}", "", 2, w2);
     check(NX_TOOL_FORMAT_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"location\": \"Oslo\"}}", "", 1, w2);
+    check(NX_TOOL_FORMAT_LLAMA3, "Calling it.\n{ \"name\": \"get_weather\", \"parameters\": {\"location\": \"Oslo\"}}\n", "Calling it.", 1, w2);
     check(NX_TOOL_FORMAT_LLAMA3, "<function=get_weather>{\"location\": \"Oslo\"}</function>", "", 1, w2);
     check(NX_TOOL_FORMAT_LLAMA3, "The answer is 4.", "The answer is 4.", 0, NULL);
     struct want_call w3[] = {{"get_weather", "{\"location\":\"Oslo\"}", "abc123XYZ"}, {"search_docs", "{\"query\":\"kv\"}", "def456UVW"}};

@@ -286,12 +286,22 @@ static nx_status parse_hermes(struct tcparse *P) {
     }
 }
 
+/* the first '{' followed (after spaces) by "name" */
+static const char *find_name_object(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '{') continue;
+        size_t j = skip_ws(s, n, i + 1);
+        if (j + 6 <= n && !memcmp(s + j, "\"name\"", 6)) return s + i;
+    }
+    return NULL;
+}
+
 static nx_status parse_llama3(struct tcparse *P) {
     const char *s = P->s;
     size_t n = P->n;
     const char *tag = find(s, n, 0, "<|python_tag|>");
     const char *fx = find(s, n, 0, "<function=");
-    const char *js = find(s, n, 0, "{\"name\"");
+    const char *js = find_name_object(s, n);
     nx_status st;
     if (fx && (!tag || fx < tag) && (!js || fx < js)) { /* functionary: <function=NAME>{json}</function> */
         size_t i = 0;
