@@ -573,15 +573,18 @@ enum nx_tool_format {
     NX_TOOL_FORMAT_HERMES = 1,
     NX_TOOL_FORMAT_LLAMA3 = 2,
     NX_TOOL_FORMAT_MISTRAL = 3,
-    NX_TOOL_FORMAT_GENERIC = 4
+    NX_TOOL_FORMAT_GENERIC = 4,
+    NX_TOOL_FORMAT_DEEPSEEK = 5 /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{..}
+                                   <｜tool▁call▁end｜>..<｜tool▁calls▁end｜> (V3.1), and R1's
+                                   function<｜tool▁sep｜>NAME ```json {..} ``` */
 };
 /* The family a template's text shows (detected once at parse). */
 NX_API enum nx_tool_format nx_chat_template_tool_format(const nx_chat_template *t);
-/* "none", "hermes", "llama3", "mistral", "generic". Static. */
+/* "none", "hermes", "llama3", "mistral", "generic", "deepseek". Static. */
 NX_API const char *nx_tool_format_name(enum nx_tool_format f);
 /* The text that begins a tool call in that family: "<tool_call>" (hermes), "{\"name\""
  * (llama3; also "<|python_tag|>" and functionary's "<function=" are parsed), "[TOOL_CALLS]"
- * (mistral), "{\"" (generic), "" (none); for lazy grammars: generation is free until it
+ * (mistral), "{\"" (generic), "<｜tool▁calls▁begin｜>" (deepseek), "" (none); for lazy grammars: generation is free until it
  * appears. Static. */
 NX_API const char *nx_tool_format_trigger(enum nx_tool_format f);
 

@@ -86,7 +86,8 @@ TEST(round_trip_through_templates) {
         "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "Qwen-Qwen3-0.6B.jinja", "Qwen-QwQ-32B.jinja",
         "Qwen3-Coder.jinja", "meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja",
         "meta-llama-Llama-3.3-70B-Instruct.jinja", "meetkai-functionary-medium-v3.1.jinja",
-        "mistralai-Mistral-Nemo-Instruct-2407.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja", NULL};
+        "mistralai-Mistral-Nemo-Instruct-2407.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+        "deepseek-ai-DeepSeek-V3.1.jinja", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", NULL};
     const char *call = "{\"name\":\"get_weather\",\"arguments\":{\"location\":\"Oslo\",\"days\":3}}";
     const char *want_args = "{\"location\":\"Oslo\",\"days\":3}";
     char cmd[1200];
@@ -94,7 +95,7 @@ TEST(round_trip_through_templates) {
     FILE *ls = popen(cmd, "r");
     ASSERT_TRUE(ls != NULL);
     char name[512];
-    int per[5] = {0}, ok[5] = {0}, must_ok = 0, must_n = 0;
+    int per[6] = {0}, ok[6] = {0}, must_ok = 0, must_n = 0;
     while (fgets(name, sizeof name, ls)) {
         name[strcspn(name, "\n")] = 0;
         nx_chat_template *t = open_tmpl(name);
@@ -124,7 +125,7 @@ TEST(round_trip_through_templates) {
         nx_chat_template_free(t);
     }
     pclose(ls);
-    for (int f = 1; f <= 4; f++)
+    for (int f = 1; f <= 5; f++)
         printf("  %-8s round trips: %d of %d templates that render a call\n", nx_tool_format_name((enum nx_tool_format)f), ok[f], per[f]);
     ASSERT_EQ(must_ok, must_n);
 }
@@ -180,6 +181,10 @@ TEST(families_parse) {
     check(NX_TOOL_FORMAT_GENERIC, "{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Oslo\"}}", "", 1, w4);
     check(NX_TOOL_FORMAT_GENERIC, "{\"response\": \"Hello there\"}", "Hello there", 0, NULL);
     check(NX_TOOL_FORMAT_GENERIC, "plain text", "plain text", 0, NULL);
+    struct want_call w5[] = {{"get_weather", "{\"location\":\"Oslo\"}", NULL}, {"search_docs", "{\"query\":\"kv\"}", NULL}};
+    check(NX_TOOL_FORMAT_DEEPSEEK, "Ok.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"location\": \"Oslo\"}<｜tool▁call▁end｜>"
+          "<｜tool▁call▁begin｜>search_docs<｜tool▁sep｜>{\"query\": \"kv\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "Ok.", 2, w5);
+    check(NX_TOOL_FORMAT_DEEPSEEK, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"location\": \"Oslo\"}\n```<｜tool▁call▁end｜>", "", 1, w5);
     check(NX_TOOL_FORMAT_NONE, " anything <tool_call> ", "anything <tool_call>", 0, NULL);
 }
 
@@ -199,6 +204,9 @@ TEST(malformed_outputs) {
         {NX_TOOL_FORMAT_MISTRAL, "[TOOL_CALLS]{\"x\": 1}", "no [ARGS]"},
         {NX_TOOL_FORMAT_MISTRAL, "[TOOL_CALLS]", "nothing after"},
         {NX_TOOL_FORMAT_GENERIC, "{\"foo\": 1}", "neither"},
+        {NX_TOOL_FORMAT_DEEPSEEK, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather", "no tool separator"},
+        {NX_TOOL_FORMAT_DEEPSEEK, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"a\": ", "truncated JSON"},
+        {NX_TOOL_FORMAT_DEEPSEEK, "<｜tool▁calls▁begin｜>junk", "begin marker"},
         {NX_TOOL_FORMAT_GENERIC, "{\"tool_call\": {\"name\": \"f\", \"arguments\": {}", "truncated JSON"},
     };
     for (size_t i = 0; i < NX_ARRAY_LEN(cases); i++) {
@@ -246,7 +254,8 @@ TEST(detection_and_triggers) {
         {"Qwen-Qwen2.5-7B-Instruct.jinja", NX_TOOL_FORMAT_HERMES},
         {"meta-llama-Llama-3.1-8B-Instruct.jinja", NX_TOOL_FORMAT_LLAMA3},
         {"mistralai-Mistral-Nemo-Instruct-2407.jinja", NX_TOOL_FORMAT_MISTRAL},
-        {"deepseek-ai-DeepSeek-V3.1.jinja", NX_TOOL_FORMAT_GENERIC},
+        {"deepseek-ai-DeepSeek-V3.1.jinja", NX_TOOL_FORMAT_DEEPSEEK},
+        {"openai-gpt-oss-120b.jinja", NX_TOOL_FORMAT_GENERIC},
         {"google-gemma-2-2b-it.jinja", NX_TOOL_FORMAT_NONE},
     };
     for (size_t i = 0; i < NX_ARRAY_LEN(cases); i++) {
@@ -259,6 +268,7 @@ TEST(detection_and_triggers) {
     ASSERT_STR_EQ(nx_tool_format_trigger(NX_TOOL_FORMAT_MISTRAL), "[TOOL_CALLS]");
     ASSERT_STR_EQ(nx_tool_format_trigger(NX_TOOL_FORMAT_LLAMA3), "{\"name\"");
     ASSERT_STR_EQ(nx_tool_format_name(NX_TOOL_FORMAT_GENERIC), "generic");
+    ASSERT_STR_EQ(nx_tool_format_trigger(NX_TOOL_FORMAT_DEEPSEEK), "<｜tool▁calls▁begin｜>");
     nx_chat_template *t = NULL;
     char err[256];
     ASSERT_OK(nx_chat_template_open("chatml", &t, err, sizeof err));

@@ -97,6 +97,7 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
 /* which tool-call family a template's text shows */
 static enum nx_tool_format detect_format(const char *s) {
     if (strstr(s, "<tool_call>")) return NX_TOOL_FORMAT_HERMES;
+    if (strstr(s, "<｜tool▁calls▁begin｜>")) return NX_TOOL_FORMAT_DEEPSEEK;
     if (strstr(s, "[TOOL_CALLS]")) return NX_TOOL_FORMAT_MISTRAL;
     if (strstr(s, "<|python_tag|>") || (strstr(s, "<|start_header_id|>") && strstr(s, "\"parameters\"")))
         return NX_TOOL_FORMAT_LLAMA3;

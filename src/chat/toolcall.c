@@ -12,7 +12,9 @@
  *           functionary's <function=NAME>{...}</function>;
  *   mistral [TOOL_CALLS][{"name":..,"arguments":..,"id":..}, ...] and
  *           [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...} (repeated);
- *   generic {"tool_call": {...}} / {"tool_calls": [...]} / {"name":..,"arguments":..}.
+ *   generic {"tool_call": {...}} / {"tool_calls": [...]} / {"name":..,"arguments":..};
+ *   deepseek <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...
+ *           (V3.1) and the R1 form function<｜tool▁sep｜>NAME ```json {...} ```.
  * Arguments given as a JSON string holding an object are decoded; arguments must end up an
  * object, written back compact (key order kept). Text outside calls is the content (trimmed).
  * A call that begins but does not parse is an error naming the byte offset and the problem;
@@ -402,6 +404,62 @@ static nx_status parse_mistral(struct tcparse *P) {
     return NX_STATUS_OK;
 }
 
+#define DS_CALLS_BEGIN "<｜tool▁calls▁begin｜>"
+#define DS_CALLS_END "<｜tool▁calls▁end｜>"
+#define DS_CALL_BEGIN "<｜tool▁call▁begin｜>"
+#define DS_CALL_END "<｜tool▁call▁end｜>"
+#define DS_SEP "<｜tool▁sep｜>"
+
+/* DeepSeek: <｜tool▁calls▁begin｜>(<｜tool▁call▁begin｜>CALL<｜tool▁call▁end｜>)+<｜tool▁calls▁end｜>
+ * with CALL = NAME<｜tool▁sep｜>{json} (V3.1) or function<｜tool▁sep｜>NAME\n```json\n{json}\n``` (R1) */
+static nx_status parse_deepseek(struct tcparse *P) {
+    const char *s = P->s;
+    size_t n = P->n;
+    const char *b = find(s, n, 0, DS_CALLS_BEGIN);
+    if (!b) return add_content(P, s, n);
+    size_t i = (size_t)(b - s);
+    nx_status st = add_content(P, s, i);
+    if (st) return st;
+    i += strlen(DS_CALLS_BEGIN);
+    for (;;) {
+        i = skip_ws(s, n, i);
+        if (i >= n) return NX_STATUS_OK; /* generation stopped after the last call */
+        if (i + strlen(DS_CALLS_END) <= n && !memcmp(s + i, DS_CALLS_END, strlen(DS_CALLS_END)))
+            return add_content(P, s + i + strlen(DS_CALLS_END), n - i - strlen(DS_CALLS_END));
+        if (!(i + strlen(DS_CALL_BEGIN) <= n && !memcmp(s + i, DS_CALL_BEGIN, strlen(DS_CALL_BEGIN))))
+            return fail(P, NX_STATUS_FORMAT, i, "expected a tool call begin marker");
+        size_t at = i;
+        i += strlen(DS_CALL_BEGIN);
+        const char *sep = find(s, n, i, DS_SEP);
+        if (!sep) return fail(P, NX_STATUS_FORMAT, at, "truncated: no tool separator after the call begins");
+        size_t name0 = i, name1 = (size_t)(sep - s);
+        size_t j = name1 + strlen(DS_SEP);
+        if (name1 - name0 == 8 && !memcmp(s + name0, "function", 8)) { /* R1: NAME then a ```json block */
+            const char *fence = find(s, n, j, "```json");
+            if (!fence) return fail(P, NX_STATUS_FORMAT, j, "truncated: no ```json block after the tool name");
+            name0 = j;
+            name1 = (size_t)(fence - s);
+            j = name1 + 7;
+        }
+        while (name1 > name0 && is_ws(s[name1 - 1])) name1--;
+        j = skip_ws(s, n, j);
+        json_t *args = read_json(P, &j, n);
+        if (!args) return P->st;
+        st = add_call(P, s + name0, name1 - name0, args, NULL, at);
+        json_decref(args);
+        if (st) return st;
+        j = skip_ws(s, n, j);
+        if (j + 3 <= n && !memcmp(s + j, "```", 3)) j += 3;
+        j = skip_ws(s, n, j);
+        if (j < n) {
+            if (!(j + strlen(DS_CALL_END) <= n && !memcmp(s + j, DS_CALL_END, strlen(DS_CALL_END))))
+                return fail(P, NX_STATUS_FORMAT, j, "expected the tool call end marker");
+            j += strlen(DS_CALL_END);
+        }
+        i = j;
+    }
+}
+
 static nx_status parse_generic(struct tcparse *P) {
     const char *s = P->s;
     size_t n = P->n, i = skip_ws(s, n, 0);
@@ -440,7 +498,7 @@ nx_status nx_tool_calls_parse(enum nx_tool_format f, const char *text, size_t le
                               char *err, size_t errlen) {
     if (!out) return NX_STATUS_INVALID_ARG;
     *out = NULL;
-    if (!text || f < NX_TOOL_FORMAT_NONE || f > NX_TOOL_FORMAT_GENERIC) {
+    if (!text || f < NX_TOOL_FORMAT_NONE || f > NX_TOOL_FORMAT_DEEPSEEK) {
         if (err && errlen) snprintf(err, errlen, "%s", !text ? "text is NULL" : "unknown tool-call format");
         return NX_STATUS_INVALID_ARG;
     }
@@ -456,6 +514,7 @@ nx_status nx_tool_calls_parse(enum nx_tool_format f, const char *text, size_t le
     case NX_TOOL_FORMAT_LLAMA3: st = parse_llama3(&P); break;
     case NX_TOOL_FORMAT_MISTRAL: st = parse_mistral(&P); break;
     case NX_TOOL_FORMAT_GENERIC: st = parse_generic(&P); break;
+    case NX_TOOL_FORMAT_DEEPSEEK: st = parse_deepseek(&P); break;
     default: st = add_content(&P, text, len); break;
     }
     if (st == NX_STATUS_OK && !P.content) st = add_content(&P, "", 0);
@@ -493,6 +552,7 @@ const char *nx_tool_format_name(enum nx_tool_format f) {
     case NX_TOOL_FORMAT_LLAMA3: return "llama3";
     case NX_TOOL_FORMAT_MISTRAL: return "mistral";
     case NX_TOOL_FORMAT_GENERIC: return "generic";
+    case NX_TOOL_FORMAT_DEEPSEEK: return "deepseek";
     default: return "none";
     }
 }
@@ -503,6 +563,7 @@ const char *nx_tool_format_trigger(enum nx_tool_format f) {
     case NX_TOOL_FORMAT_LLAMA3: return "{\"name\"";
     case NX_TOOL_FORMAT_MISTRAL: return "[TOOL_CALLS]";
     case NX_TOOL_FORMAT_GENERIC: return "{\"";
+    case NX_TOOL_FORMAT_DEEPSEEK: return DS_CALLS_BEGIN;
     default: return "";
     }
 }
