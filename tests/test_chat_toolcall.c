@@ -119,7 +119,8 @@ TEST(round_trip_through_templates) {
         }
         if (good) ok[f]++;
         if (good && is_must) must_ok++;
-        if (!good && turn) printf("  %-55s %-8s no round trip (%s) turn: %.80s\n", name, nx_tool_format_name(f), err, turn);
+        if (!good && turn && (f != NX_TOOL_FORMAT_GENERIC || getenv("NX_TEST_VERBOSE")))
+            printf("  %-55s %-8s no round trip (%s)\n", name, nx_tool_format_name(f), err);
         if (is_must && !good) printf("  MUST %s did not round-trip\n", name);
         free(turn);
         nx_chat_template_free(t);
