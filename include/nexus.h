@@ -651,6 +651,116 @@ struct nx_seqcache_stats {
 };
 NX_API void nx_seqcache_stats(const nx_seqcache *sc, struct nx_seqcache_stats *out);
 
+/* ---------------------------------------------------------------------------------------------
+ * Chat templates: a conversation rendered into a prompt with the model's own Jinja template
+ * (GGUF tokenizer.chat_template), exactly as Hugging Face transformers' apply_chat_template
+ * renders it with Python's jinja2 (sandboxed, trim_blocks, lstrip_blocks, loop controls,
+ * {% generation %}, tojson = json.dumps(ensure_ascii=False), raise_exception, strftime_now).
+ * A template using a construct Nexus does not implement is refused with a message naming it
+ * and its line. Templates are immutable once parsed: one may be rendered by several threads.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct nx_chat_template nx_chat_template;
+
+/* tokenizer.chat_template of a loaded model (NUL-terminated, lives with the model), or NULL. */
+NX_API const char *nx_model_chat_template(const nx_model *model);
+
+/*
+ * Parse template source (len bytes, UTF-8). *out owned by the caller (nx_chat_template_free).
+ * Errors (*out NULL, err names the problem and its line): FORMAT (Jinja syntax error),
+ * UNSUPPORTED (a construct Nexus refuses, e.g. "line 3: unsupported construct: the 'call' tag"),
+ * INVALID_ARG (NULL source, or source over 4 MiB or nested too deeply), NOMEM.
+ */
+NX_API nx_status nx_chat_template_parse(const char *source, size_t len, nx_chat_template **out,
+                                        char *err, size_t errlen);
+/*
+ * A template by spec: a built-in name ("chatml", "llama3", "mistral"), otherwise a file path
+ * (read whole). Errors as nx_chat_template_parse, plus IO and NOT_FOUND (neither a built-in
+ * name nor a readable file).
+ */
+NX_API nx_status nx_chat_template_open(const char *spec, nx_chat_template **out, char *err,
+                                       size_t errlen);
+/* The model's own template; NOT_FOUND when the GGUF carries none (then use a built-in). */
+NX_API nx_status nx_chat_template_from_model(const nx_model *model, nx_chat_template **out,
+                                             char *err, size_t errlen);
+NX_API void nx_chat_template_free(nx_chat_template *t);
+
+struct nx_chat_params {
+    const char *messages_json; /* JSON array of {"role", "content", "tool_calls", ...} (required) */
+    const char *tools_json;    /* JSON array of tool definitions; NULL: tools = None */
+    const char *extra_json;    /* JSON object of further template variables (e.g.
+                                  {"enable_thinking": false}); NULL: none */
+    bool add_generation_prompt;
+    const char *bos_token;     /* the model's special token texts; NULL: undefined */
+    const char *eos_token;
+    int64_t now;               /* time strftime_now formats (Unix seconds, UTC); 0: current time */
+    size_t max_output;         /* most bytes of output (0: 4 MiB) */
+    int64_t max_steps;         /* most loop iterations + macro calls (0: 1,000,000) */
+};
+NX_API struct nx_chat_params nx_chat_default_params(void);
+
+/*
+ * Render. On success *out is a NUL-terminated string owned by the caller (nx_chat_free_string),
+ * *out_len (may be NULL) its length. On failure *out is NULL and err holds "KIND: message":
+ * KIND is "raise" (the template called raise_exception; message is its argument), "undefined"
+ * (jinja2's UndefinedError), "security" (jinja2's SecurityError: a mutating method), "python"
+ * (an error Python raises inside the template, e.g. "TypeError: 'NoneType' object is not
+ * iterable"), "template", "unsupported", "limit" (output, steps, nesting or memory cap), "json"
+ * (the messages/tools/extra JSON is malformed). Status: INVALID_ARG for template errors and
+ * bad input, UNSUPPORTED, NOMEM.
+ */
+NX_API nx_status nx_chat_render(const nx_chat_template *t, const struct nx_chat_params *p,
+                                char **out, size_t *out_len, char *err, size_t errlen);
+NX_API void nx_chat_free_string(char *s);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tool calls in model output. Families: Hermes / Qwen (<tool_call>{"name":..,"arguments":..}
+ * </tool_call>, or inside the tags Qwen3-Coder's <function=NAME><parameter=K>V</parameter>
+ * </function>), Llama 3.x (a JSON object {"name":..,"parameters":..}, optionally after
+ * <|python_tag|>, several separated by ';'; functionary's <function=NAME>{..}</function>), Mistral ([TOOL_CALLS][{...}] and the newer
+ * [TOOL_CALLS]name[ARGS]{...}), and the generic form (a JSON object {"tool_call": {...}} or
+ * {"tool_calls": [...]}, or {"name":..,"arguments":..}).
+ * ------------------------------------------------------------------------------------------- */
+enum nx_tool_format {
+    NX_TOOL_FORMAT_NONE = 0, /* the template shows no tool calls */
+    NX_TOOL_FORMAT_HERMES = 1,
+    NX_TOOL_FORMAT_LLAMA3 = 2,
+    NX_TOOL_FORMAT_MISTRAL = 3,
+    NX_TOOL_FORMAT_GENERIC = 4,
+    NX_TOOL_FORMAT_DEEPSEEK = 5 /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{..}
+                                   <｜tool▁call▁end｜>..<｜tool▁calls▁end｜> (V3.1), and R1's
+                                   function<｜tool▁sep｜>NAME ```json {..} ``` */
+};
+/* The family a template's text shows (detected once at parse). */
+NX_API enum nx_tool_format nx_chat_template_tool_format(const nx_chat_template *t);
+/* "none", "hermes", "llama3", "mistral", "generic", "deepseek". Static. */
+NX_API const char *nx_tool_format_name(enum nx_tool_format f);
+/* The text that begins a tool call in that family: "<tool_call>" (hermes), "{\"name\""
+ * (llama3; also "<|python_tag|>" and functionary's "<function=" are parsed), "[TOOL_CALLS]"
+ * (mistral), "{\"" (generic), "<｜tool▁calls▁begin｜>" (deepseek), "" (none); for lazy grammars: generation is free until it
+ * appears. Static. */
+NX_API const char *nx_tool_format_trigger(enum nx_tool_format f);
+
+struct nx_tool_call {
+    const char *name;
+    const char *arguments; /* compact JSON object text */
+    const char *id;        /* "" when the output gave none */
+};
+typedef struct nx_tool_calls nx_tool_calls;
+/*
+ * Parse model output text. Text without any tool call parses to zero calls, with all of it as
+ * content. *out owned by the caller (nx_tool_calls_free). Errors (*out NULL, err says what and
+ * where): FORMAT (a call that begins but is truncated or malformed: bad JSON, missing name,
+ * arguments not an object), INVALID_ARG (NULL text, unknown family), NOMEM.
+ */
+NX_API nx_status nx_tool_calls_parse(enum nx_tool_format f, const char *text, size_t len,
+                                     nx_tool_calls **out, char *err, size_t errlen);
+NX_API int32_t nx_tool_calls_count(const nx_tool_calls *c);
+/* Call i (0 <= i < count), borrowed, lives with c; NULL when out of range. */
+NX_API const struct nx_tool_call *nx_tool_calls_get(const nx_tool_calls *c, int32_t i);
+/* The text outside tool calls, trimmed (may be ""). */
+NX_API const char *nx_tool_calls_content(const nx_tool_calls *c);
+NX_API void nx_tool_calls_free(nx_tool_calls *c);
+
 NX_API const char *nx_version(void);
 
 #ifdef __cplusplus

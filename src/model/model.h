@@ -92,6 +92,7 @@ struct nx_model {
     struct nx_encoder *enc;    /* bert / nomic-bert encoder weights (model/encoder.h), or NULL */
     uint64_t weight_hash;      /* kv/kvblock.c: 64-bit hash of the weights (types, shapes, bytes),
                                   computed on first use; 0 = not yet (__atomic access) */
+    char *chat_template;       /* tokenizer.chat_template (NUL-terminated copy) or NULL */
     char desc[160];
 };
 

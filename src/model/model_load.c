@@ -310,6 +310,17 @@ nx_status nx_model_load(const char *path, const struct nx_model_params *params, 
         st = nx_err_set(err, NX_STATUS_NOMEM, "out of memory");
         goto fail_close;
     }
+    const char *tmpl_s;
+    size_t tmpl_len;
+    if (gguf_get_str(f, "tokenizer.chat_template", &tmpl_s, &tmpl_len)) {
+        m->chat_template = nx_malloc(tmpl_len + 1);
+        if (!m->chat_template) {
+            st = nx_err_set(err, NX_STATUS_NOMEM, "out of memory");
+            goto fail_model;
+        }
+        memcpy(m->chat_template, tmpl_s, tmpl_len);
+        m->chat_template[tmpl_len] = 0;
+    }
     if (gguf_n_tensors(f) == 0) {
         /* a vocabulary-only file (tokenizer metadata, no weights): usable for tokenizing */
         if ((st = vocab_load(f, &m->vocab, err))) goto fail_model;
@@ -411,8 +422,11 @@ void nx_model_free(nx_model *m) {
     encoder_free(m->enc);
     nx_free(m->layers);
     nx_free(m->rope_inv_freq);
+    nx_free(m->chat_template);
     nx_free(m);
 }
+
+const char *nx_model_chat_template(const nx_model *m) { return m ? m->chat_template : NULL; }
 
 int32_t nx_model_n_vocab(const nx_model *m) { return m->hp.n_vocab; }
 int32_t nx_model_n_ctx_train(const nx_model *m) { return m->hp.n_ctx_train; }

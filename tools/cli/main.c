@@ -24,6 +24,7 @@
 #include "gen/generate.h"
 #include "nexus.h"
 #include "bench.h"
+#include "chat_cmd.h"
 #include "embed_cmd.h"
 #include "kv_cmd.h"
 #include "eval/eval.h"
@@ -629,6 +630,7 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "run")) return cmd_run(argc, argv);
+    if (!strcmp(cmd, "chat")) return chat_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "logits")) return cmd_logits(argc, argv);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc, argv);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc, argv);
