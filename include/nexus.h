@@ -604,6 +604,9 @@ NX_API int64_t nx_grammar_matcher_completion_bytes(const nx_grammar_matcher *m);
 NX_API nx_status nx_sampler_set_grammar(nx_sampler *s, const nx_grammar *g,
                                         const nx_grammar_vocab *v, const char *trigger,
                                         int32_t max_tokens);
+/* Start the grammar over for a new output (matcher at the start, budget and trigger rearmed);
+ * the matcher's mask cache is kept, so reuse one sampler for many outputs of one grammar. */
+NX_API void nx_sampler_grammar_reset(nx_sampler *s);
 /* True when the grammar applies now (set, and triggered when lazy). */
 NX_API bool nx_sampler_grammar_active(const nx_sampler *s);
 /* The sampler's matcher (NULL without grammar); borrowed. */

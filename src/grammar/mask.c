@@ -24,6 +24,7 @@
  * position; all entries are dropped when they pass GMATCHER_CACHE_MAX bytes. Steady state
  * allocates nothing: scratch states and buffers grow only to the largest seen.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -337,7 +338,11 @@ nomem:
 
 /* ---- matcher ---- */
 
+#define CKEY_FRAMES 3 /* the cache is keyed by the top frames of a stack (up to 3 positions) */
+
 struct centry {
+    int32_t key[CKEY_FRAMES]; /* positions, top first; -1 past the stack's bottom */
+    bool used;
     uint64_t *acc;
     int32_t *cd;     /* context-dependent tokens, trie order */
     int32_t *cd_lcp; /* common prefix with the previous one */
@@ -353,7 +358,8 @@ struct gmatcher {
     bool hist_fin[GMATCHER_HISTORY];
     int32_t h_n, h_pos;
     bool finished;
-    struct centry *cache; /* per element position */
+    struct centry *cache; /* open-addressing table keyed by the top frames */
+    int32_t cache_cap;    /* power of two */
     size_t cache_bytes;
     int64_t n_entries, hits, misses;
     struct gstate *dfs; /* max_len + 2 scratch states */
@@ -371,7 +377,7 @@ struct gmatcher {
 const struct gstate *gmatcher_state(const struct gmatcher *m) { return &m->cur; }
 
 static void cache_drop(struct gmatcher *m) {
-    for (int32_t p = 0; p < m->g->n_el; p++) {
+    for (int32_t p = 0; p < m->cache_cap; p++) {
         nx_free(m->cache[p].acc);
         nx_free(m->cache[p].cd);
         nx_free(m->cache[p].cd_lcp);
@@ -413,7 +419,8 @@ nx_status gmatcher_init(const struct gram *g, const struct gvocab *v, struct gma
     m->g = g;
     m->v = v;
     m->n_dfs = v->max_len + 2;
-    m->cache = nx_calloc((size_t)g->n_el + 1, sizeof *m->cache);
+    m->cache_cap = 1024;
+    m->cache = nx_calloc((size_t)m->cache_cap, sizeof *m->cache);
     m->dfs = nx_calloc((size_t)m->n_dfs, sizeof *m->dfs);
     m->cdp = nx_calloc((size_t)m->n_dfs, 1);
     m->tmp = nx_calloc((size_t)v->nw, sizeof *m->tmp);
@@ -446,20 +453,25 @@ static bool list_push(struct gmatcher *m, int32_t *n, int32_t t, int32_t l) {
 }
 
 /* Walk the trie from position p over an unknown context (see DESIGN). */
-static bool cache_compute(struct gmatcher *m, int32_t p) {
+__attribute__((noinline)) static bool cache_compute(struct gmatcher *m, struct centry *e,
+                                                     const int32_t *fr, int32_t nf) {
     const struct gvocab *v = m->v;
-    struct centry *e = &m->cache[p];
     size_t bytes = (size_t)v->nw * 8;
+    nx_free(e->acc); /* a computation that failed before */
+    nx_free(e->cd);
+    nx_free(e->cd_lcp);
+    e->cd = e->cd_lcp = NULL;
     e->acc = nx_calloc((size_t)v->nw, sizeof *e->acc);
     if (!e->acc) return false;
-    int32_t frame[2] = {p, 0};
-    if (!gram_state_from_frames(m->g, frame, 1, true, &m->dfs[0])) return false;
+    if (!gram_state_from_frames(m->g, fr, nf, true, &m->dfs[0])) return false;
     m->cdp[0] = 0;
     int32_t n_cd = 0, last_depth = 0; /* depth of the path of the last CD token pushed */
     const char *last = NULL;
     int32_t last_len = 0;
+    long long visited = 0;
     for (int32_t k = 0; k < v->n_nodes;) {
         const struct tnode *nd = &v->nodes[k];
+        visited++;
         int32_t d = nd->depth;
         struct gstate *st = &m->dfs[d];
         if (!gram_advance(m->g, &m->dfs[d - 1], nd->byte, true, st)) return false;
@@ -509,9 +521,15 @@ static bool cache_compute(struct gmatcher *m, int32_t p) {
     }
     e->n_cd = n_cd;
     e->done = true;
+    if (getenv("NX_GRAMMAR_DEBUG")) {
+        int32_t na = 0;
+        for (int32_t w = 0; w < v->nw; w++) na += __builtin_popcountll(e->acc[w]);
+        fprintf(stderr, "cache: frames %d top %d (%s) accepted %d cd %d visited %lld\n", nf,
+                fr[2 * (nf - 1)], m->g->el[fr[2 * (nf - 1)]].type == GEL_TERM ? "term" : "?", na,
+                n_cd, (long long)visited);
+    }
     bytes += (size_t)n_cd * 8;
     m->cache_bytes += bytes;
-    m->n_entries++;
     return true;
 }
 
@@ -551,13 +569,53 @@ static bool ok_reserve(struct gmatcher *m, int32_t n) {
     return true;
 }
 
+__attribute__((noinline)) static uint32_t key_hash(const int32_t *k) {
+    uint32_t h = 2166136261u;
+    for (int i = 0; i < CKEY_FRAMES; i++) h = (h ^ (uint32_t)k[i]) * 16777619u;
+    return h ^ (h >> 15);
+}
+
+/* The entry for key (found, or a free slot marked used); NULL on allocation failure. */
+static struct centry *cache_slot(struct gmatcher *m, const int32_t *key) {
+    if ((m->n_entries + 1) * 2 > m->cache_cap) { /* grow */
+        int32_t nc = m->cache_cap * 2;
+        struct centry *t = nx_calloc((size_t)nc, sizeof *t);
+        if (!t) return NULL;
+        for (int32_t i = 0; i < m->cache_cap; i++) {
+            if (!m->cache[i].used) continue;
+            uint32_t h = key_hash(m->cache[i].key) & (uint32_t)(nc - 1);
+            while (t[h].used) h = (h + 1) & (uint32_t)(nc - 1);
+            t[h] = m->cache[i];
+        }
+        nx_free(m->cache);
+        m->cache = t;
+        m->cache_cap = nc;
+    }
+    uint32_t h = key_hash(key) & (uint32_t)(m->cache_cap - 1);
+    while (m->cache[h].used && memcmp(m->cache[h].key, key, sizeof m->cache[h].key))
+        h = (h + 1) & (uint32_t)(m->cache_cap - 1);
+    return &m->cache[h];
+}
+
 static bool mask_term(struct gmatcher *m, const int32_t *fr, int32_t len, uint64_t *bits) {
-    int32_t p = fr[2 * (len - 1)];
-    struct centry *e = &m->cache[p];
+    int32_t key[CKEY_FRAMES], nf = len < CKEY_FRAMES ? len : CKEY_FRAMES;
+    for (int i = 0; i < CKEY_FRAMES; i++) key[i] = i < nf ? fr[2 * (len - 1 - i)] : -1;
+    struct centry *e = cache_slot(m, key);
+    if (!e) return false;
     if (!e->done) {
         m->misses++;
-        if (m->cache_bytes > GMATCHER_CACHE_MAX) cache_drop(m);
-        if (!cache_compute(m, p)) return false;
+        if (m->cache_bytes > GMATCHER_CACHE_MAX) {
+            cache_drop(m);
+            e = cache_slot(m, key);
+            if (!e) return false;
+        }
+        if (!e->used) {
+            e->used = true;
+            memcpy(e->key, key, sizeof e->key);
+        }
+        /* the top nf frames, bottom first, over an unknown context */
+        if (!cache_compute(m, e, fr + 2 * (len - nf), nf)) return false;
+        m->n_entries++;
     } else {
         m->hits++;
     }
@@ -572,7 +630,7 @@ static bool mask_term(struct gmatcher *m, const int32_t *fr, int32_t len, uint64
     return true;
 }
 
-static bool mask_jstr(struct gmatcher *m, const int32_t *fr, int32_t len, uint64_t *bits) {
+__attribute__((noinline)) static bool mask_jstr(struct gmatcher *m, const int32_t *fr, int32_t len, uint64_t *bits) {
     const struct gvocab *v = m->v;
     int32_t pos = fr[2 * (len - 1)], aux = fr[2 * (len - 1) + 1];
     const struct gel *x = &m->g->el[pos];
@@ -613,9 +671,17 @@ static bool mask_jstr(struct gmatcher *m, const int32_t *fr, int32_t len, uint64
     return true;
 }
 
+static inline int popcount64(uint64_t x) { /* SWAR: no libgcc call without -mpopcnt */
+    x = x - ((x >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+    return (int)((x * 0x0101010101010101ull) >> 56);
+}
+
 static int32_t popcount_bits(const uint64_t *b, int32_t nw) {
     int32_t c = 0;
-    for (int32_t w = 0; w < nw; w++) c += __builtin_popcountll(b[w]);
+    for (int32_t w = 0; w < nw; w++)
+        if (b[w]) c += popcount64(b[w]);
     return c;
 }
 

@@ -133,6 +133,15 @@ nomem:
     return NX_STATUS_NOMEM;
 }
 
+void nx_sampler_grammar_reset(nx_sampler *s) {
+    if (!s->gm) return;
+    nx_grammar_matcher_reset(s->gm);
+    s->g_used = 0;
+    s->g_failed = false;
+    s->g_active = s->trigger == NULL;
+    s->tail_n = 0;
+}
+
 bool nx_sampler_grammar_active(const nx_sampler *s) { return s->gm && s->g_active; }
 nx_grammar_matcher *nx_sampler_grammar_matcher(nx_sampler *s) { return s->gm; }
 

@@ -28,6 +28,7 @@
 #include "eval_efficiency.h"
 #include "eval_ruler.h"
 #include "eval_longbench.h"
+#include "grammar_cmd.h"
 #include "mcp_cmd.h"
 #include "mkmodel.h"
 #include "route.h"
@@ -212,6 +213,7 @@ static int cmd_run(int argc, char **argv) {
     const char *splices[16]; /* --splice FILE[@POS], in order */
     int n_splices = 0;
     bool splice_pin = false, splice_repair = true;
+    const char *json_schema = NULL, *grammar_file = NULL; /* constrained output */
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (common_flag(&o, argc, argv, &i)) continue;
@@ -242,6 +244,10 @@ static int cmd_run(int argc, char **argv) {
             splice_pin = true;
         else if (!strcmp(a, "--splice-no-repair"))
             splice_repair = false;
+        else if (!strcmp(a, "--json-schema"))
+            json_schema = need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--grammar-file"))
+            grammar_file = need_arg(argc, argv, &i);
         else
             die("run: unknown option '%s' (see nexus --help)", a);
     }
@@ -290,6 +296,11 @@ static int cmd_run(int argc, char **argv) {
     nx_sampler *s;
     if (nx_sampler_init(&sp, nx_model_n_vocab(m), &s)) die("invalid sampling parameters");
     for (int32_t i = 0; i < n_prompt; i++) nx_sampler_accept(s, toks[i]);
+    nx_grammar *grammar = grammar_cmd_load(json_schema, grammar_file);
+    nx_grammar_vocab *gvocab = NULL;
+    if (grammar && (nx_grammar_vocab_init(m, &gvocab) ||
+                    nx_sampler_set_grammar(s, grammar, gvocab, NULL, (int32_t)n_predict)))
+        die("cannot attach the grammar");
     fwrite(prompt, 1, plen, stdout);
     fflush(stdout);
     double t0 = nx_time_s();
@@ -329,6 +340,8 @@ static int cmd_run(int argc, char **argv) {
     free(toks);
     nx_free(owned);
     nx_sampler_free(s);
+    nx_grammar_vocab_free(gvocab);
+    nx_grammar_free(grammar);
     nx_ctx_free(c);
     nx_model_free(m);
     return 0;
@@ -701,6 +714,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval-longbench")) return cmd_eval_longbench(argc, argv);
     if (!strcmp(cmd, "mkmodel")) return mkmodel_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "mcp")) return mcp_cmd_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench-grammar")) return bench_grammar_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "route")) return route_main(argc, argv);
     if (!strcmp(cmd, "signatures")) return signatures_main(argc, argv);
     if (!strcmp(cmd, "eval-routing")) return eval_routing_main(argc, argv);
