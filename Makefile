@@ -6,7 +6,7 @@ CC      ?= cc
 CXX     ?= c++
 PREFIX  ?= /usr/local
 BUILD   ?= build
-DEB_PKGS = build-essential libpcre2-dev libjansson-dev libutf8proc-dev
+DEB_PKGS = build-essential libpcre2-dev libjansson-dev libutf8proc-dev python3-jsonschema
 
 OPT      = -O2
 ifeq ($(DEBUG),1)

@@ -24,7 +24,6 @@
  * position; all entries are dropped when they pass GMATCHER_CACHE_MAX bytes. Steady state
  * allocates nothing: scratch states and buffers grow only to the largest seen.
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -295,7 +294,8 @@ nx_status gvocab_build(int32_t n_vocab, const char *const *bytes, const int32_t 
     }
     qsort_r(v->order, (size_t)n_tok, sizeof *v->order, cmp_tok, v);
     /* trie in preorder */
-    int32_t path[65536 + 1];
+    int32_t *path = nx_malloc(sizeof *path * ((size_t)v->max_len + 1));
+    if (!path) goto nomem;
     int32_t depth = 0, nn = 0;
     int32_t prev = -1;
     for (int32_t i = 0; i < n_tok; i++) {
@@ -315,6 +315,7 @@ nx_status gvocab_build(int32_t n_vocab, const char *const *bytes, const int32_t 
         prev = t;
     }
     while (depth > 0) v->nodes[path[--depth]].end = nn;
+    nx_free(path);
     v->n_nodes = nn;
     v->bytes = total + (size_t)n_vocab * 17 + (size_t)nn * sizeof *v->nodes +
                (size_t)v->nw * 8 * (THR_MAX + 1);
@@ -465,13 +466,11 @@ __attribute__((noinline)) static bool cache_compute(struct gmatcher *m, struct c
     if (!e->acc) return false;
     if (!gram_state_from_frames(m->g, fr, nf, true, &m->dfs[0])) return false;
     m->cdp[0] = 0;
-    int32_t n_cd = 0, last_depth = 0; /* depth of the path of the last CD token pushed */
+    int32_t n_cd = 0;
     const char *last = NULL;
     int32_t last_len = 0;
-    long long visited = 0;
     for (int32_t k = 0; k < v->n_nodes;) {
         const struct tnode *nd = &v->nodes[k];
-        visited++;
         int32_t d = nd->depth;
         struct gstate *st = &m->dfs[d];
         if (!gram_advance(m->g, &m->dfs[d - 1], nd->byte, true, st)) return false;
@@ -490,7 +489,6 @@ __attribute__((noinline)) static bool cache_compute(struct gmatcher *m, struct c
                 last_len = v->len[t];
             }
         }
-        (void)last_depth;
         if (live) {
             m->cdp[d] = cd_before || exit_here;
             k++;
@@ -521,13 +519,6 @@ __attribute__((noinline)) static bool cache_compute(struct gmatcher *m, struct c
     }
     e->n_cd = n_cd;
     e->done = true;
-    if (getenv("NX_GRAMMAR_DEBUG")) {
-        int32_t na = 0;
-        for (int32_t w = 0; w < v->nw; w++) na += __builtin_popcountll(e->acc[w]);
-        fprintf(stderr, "cache: frames %d top %d (%s) accepted %d cd %d visited %lld\n", nf,
-                fr[2 * (nf - 1)], m->g->el[fr[2 * (nf - 1)]].type == GEL_TERM ? "term" : "?", na,
-                n_cd, (long long)visited);
-    }
     bytes += (size_t)n_cd * 8;
     m->cache_bytes += bytes;
     return true;

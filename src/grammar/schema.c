@@ -15,6 +15,9 @@
  * Integers: exact digit grammars for [minimum, maximum]; without bounds at most 16 digits.
  * Numbers: up to 16 integer digits and 6 fraction digits, no exponent; with bounds, integers in
  * the range, and fractions n.f for 0 <= n with n+1 <= maximum (a sound subset).
+ * BFCL mode (bfcl_types): BFCL's type names, its "optional" key ignored, and its enum/type
+ * contradictions repaired (array + scalar enum: the enum applies to the items; scalar type +
+ * enum of other types: the enum alone).
  */
 #include <jansson.h>
 #include <math.h>
@@ -764,6 +767,29 @@ static int gen(struct sc *c, json_t *s) {
             lit_value(c, v, &b);
         }
         json_decref(one);
+        if (n == 0 && c->p->bfcl_types && en) {
+            /* BFCL data bug: enum values that contradict the type (strictly, nothing is
+               valid). Repair as the author meant: an array type takes the enum as its items';
+               otherwise the enum values stand without the type. */
+            bool arr = false;
+            for (int j = 0; j < nt; j++) arr |= !strcmp(types[j], "array");
+            json_t *fix = json_deep_copy(s);
+            if (!fix) {
+                c->out.oom = true;
+                goto out_b;
+            }
+            if (arr) {
+                json_object_set_new(fix, "type", json_string("array"));
+                json_object_set_new(fix, "items", json_pack("{s:O}", "enum", en));
+                json_object_del(fix, "enum");
+            } else {
+                json_object_del(fix, "type");
+            }
+            int fr = gen(c, fix);
+            json_decref(fix);
+            sb_printf(&b, "r%d", fr);
+            n = 1;
+        }
         if (n == 0) {
             sc_fail(c, "no enum/const value matches the type");
             goto out_b;
