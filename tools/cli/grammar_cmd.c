@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/nx_base.h"
 #include "core/readfile.h"
 #include "grammar_cmd.h"
@@ -43,7 +44,7 @@ nx_grammar *grammar_cmd_load(const char *schema_file, const char *gbnf_file) {
     nx_grammar *g;
     nx_status st = schema_file ? nx_grammar_from_json_schema(text, len, NULL, &g, err, sizeof err)
                                : nx_grammar_from_gbnf(text, len, NULL, &g, err, sizeof err);
-    free(text);
+    nx_free(text);
     if (st) gdie("%s: %s", path, err);
     return g;
 }
