@@ -7,7 +7,8 @@ FUZZ_CC ?= clang
 CXX     ?= c++
 PREFIX  ?= /usr/local
 BUILD   ?= build
-DEB_PKGS = build-essential libpcre2-dev libjansson-dev libutf8proc-dev libmicrohttpd-dev
+DEB_PKGS = build-essential libpcre2-dev libjansson-dev libutf8proc-dev libmicrohttpd-dev \
+           python3-jsonschema
 
 OPT      = -O2
 ifeq ($(DEBUG),1)

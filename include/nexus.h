@@ -761,6 +761,119 @@ NX_API const struct nx_tool_call *nx_tool_calls_get(const nx_tool_calls *c, int3
 NX_API const char *nx_tool_calls_content(const nx_tool_calls *c);
 NX_API void nx_tool_calls_free(nx_tool_calls *c);
 
+/* ---------------------------------------------------------------------------------------------
+ * Grammars: constrained decoding. A grammar (from GBNF text or a JSON Schema) is compiled once
+ * into a byte-level pushdown automaton (UTF-8 aware: character classes match whole code points,
+ * never invalid UTF-8). A grammar vocabulary indexes a model's tokens (their bytes, in a trie;
+ * built once per vocabulary, read-only after, shareable by threads). A matcher follows one
+ * generation: it gives the mask of allowed tokens at each step and advances on the chosen one.
+ * nx_grammar and nx_grammar_vocab are immutable and thread-safe; a matcher (and a sampler that
+ * carries one) is used by one thread at a time. Limits: stacks deeper than 256 frames (nesting)
+ * die; at most 128 ambiguous parses are followed at once (further ones are dropped).
+ * ------------------------------------------------------------------------------------------- */
+typedef struct nx_grammar nx_grammar;
+typedef struct nx_grammar_vocab nx_grammar_vocab;
+typedef struct nx_grammar_matcher nx_grammar_matcher;
+
+/*
+ * Compile GBNF (llama.cpp's format: `name ::= ...`, | ( ) * + ? {m} {m,} {m,n}, "literals"
+ * with \n \r \t \\ \" \xHH \uHHHH \UHHHHHHHH escapes, [a-z] [^...] classes, `.`, # comments).
+ * root: the start rule (NULL = "root"). Errors (message in err, with line:column): FORMAT
+ * (syntax, undefined rule, left recursion, token references <...> which are unsupported),
+ * NOMEM. *out owned by the caller (nx_grammar_free).
+ */
+NX_API nx_status nx_grammar_from_gbnf(const char *text, size_t len, const char *root,
+                                      nx_grammar **out, char *err, size_t errlen);
+
+struct nx_json_schema_params {
+    int32_t max_string_chars; /* strings without maxLength get this cap (0: none, default) */
+    int32_t max_items;        /* arrays without maxItems get this cap (0: none, default) */
+    bool bfcl_types;          /* accept BFCL's type names as BFCL's converter maps them: dict
+                                 -> object, float/double -> number, tuple/list -> array, any ->
+                                 string, ...; and its "optional" key as an annotation */
+};
+NX_API struct nx_json_schema_params nx_json_schema_default_params(void);
+/*
+ * Compile a JSON Schema (subset) to a grammar producing compact JSON (no whitespace):
+ * type (or a list), properties (required first, then optional, each in schema order),
+ * required, additionalProperties (absent = false as llama.cpp; true or a schema: extra keys
+ * [A-Za-z0-9_-]{1,32} other than the declared ones), items, minItems, maxItems, enum / const
+ * (any JSON value), anyOf, oneOf (treated as anyOf), local $ref / $defs / definitions,
+ * minLength, maxLength, format "date", minimum / maximum / exclusiveMinimum /
+ * exclusiveMaximum (integers: exact; numbers: integers in range plus n.ffffff fractions
+ * with 0 <= n, n + 1 <= maximum). Without bounds integers have at most 16 digits, numbers 16
+ * integer and 6 fraction digits. Annotations ignored: description, title, default, examples,
+ * $schema, $id, $comment, deprecated, readOnly, writeOnly. Any other keyword: UNSUPPORTED
+ * with its name and the schema path in err (fail closed). FORMAT: not JSON. NULL params:
+ * defaults.
+ */
+NX_API nx_status nx_grammar_from_json_schema(const char *json, size_t len,
+                                             const struct nx_json_schema_params *params,
+                                             nx_grammar **out, char *err, size_t errlen);
+NX_API void nx_grammar_free(nx_grammar *g);
+/* The compiled grammar as GBNF-like text (helper rules included); returns the length, or
+ * -needed when len is too small. */
+NX_API int32_t nx_grammar_print(const nx_grammar *g, char *buf, int32_t len);
+/* The GBNF text a JSON schema compiles to (before compilation), or NULL for GBNF grammars.
+ * Borrowed from g. */
+NX_API const char *nx_grammar_source(const nx_grammar *g);
+
+/* Index the model's vocabulary (token bytes as nx_token_to_piece gives them without special
+ * rendering; control tokens have none and are never allowed; end-of-generation tokens are
+ * allowed exactly when the grammar may end). Errors: INVALID_ARG, NOMEM. */
+NX_API nx_status nx_grammar_vocab_init(const nx_model *model, nx_grammar_vocab **out);
+NX_API void nx_grammar_vocab_free(nx_grammar_vocab *v);
+
+/* A matcher at the grammar's start. g and v must outlive it. Errors: NOMEM. */
+NX_API nx_status nx_grammar_matcher_init(const nx_grammar *g, const nx_grammar_vocab *v,
+                                         nx_grammar_matcher **out);
+NX_API void nx_grammar_matcher_free(nx_grammar_matcher *m);
+/* Back to the start (the mask cache is kept: it depends only on grammar and vocabulary). */
+NX_API void nx_grammar_matcher_reset(nx_grammar_matcher *m);
+/*
+ * Allowed tokens now: bits has ceil(n_vocab / 64) words, bit t of word t/64 set when token t
+ * is allowed. force: only tokens that begin the shortest completion (EOG tokens when the
+ * grammar is complete), to close the output within a token budget. Returns the number of
+ * allowed tokens (0: none, e.g. after the end), or NX_STATUS_NOMEM. Allocates only while
+ * filling its caches (first visit of a grammar position) and scratch growth.
+ */
+NX_API int32_t nx_grammar_matcher_mask(nx_grammar_matcher *m, uint64_t *bits, bool force);
+/* Advance by token t. INVALID_ARG (state unchanged) when t is not allowed. An EOG token ends
+ * the matcher (finished). */
+NX_API nx_status nx_grammar_matcher_accept(nx_grammar_matcher *m, nx_token t);
+/* Advance by raw UTF-8 bytes (e.g. a forced prefix); INVALID_ARG when rejected (unchanged). */
+NX_API nx_status nx_grammar_matcher_accept_text(nx_grammar_matcher *m, const char *s, size_t n);
+/* Undo the last n accepted steps (up to 32 are kept); returns how many were undone. */
+NX_API int32_t nx_grammar_matcher_rollback(nx_grammar_matcher *m, int32_t n);
+NX_API bool nx_grammar_matcher_can_end(const nx_grammar_matcher *m);
+NX_API bool nx_grammar_matcher_is_finished(const nx_grammar_matcher *m);
+/* Bytes of the shortest completion from here (0: may end now; -1: none). */
+NX_API int64_t nx_grammar_matcher_completion_bytes(const nx_grammar_matcher *m);
+
+/*
+ * Give the sampler a grammar (NULL g: remove it). The mask is applied before sampling
+ * (disallowed tokens excluded), and each sampled token advances the grammar. trigger (may be
+ * NULL or ""): lazy mode, text is free until the sampled tokens' text (special tokens rendered)
+ * contains trigger; the grammar then applies to the text after it (the rest of that token is
+ * fed to it). max_tokens > 0: token budget from activation; when the remaining budget gets
+ * down to the shortest completion (+1 for the end token), only tokens that begin that
+ * completion are allowed, so the output is complete within the budget. g and v are borrowed
+ * and must outlive the sampler or the next call. When no token is allowed (after the grammar
+ * ended, or the text after a trigger was rejected) the sampler returns the vocabulary's first
+ * end-of-generation token (or -1 when it has none). Errors: INVALID_ARG (vocabulary size is
+ * not the sampler's), NOMEM.
+ */
+NX_API nx_status nx_sampler_set_grammar(nx_sampler *s, const nx_grammar *g,
+                                        const nx_grammar_vocab *v, const char *trigger,
+                                        int32_t max_tokens);
+/* Start the grammar over for a new output (matcher at the start, budget and trigger rearmed);
+ * the matcher's mask cache is kept, so reuse one sampler for many outputs of one grammar. */
+NX_API void nx_sampler_grammar_reset(nx_sampler *s);
+/* True when the grammar applies now (set, and triggered when lazy). */
+NX_API bool nx_sampler_grammar_active(const nx_sampler *s);
+/* The sampler's matcher (NULL without grammar); borrowed. */
+NX_API nx_grammar_matcher *nx_sampler_grammar_matcher(nx_sampler *s);
+
 NX_API const char *nx_version(void);
 
 #ifdef __cplusplus

@@ -31,6 +31,7 @@
 #include "eval/efficiency.h"
 #include "eval/ruler_run.h"
 #include "eval/longbench_run.h"
+#include "grammar_cmd.h"
 #include "mcp_cmd.h"
 #include "mkmodel_cmd.h"
 #include "route.h"
@@ -211,6 +212,7 @@ static int cmd_run(int argc, char **argv) {
     const char *splices[16]; /* --splice FILE[@POS], in order */
     struct arg_strs splice_list = {splices, 0, 16};
     bool splice_pin = false, splice_repair = true;
+    const char *json_schema = NULL, *grammar_file = NULL; /* constrained output */
     const struct arg own[] = {
         A_STR("-p", "--prompt", &prompt),
         A_STR("-f", "--file", &prompt_file),
@@ -225,6 +227,8 @@ static int cmd_run(int argc, char **argv) {
         A_STRS("--splice", NULL, &splice_list),
         A_FLAG("--splice-pin", NULL, &splice_pin),
         A_CLEAR("--splice-no-repair", NULL, &splice_repair),
+        A_STR("--json-schema", NULL, &json_schema),
+        A_STR("--grammar-file", NULL, &grammar_file),
         A_END,
     };
     parse_model_flags(&o, own, NULL, argc, argv);
@@ -276,6 +280,11 @@ static int cmd_run(int argc, char **argv) {
     }
     nx_sampler *s;
     if (nx_sampler_init(&sp, nx_model_n_vocab(m), &s)) die("invalid sampling parameters");
+    nx_grammar *grammar = grammar_cmd_load(json_schema, grammar_file);
+    nx_grammar_vocab *gvocab = NULL;
+    if (grammar && (nx_grammar_vocab_init(m, &gvocab) ||
+                    nx_sampler_set_grammar(s, grammar, gvocab, NULL, (int32_t)n_predict)))
+        die("cannot attach the grammar");
     fwrite(prompt, 1, plen, stdout);
     fflush(stdout);
     struct nx_gen_params gp = nx_gen_default_params();
@@ -304,6 +313,8 @@ static int cmd_run(int argc, char **argv) {
     nx_free(toks);
     nx_free(owned);
     nx_sampler_free(s);
+    nx_grammar_vocab_free(gvocab);
+    nx_grammar_free(grammar);
     nx_ctx_free(c);
     nx_model_free(m);
     return 0;
@@ -640,6 +651,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval-longbench")) return cmd_eval_longbench(argc, argv);
     if (!strcmp(cmd, "mkmodel")) return mkmodel_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "mcp")) return mcp_cmd_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench-grammar")) return bench_grammar_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "route")) return route_main(argc, argv);
     if (!strcmp(cmd, "signatures")) return signatures_main(argc, argv);
     if (!strcmp(cmd, "eval-routing")) return eval_routing_main(argc, argv);
