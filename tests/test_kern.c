@@ -767,6 +767,68 @@ TEST(matmul_large_vs_ref) {
     }
 }
 
+/*
+ * The Q8_0 / Q4_0 row-lane contract (src/kern/q8t_avx2.c), written out here in scalar C: per
+ * output, acc = fmaf((float)isum_b, dw_b * dx_b, acc) over the blocks in order. Both SIMD sets
+ * must match it bit for bit, in decode (nc < 4) and prefill (tiles of 8 / 16 rows, ragged
+ * last groups, 1..12-column tiles), for every kind of weight block.
+ */
+static float q8_model(enum nx_type wt, const uint8_t *w, const uint8_t *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_q8_0 *bx = (const struct block_q8_0 *)x + b;
+        int32_t isum = 0;
+        float dw;
+        if (wt == NX_TYPE_Q4_0) {
+            const struct block_q4_0 *bw = (const struct block_q4_0 *)w + b;
+            for (int j = 0; j < 16; j++) {
+                isum += ((bw->qs[j] & 0xf) - 8) * bx->qs[j] + ((bw->qs[j] >> 4) - 8) * bx->qs[j + 16];
+            }
+            dw = nx_half_to_f32(bw->d);
+        } else {
+            const struct block_q8_0 *bw = (const struct block_q8_0 *)w + b;
+            for (int j = 0; j < 32; j++) isum += bw->qs[j] * bx->qs[j];
+            dw = nx_half_to_f32(bw->d);
+        }
+        float scale = dw * nx_half_to_f32(bx->d);
+        acc = fmaf((float)isum, scale, acc);
+    }
+    return acc;
+}
+
+TEST(matmul_q8_row_lane_contract) {
+    const struct kern_table *sets[2];
+    int ns = simd_sets(sets);
+    const enum nx_type types[2] = {NX_TYPE_Q8_0, NX_TYPE_Q4_0};
+    const int64_t ncs[6] = {1, 3, 4, 13, 29, 2};
+    for (int s = 0; s < ns; s++) {
+        for (int t = 0; t < 2; t++) {
+            for (int wk = 0; wk < W_KINDS; wk++) {
+                int64_t k = (int64_t[]){32, 96, 2048, 320, 64, 160}[wk], rows = (int64_t[]){37, 16, 9, 8, 17, 1}[wk];
+                int64_t nc = ncs[(wk + t) % 6];
+                struct mm_problem p;
+                mm_setup(&p, types[t], k, rows, nc, (enum wkind)wk, (enum xkind)(wk % X_KINDS));
+                float *y = malloc(sizeof(float) * (size_t)(rows * nc));
+                sets[s]->matmul(p.wt, k, p.w, p.ws, 0, rows, p.xq, p.xs, nc, y, rows);
+                int bad = 0;
+                for (int64_t c = 0; c < nc; c++) {
+                    for (int64_t r = 0; r < rows; r++) {
+                        float m = q8_model(p.wt, p.w + r * p.ws, p.xq + c * p.xs, k / 32);
+                        if (fbits(m) != fbits(y[c * rows + r]) && bad++ < 3) {
+                            fprintf(stderr, "  %s %s k=%lld nc=%lld y[%lld][%lld] = %.9g, model %.9g\n", sets[s]->name,
+                                    nx_type_name(p.wt), (long long)k, (long long)nc, (long long)c, (long long)r,
+                                    y[c * rows + r], m);
+                        }
+                    }
+                }
+                free(y);
+                mm_free(&p);
+                if (bad) FAILF("%s %s: %d outputs differ from the row-lane contract", sets[s]->name, nx_type_name(types[t]), bad);
+            }
+        }
+    }
+}
+
 /* When a thread's K-quant scratch cannot grow, the AVX2 matmul runs the reference kernel for
  * that call (bit-identical to it) instead of aborting; the next call allocates and is SIMD
  * again. Run on a fresh thread, whose scratch is empty. */
