@@ -80,17 +80,55 @@ AI void fl_tile(enum nx_type wt, const int R, const int C, int64_t k, const uint
     }
 }
 
+/* Decode tile: R rows x 1 column, the per-element operations of fl_tile (one 16-lane FMA chain
+ * per row in order, hsum16, tail), 64 elements per step, each row prefetched PF_DIST ahead. */
+AI void fl_dec_tile(enum nx_type wt, const int R, int64_t k, const uint8_t *w, size_t ws,
+                    const uint8_t *x, float *y) {
+    const float *xf = (const float *)x;
+    const size_t esz = wt == NX_TYPE_F32 ? 4 : 2;
+    __m512 acc[8];
+    UNROLL for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    int64_t k16 = k & ~(int64_t)15, k64 = k & ~(int64_t)63, i = 0;
+    for (; i < k64; i += 64) {
+        UNROLL for (int r = 0; r < R; r++) {
+            const char *p = (const char *)w + (size_t)r * ws + (size_t)i * esz + PF_DIST;
+            _mm_prefetch(p, _MM_HINT_T0);
+            _mm_prefetch(p + 64, _MM_HINT_T0);
+            if (esz == 4) _mm_prefetch(p + 128, _MM_HINT_T0), _mm_prefetch(p + 192, _MM_HINT_T0);
+        }
+        UNROLL for (int j = 0; j < 64; j += 16) {
+            __m512 xv = _mm512_loadu_ps(xf + i + j);
+            UNROLL for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(load_w16(wt, w + (size_t)r * ws, i + j), xv, acc[r]);
+        }
+    }
+    for (; i < k16; i += 16) {
+        __m512 xv = _mm512_loadu_ps(xf + i);
+        UNROLL for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(load_w16(wt, w + (size_t)r * ws, i), xv, acc[r]);
+    }
+    UNROLL for (int r = 0; r < R; r++) {
+        float s = hsum16(acc[r]);
+        for (int64_t t = k16; t < k; t++) s += load_w1(wt, w + (size_t)r * ws, t) * xf[t];
+        y[r] = s;
+    }
+}
+
 #define FL_TILES(tname, wt) \
     AI void tname##_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws, \
                          const uint8_t *x, size_t xs, float *y, int64_t ys) { \
         fl_tile(wt, R, C, k, w, ws, x, xs, y, ys); \
     } \
+    static void tname##_8x1(int64_t k, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, \
+                            float *y, int64_t ys) { \
+        fl_dec_tile(wt, 8, k, w, ws, x, y); \
+    } \
+    static void tname##_1x1(int64_t k, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, \
+                            float *y, int64_t ys) { \
+        fl_dec_tile(wt, 1, k, w, ws, x, y); \
+    } \
     TILE_FN(tname, 4, 4) \
     TILE_FN(tname, 1, 4) \
-    TILE_FN(tname, 4, 1) \
-    TILE_FN(tname, 1, 1) \
-    static const struct tile_set tname##_set = {tname##_4x4, tname##_1x4, tname##_4x1, \
-                                                tname##_1x1, 4, 4, 4};
+    static const struct tile_set tname##_set = {tname##_4x4, tname##_1x4, tname##_8x1, \
+                                                tname##_1x1, 4, 4, 8};
 
 FL_TILES(f32, NX_TYPE_F32)
 FL_TILES(f16, NX_TYPE_F16)
