@@ -13,7 +13,7 @@
  *   could otherwise mix sets, whose roundings differ).
  * - The activation format is shared by all sets (kern_impl.h), so kern_act_row_bytes does not
  *   depend on the set.
- * - A set whose table leaves attn_scores / attn_values NULL gets the AVX2 versions: only SIMD
+ * - A set whose table leaves attn_scores / attn_values / attn_block NULL gets the AVX2 versions: only SIMD
  *   sets may do so (the reference table always sets them), and every SIMD set requires AVX2,
  *   FMA and F16C.
  */
@@ -158,6 +158,15 @@ void kern_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stri
     const struct kern_table *t = kern_table_current();
     (t->attn_values ? t->attn_values : kern_avx2_attn_values)(kvt, hd, v, v_stride, npos, p, ld,
                                                                ng, out);
+}
+
+void kern_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride, const void *v,
+                     size_t v_stride, int64_t npos, const float *q, int64_t ng, float scale,
+                     float *part) {
+    if (ng <= 0 || hd <= 0) return;
+    const struct kern_table *t = kern_table_current();
+    (t->attn_block ? t->attn_block : kern_avx2_attn_block)(kvt, hd, k, k_stride, v, v_stride, npos,
+                                                            q, ng, scale, part);
 }
 
 void kern_softmax(float *x, int64_t n) { kern_table_current()->softmax(x, n); }

@@ -42,6 +42,10 @@ struct kern_table {
     void (*softmax)(float *x, int64_t n);
     void (*load_kv)(enum nx_type kvt, int64_t n, const void *src, float *dst);
     void (*swiglu)(float *g, const float *u, int64_t n);
+    /* kern_attn_block; NULL: the AVX2 version (SIMD sets only) */
+    void (*attn_block)(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                       const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
+                       float scale, float *part);
     /* kern_weight_layout for this set; NULL: every type as it is in files */
     enum nx_type (*weight_layout)(enum nx_type t);
 };
@@ -79,6 +83,13 @@ void kern_ref_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_
                           int64_t ld);
 void kern_ref_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
                           int64_t npos, const float *p, int64_t ld, int64_t ng, float *out);
+
+void kern_ref_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                         const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
+                         float scale, float *part);
+void kern_avx2_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                          const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
+                          float scale, float *part);
 
 /* AVX2 entry points (kern_avx2.c); the AVX-512 set reuses some of them. */
 void kern_avx2_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k);

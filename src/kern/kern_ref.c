@@ -207,6 +207,7 @@ const struct kern_table kern_table_ref = {
     .store_kv = kern_ref_store_kv,
     .attn_scores = kern_ref_attn_scores,
     .attn_values = kern_ref_attn_values,
+    .attn_block = kern_ref_attn_block,
     .softmax = kern_ref_softmax,
     .load_kv = kern_ref_load_kv,
     .swiglu = kern_ref_swiglu,
