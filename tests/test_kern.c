@@ -1059,6 +1059,30 @@ TEST(dispatch) {
     ASSERT_STR_EQ(kern_name(), name);
     ASSERT_TRUE(kern_table_by_name("avx2") == &kern_table_avx2);
     ASSERT_TRUE(kern_table_by_name("nope") == NULL);
+    /* per-type routes: on AVX-512 CPUs Q4_K / Q6_K matmuls run the AVX2 kernels (bit for bit),
+       the rest the AVX-512 ones; Q4_K weights then take the AVX2 layout */
+    if (strcmp(name, "avx512") == 0) {
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q4_K), "avx2");
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q6_K), "avx2");
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q8_0), "avx512");
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_F16), "avx512");
+        ASSERT_EQ((int)kern_weight_layout(NX_TYPE_Q4_K), (int)NX_TYPE_Q4_K_IL);
+        const enum nx_type rt[3] = {NX_TYPE_Q6_K, NX_TYPE_Q4_K_IL, NX_TYPE_Q8_0};
+        for (int t = 0; t < 3; t++) {
+            struct mm_problem p;
+            mm_setup(&p, rt[t], 512, 20, 5, W_RANDOM, X_RANDOM);
+            float ya[100], yb[100];
+            kern_matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, ya, p.rows);
+            kern_table_by_name(kern_matmul_name(rt[t]))->matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, yb, p.rows);
+            ASSERT_TRUE(memcmp(ya, yb, sizeof ya) == 0);
+            mm_free(&p);
+        }
+    } else {
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q4_K), name);
+    }
+    kern_force_ref(true);
+    ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q4_K), "ref");
+    kern_force_ref(false);
     /* the public entry points work end to end */
     const int64_t k = 256;
     float x[256], w[2 * 256], y[2];

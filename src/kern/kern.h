@@ -25,6 +25,9 @@
 void kern_init(void);
 void kern_force_ref(bool force);
 const char *kern_name(void); /* "avx512", "avx2", "ref" */
+/* The set whose kernels run matmuls of weight type t (the fastest for t on this CPU: can differ
+ * from kern_name, see dispatch.c); decode and prefill of one type always use the same set. */
+const char *kern_matmul_name(enum nx_type t);
 
 /*
  * In-memory weight layouts. A kernel set may prefer weights of type t rewritten into an
