@@ -13,7 +13,8 @@
  * - Reported: ns per (position x query head), for scores, values, and both, as the minimum
  *   over repetitions of thread CPU time. Softmax is not included (the same in both paths).
  *   Then the whole attention of the head group: grouped scores + softmax + values against the
- *   fused kernel (kern_attn_block per 32-position block, as the KV cache pages, + merge).
+ *   fused kernel (kern_attn_block per 32-position block, as the KV cache pages, + merge), with
+ *   K and V in separate buffers. BENCH_ROW=head: rows of one head (the paged cache's layout).
  * - "hot": the same layer's K/V again and again (the touched slices, 2 * npos * hd * 2 bytes,
  *   stay in L2/L3). "cold": 128 layers' caches are cycled (512 MiB, 64 MiB of touched slices
  *   for the defaults: more than the L3), as in a forward pass, where each layer's cache is read
@@ -72,9 +73,10 @@ static void new_values(const struct shape *s, const char *v, const float *p, flo
 /* Unfused: scores, softmax per head, values (p = scores, overwritten). */
 static float *g_sc;
 static void unfused(const struct shape *s, const char *kv, const float *q, float *out) {
+    const char *v = kv + (size_t)s->npos * s->row;
     kern_attn_scores(NX_TYPE_F16, s->hd, kv, s->row, s->npos, q, s->ng, 0.125f, g_sc, s->npos);
     for (int64_t g = 0; g < s->ng; g++) kern_softmax(g_sc + g * s->npos, s->npos);
-    kern_attn_values(NX_TYPE_F16, s->hd, kv, s->row, s->npos, g_sc, s->npos, s->ng, out);
+    kern_attn_values(NX_TYPE_F16, s->hd, v, s->row, s->npos, g_sc, s->npos, s->ng, out);
 }
 
 /* Fused: one part per 32-position block, then the merge. */
@@ -84,8 +86,8 @@ static void fused(const struct shape *s, const char *kv, const float *q, float *
     int64_t nparts = (s->npos + FUSED_BLOCK - 1) / FUSED_BLOCK, rec = s->ng * (s->hd + 2);
     for (int64_t b = 0; b < nparts; b++) {
         int64_t j0 = b * FUSED_BLOCK, n = s->npos - j0 < FUSED_BLOCK ? s->npos - j0 : FUSED_BLOCK;
-        const char *r = kv + (size_t)j0 * s->row;
-        kern_attn_block(NX_TYPE_F16, s->hd, r, s->row, r, s->row, n, q, s->ng, 0.125f, g_parts + b * rec);
+        const char *r = kv + (size_t)j0 * s->row, *v = r + (size_t)s->npos * s->row;
+        kern_attn_block(NX_TYPE_F16, s->hd, r, s->row, v, s->row, n, q, s->ng, 0.125f, g_parts + b * rec);
     }
     kern_attn_merge(s->hd, s->ng, nparts, g_parts, out);
 }
@@ -121,9 +123,10 @@ int main(int argc, char **argv) {
     size_t cache = (size_t)s.npos * s.row;
     char *kv[LAYERS];
     for (int l = 0; l < LAYERS; l++) {
-        kv[l] = (char *)malloc(cache + (size_t)(KV_HEAD * s.hd) * sizeof(nx_half)) +
+        /* K, then V (2 * npos rows; the per-path benchmarks above use the K half for both) */
+        kv[l] = (char *)malloc(2 * cache + (size_t)(KV_HEAD * s.hd) * sizeof(nx_half)) +
                 (one_head ? 0 : (size_t)(KV_HEAD * s.hd) * sizeof(nx_half));
-        for (int64_t j = 0; j < s.npos; j++) {
+        for (int64_t j = 0; j < 2 * s.npos; j++) {
             nx_half *h = (nx_half *)(kv[l] + (size_t)j * s.row);
             for (int64_t i = 0; i < s.hd; i++)
                 h[i] = nx_f32_to_half((float)((j * 31 + i * 7 + l) % 2001) / 1000.0f - 1.0f);

@@ -428,10 +428,11 @@ TEST(empty_inputs) {
 typedef void (*block_fn)(enum nx_type, int64_t, const void *, size_t, const void *, size_t, int64_t,
                          const float *, int64_t, float, float *);
 typedef void (*softmax_fn)(float *, int64_t);
+typedef void (*merge_fn)(int64_t, int64_t, int64_t, const float *, float *);
 
 /* Parts of blocks of bl positions (the last one shorter) over npos, each its own call, filled
  * in reverse block order (as threads finishing in any order would), then merged. */
-static void fused_run(block_fn bfn, const struct kv *k, const struct kv *v, int64_t npos, int64_t bl,
+static void fused_run(block_fn bfn, merge_fn mfn, const struct kv *k, const struct kv *v, int64_t npos, int64_t bl,
                       const float *q, int64_t ng, float scale, float *out) {
     int64_t nparts = (npos + bl - 1) / bl;
     if (nparts == 0) nparts = 1;
@@ -442,7 +443,7 @@ static void fused_run(block_fn bfn, const struct kv *k, const struct kv *v, int6
         bfn(k->kvt, k->hd, k->base + (size_t)j0 * k->stride, k->stride, v->base + (size_t)j0 * v->stride,
             v->stride, n, q, ng, scale, parts + b * rec);
     }
-    kern_attn_merge(k->hd, ng, nparts, parts, out);
+    mfn(k->hd, ng, nparts, parts, out);
     free(parts);
 }
 
@@ -454,7 +455,7 @@ static void fused_run(block_fn bfn, const struct kv *k, const struct kv *v, int6
  *   double:  that plus 2 * dmax * S, dmax the largest score error bound of the scores test
  *            (1e-5 * scale * sum |q K|), which moves every p by a relative exp(dmax) - 1.
  */
-static void check_fused(block_fn bfn, scores_fn sfn, softmax_fn smx, values_fn vfn, const char *what) {
+static void check_fused(block_fn bfn, merge_fn mfn, scores_fn sfn, softmax_fn smx, values_fn vfn, const char *what) {
     static const int64_t ngs[] = {1, 4, 5, 9};
     static const int64_t nposs[] = {1, 7, 64, 65, 300};
     static const int64_t bls[] = {32, 7, 1000};
@@ -471,7 +472,7 @@ static void check_fused(block_fn bfn, scores_fn sfn, softmax_fn smx, values_fn v
         kv_make(&v, kvt, hd, npos, 1.0f);
         float *q = rand_floats(ng * hd, 1.0f);
         float *of = nan_floats(ng * hd), *ou = nan_floats(ng * hd), *s = nan_floats(ng * npos);
-        fused_run(bfn, &k, &v, npos, bl, q, ng, scale, of);
+        fused_run(bfn, mfn, &k, &v, npos, bl, q, ng, scale, of);
         sfn(kvt, hd, k.base, k.stride, npos, q, ng, scale, s, npos);
         for (int64_t g = 0; g < ng; g++) smx(s + g * npos, npos);
         vfn(kvt, hd, v.base, v.stride, npos, s, npos, ng, ou);
@@ -515,12 +516,12 @@ static void check_fused(block_fn bfn, scores_fn sfn, softmax_fn smx, values_fn v
 }
 
 TEST(fused_ref_vs_unfused_and_double) {
-    check_fused(kern_ref_attn_block, kern_ref_attn_scores, kern_ref_softmax, kern_ref_attn_values, "ref");
+    check_fused(kern_ref_attn_block, kern_ref_attn_merge, kern_ref_attn_scores, kern_ref_softmax, kern_ref_attn_values, "ref");
 }
 
 TEST(fused_avx2_vs_unfused_and_double) {
     if (!have_avx2()) return;
-    check_fused(kern_avx2_attn_block, kern_avx2_attn_scores, kern_avx2_softmax, kern_avx2_attn_values, "avx2");
+    check_fused(kern_avx2_attn_block, kern_avx2_attn_merge, kern_avx2_attn_scores, kern_avx2_softmax, kern_avx2_attn_values, "avx2");
 }
 
 /*
@@ -572,6 +573,7 @@ TEST(fused_empty_parts) {
     for (int i = 0; i < 16; i++) q[i] = (float)i / 16.0f;
     for (int i = 0; i < 64; i++) kbuf[i] = (float)(i % 5) - 2.0f;
     block_fn fns[2] = {kern_ref_attn_block, kern_avx2_attn_block};
+    merge_fn mfns[2] = {kern_ref_attn_merge, kern_avx2_attn_merge};
     for (int f = 0; f < 2; f++) {
         if (f == 1 && !kern_cpu_supports("avx2")) continue;
         for (int i = 0; i < 30; i++) part[i] = NAN;
@@ -579,14 +581,14 @@ TEST(fused_empty_parts) {
         ASSERT_TRUE(isinf(part[0]) && part[0] < 0);
         ASSERT_TRUE(same_bits(part[1], 0.0f));
         for (int i = 0; i < 8; i++) ASSERT_TRUE(same_bits(part[2 + i], 0.0f));
-        kern_attn_merge(8, 1, 1, part, out);
+        mfns[f](8, 1, 1, part, out);
         for (int i = 0; i < 8; i++) ASSERT_TRUE(same_bits(out[i], 0.0f));
         /* one real part between two empty ones = that part alone */
         fns[f](NX_TYPE_F32, 8, kbuf, 32, kbuf, 32, 2, q, 1, 1.0f, part + 10);
         memcpy(part + 20, part, 10 * sizeof(float));
         float alone[8];
-        kern_attn_merge(8, 1, 1, part + 10, alone);
-        kern_attn_merge(8, 1, 3, part, out);
+        mfns[f](8, 1, 1, part + 10, alone);
+        mfns[f](8, 1, 3, part, out);
         for (int i = 0; i < 8; i++) ASSERT_TRUE(same_bits(out[i], alone[i]));
     }
 }

@@ -371,18 +371,32 @@ AI void fused_group(enum nx_type kvt, int64_t hd, const char *k, size_t ks, cons
     float m[FUSED_HEADS], l[FUSED_HEADS];
     for (int64_t g = 0; g < ng; g++) m[g] = -INFINITY, l[g] = 0.0f;
     memset(obuf, 0, sizeof(float) * (size_t)(ng * hd));
+    const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
     for (int64_t j0 = 0; j0 < npos; j0 += KERN_ATTN_CHUNK) {
         int64_t n = NX_MIN(npos - j0, (int64_t)KERN_ATTN_CHUNK);
+        /* memory-level parallelism: ask for the chunk's K and V slices at once (a paged KV
+         * block is a few KiB the hardware prefetchers have no time to ramp up on) */
+        for (int64_t j = 0; j < n; j++) {
+            prefetch_span(k + (size_t)(j0 + j) * ks, slice);
+            prefetch_span(v + (size_t)(j0 + j) * vs, slice);
+        }
         sc_all(kvt, hd, k + (size_t)j0 * ks, ks, n, q, ng, scale, sbuf, KERN_ATTN_CHUNK);
         for (int64_t g = 0; g < ng; g++) {
             float *s = sbuf + g * KERN_ATTN_CHUNK;
             float mc = s[0];
-            for (int64_t j = 1; j < n; j++) mc = s[j] > mc ? s[j] : mc;
+            int64_t j = 0;
+            if (n >= 8) {
+                __m256 mv = _mm256_loadu_ps(s);
+                for (j = 8; j + 8 <= n; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
+                __m128 h = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+                h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+                mc = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+            }
+            for (; j < n; j++) mc = s[j] > mc ? s[j] : mc;
             float mn = mc > m[g] ? mc : m[g];
             float alpha = m[g] == -INFINITY ? 0.0f : exp1(m[g] - mn);
             __m256 vm = _mm256_set1_ps(mn), vs8 = _mm256_setzero_ps();
-            int64_t j = 0;
-            for (; j + 8 <= n; j += 8) {
+            for (j = 0; j + 8 <= n; j += 8) {
                 __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
                 _mm256_storeu_ps(s + j, e);
                 vs8 = _mm256_add_ps(vs8, e);
@@ -433,5 +447,36 @@ void kern_avx2_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_
         int64_t n = NX_MIN(ng - g0, (int64_t)FUSED_HEADS);
         if (kvt == NX_TYPE_F32) fused_f32(hd, k, k_stride, v, v_stride, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2));
         else fused_f16(hd, k, k_stride, v, v_stride, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2));
+    }
+}
+
+/* kern_attn_merge for the SIMD sets: exp1 for the part weights, FMA for the sums. */
+void kern_avx2_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out) {
+    const int64_t rec = ng * (hd + 2);
+    for (int64_t g = 0; g < ng; g++) {
+        float *o = out + g * hd;
+        float mx = -INFINITY;
+        for (int64_t b = 0; b < nparts; b++) {
+            float mb = parts[b * rec + g * (hd + 2)];
+            mx = mb > mx ? mb : mx;
+        }
+        memset(o, 0, sizeof(float) * (size_t)hd);
+        float lsum = 0.0f;
+        for (int64_t b = 0; b < nparts; b++) {
+            const float *pb = parts + b * rec + g * (hd + 2);
+            if (pb[0] == -INFINITY) continue; /* empty part */
+            float w = exp1(pb[0] - mx);
+            lsum = fmaf(w, pb[1], lsum);
+            __m256 wv = _mm256_set1_ps(w);
+            int64_t i = 0;
+            for (; i + 8 <= hd; i += 8)
+                _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(pb + 2 + i), _mm256_loadu_ps(o + i)));
+            for (; i < hd; i++) o[i] = fmaf(w, pb[2 + i], o[i]);
+        }
+        float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+        __m256 iv = _mm256_set1_ps(inv);
+        int64_t i = 0;
+        for (; i + 8 <= hd; i += 8) _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), iv));
+        for (; i < hd; i++) o[i] *= inv;
     }
 }

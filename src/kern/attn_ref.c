@@ -105,7 +105,7 @@ void kern_ref_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_s
     }
 }
 
-void kern_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out) {
+void kern_ref_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out) {
     const int64_t rec = ng * (hd + 2);
     for (int64_t g = 0; g < ng; g++) {
         float *o = out + g * hd;
@@ -121,8 +121,7 @@ void kern_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts,
             if (pb[0] == -INFINITY) continue; /* empty part */
             float w = expf(pb[0] - mx);
             lsum += (double)w * pb[1];
-            /* multiply then add (not fmaf, a library call without -mfma): vectorizes */
-            for (int64_t i = 0; i < hd; i++) o[i] += w * pb[2 + i];
+            for (int64_t i = 0; i < hd; i++) o[i] = fmaf(w, pb[2 + i], o[i]);
         }
         float inv = lsum > 0.0 ? (float)(1.0 / lsum) : 0.0f;
         for (int64_t i = 0; i < hd; i++) o[i] *= inv;

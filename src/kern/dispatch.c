@@ -208,6 +208,12 @@ void kern_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_strid
                                                             q, ng, scale, part);
 }
 
+void kern_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out) {
+    if (ng <= 0 || hd <= 0) return;
+    const struct kern_table *t = kern_table_current();
+    (t->attn_merge ? t->attn_merge : kern_avx2_attn_merge)(hd, ng, nparts, parts, out);
+}
+
 void kern_softmax(float *x, int64_t n) { kern_table_current()->softmax(x, n); }
 
 void kern_swiglu(float *g, const float *u, int64_t n) { kern_table_current()->swiglu(g, u, n); }

@@ -112,9 +112,9 @@ void kern_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stri
  * kern_attn_merge combines nparts such partial states (part b at parts + b*ng*(hd+2), e.g.
  * one per KV cache block, in token order) into softmax(s) V: out[g*hd + i] =
  * sum_b exp(m_b - M) o_b[i] / sum_b exp(m_b - M) l_b, M = max_b m_b, summed in part order
- * (one implementation for every kernel set). Splitting the parts across threads (each fills
- * its parts, then one merge) therefore gives bit-identical output for any thread count, as
- * long as the part boundaries are fixed (KV cache blocks). The result matches the unfused
+ * (one fixed-order implementation per kernel set). Splitting the parts across threads (each
+ * fills its parts, then one merge) therefore gives bit-identical output for any thread count,
+ * as long as the part boundaries are fixed (KV cache blocks). The result matches the unfused
  * scores + softmax + values path within float rounding (see tests/test_attn.c for the bound).
  * All parts empty: out = 0.
  */

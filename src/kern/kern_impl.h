@@ -46,6 +46,8 @@ struct kern_table {
     void (*attn_block)(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
                        const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
                        float scale, float *part);
+    /* kern_attn_merge; NULL: the AVX2 version */
+    void (*attn_merge)(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out);
     /* kern_weight_layout for this set; NULL: every type as it is in files */
     enum nx_type (*weight_layout)(enum nx_type t);
 };
@@ -87,6 +89,8 @@ void kern_ref_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_
 void kern_ref_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
                          const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
                          float scale, float *part);
+void kern_ref_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out);
+void kern_avx2_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out);
 void kern_avx2_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
                           const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
                           float scale, float *part);
