@@ -1098,4 +1098,29 @@ TEST(dispatch) {
     free(wq), free(xq);
 }
 
+/* Minimum work per thread: tiny operations (stories260K's, ~0.2-1.5 us) get one thread, the 1B
+ * model's decode matmuls (0.1-1.5 ms) every thread; monotonic in the cost, within [1, nth]. */
+TEST(threads_for_minimum_work) {
+    ASSERT_EQ(kern_threads_for(0, 8), 1);
+    ASSERT_EQ(kern_threads_for(NAN, 8), 1);
+    ASSERT_EQ(kern_threads_for(1e12, 1), 1);
+    ASSERT_EQ(kern_threads_for(1e12, 8), 8);
+    ASSERT_EQ(kern_threads_for(KERN_MIN_NS_PER_THREAD * 2.5, 8), 2);
+    int prev = 1;
+    for (double c = 100; c < 1e9; c *= 1.3) {
+        int t = kern_threads_for(c, 6);
+        ASSERT_TRUE(t >= prev && t >= 1 && t <= 6);
+        prev = t;
+    }
+    ASSERT_EQ(kern_threads_for(kern_matmul_cost_ns(NX_TYPE_F32, 64, 64, 1), 2), 1);
+    ASSERT_EQ(kern_threads_for(kern_matmul_cost_ns(NX_TYPE_F32, 64, 512, 1), 2), 1);
+    ASSERT_EQ(kern_threads_for(kern_matmul_cost_ns(NX_TYPE_F32, 64, 172, 8), 2), 1);
+    ASSERT_EQ(kern_threads_for(kern_matmul_cost_ns(NX_TYPE_Q4_K, 2048, 2048, 1), 4), 4);
+    ASSERT_EQ(kern_threads_for(kern_matmul_cost_ns(NX_TYPE_F16, 2048, 8192, 1), 8), 8);
+    ASSERT_EQ(kern_threads_for(kern_matmul_cost_ns(NX_TYPE_Q8_0, 2048, 2048, 512), 8), 8);
+    ASSERT_EQ(kern_threads_for(kern_attn_cost_ns(NX_TYPE_F16, 8, 16, 8), 2), 1);
+    ASSERT_EQ(kern_threads_for(kern_attn_cost_ns(NX_TYPE_F16, 64, 4096, 4), 2), 2);
+    ASSERT_TRUE(kern_matmul_cost_ns(NX_TYPE_Q8_0, 2048, 2048, 0) == 0);
+}
+
 TEST_MAIN

@@ -125,6 +125,21 @@ void kern_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_strid
                      float *part);
 void kern_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out);
 
+/*
+ * Minimum work per thread (cost.c). The forward pass splits an operation over
+ * kern_threads_for(cost, nth) threads (1 .. nth), cost being the estimated single-thread time of
+ * the whole operation in ns: each thread gets at least KERN_MIN_NS_PER_THREAD of work, so no
+ * operation is split so finely that the hand-off and barrier cost more than the split saves.
+ * When every operation of a step gets 1 thread (tiny models), run the step on one thread
+ * without barriers. Estimates are rough (factor ~2); they never change results, only speed
+ * (outputs are bit-identical whatever the thread count).
+ */
+#define KERN_MIN_NS_PER_THREAD 20000.0
+double kern_matmul_cost_ns(enum nx_type wt, int64_t k, int64_t rows, int64_t nc);
+/* attention of ng query heads over npos positions of one KV head (any path) */
+double kern_attn_cost_ns(enum nx_type kvt, int64_t hd, int64_t npos, int64_t ng);
+int kern_threads_for(double cost_ns, int nth);
+
 /* ---- activations ---- */
 /* In place: x[i] = exp(x[i] - max) / sum_j exp(x[j] - max). n <= 0 does nothing. */
 void kern_softmax(float *x, int64_t n);
