@@ -76,7 +76,7 @@ AI void dec_group(bool is_q4, int64_t nb, const uint8_t *w, size_t ws, int n, co
         __m256i p[G];
         UNROLL for (int r = 0; r < G; r++) {
             const uint8_t *blk = row[r] + (size_t)b * bs;
-            _mm_prefetch((const char *)blk + PF_DIST, _MM_HINT_T0);
+            if (!(b & 1)) _mm_prefetch((const char *)blk + PF_DIST, _MM_HINT_T0); /* ~a line per 2 blocks */
             __m256i wq = w32(is_q4, blk);
             __m256i aw = _mm256_sign_epi8(wq, wq), sx = _mm256_sign_epi8(xq, wq);
             p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones16);
