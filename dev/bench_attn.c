@@ -12,11 +12,15 @@
  *   measured head's slice in the middle of each row; ng query heads share it.
  * - Reported: ns per (position x query head), for scores, values, and both, as the minimum
  *   over repetitions of thread CPU time. Softmax is not included (the same in both paths).
+ *   Then the whole attention of the head group: grouped scores + softmax + values against the
+ *   fused kernel (kern_attn_block per 32-position block, as the KV cache pages, + merge), with
+ *   K and V in separate buffers. BENCH_ROW=head: rows of one head (the paged cache's layout).
  * - "hot": the same layer's K/V again and again (the touched slices, 2 * npos * hd * 2 bytes,
  *   stay in L2/L3). "cold": 128 layers' caches are cycled (512 MiB, 64 MiB of touched slices
  *   for the defaults: more than the L3), as in a forward pass, where each layer's cache is read
  *   once per token. K and V are the same buffer here (they are read in separate passes).
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +70,28 @@ static void new_values(const struct shape *s, const char *v, const float *p, flo
     kern_attn_values(NX_TYPE_F16, s->hd, v, s->row, s->npos, p, s->npos, s->ng, out);
 }
 
+/* Unfused: scores, softmax per head, values (p = scores, overwritten). */
+static float *g_sc;
+static void unfused(const struct shape *s, const char *kv, const float *q, float *out) {
+    const char *v = kv + (size_t)s->npos * s->row;
+    kern_attn_scores(NX_TYPE_F16, s->hd, kv, s->row, s->npos, q, s->ng, 0.125f, g_sc, s->npos);
+    for (int64_t g = 0; g < s->ng; g++) kern_softmax(g_sc + g * s->npos, s->npos);
+    kern_attn_values(NX_TYPE_F16, s->hd, v, s->row, s->npos, g_sc, s->npos, s->ng, out);
+}
+
+/* Fused: one part per 32-position block, then the merge. */
+enum { FUSED_BLOCK = 32 };
+static float *g_parts;
+static void fused(const struct shape *s, const char *kv, const float *q, float *out) {
+    int64_t nparts = (s->npos + FUSED_BLOCK - 1) / FUSED_BLOCK, rec = s->ng * (s->hd + 2);
+    for (int64_t b = 0; b < nparts; b++) {
+        int64_t j0 = b * FUSED_BLOCK, n = s->npos - j0 < FUSED_BLOCK ? s->npos - j0 : FUSED_BLOCK;
+        const char *r = kv + (size_t)j0 * s->row, *v = r + (size_t)s->npos * s->row;
+        kern_attn_block(NX_TYPE_F16, s->hd, r, s->row, v, s->row, n, q, s->ng, 0.125f, g_parts + b * rec);
+    }
+    kern_attn_merge(s->hd, s->ng, nparts, g_parts, out);
+}
+
 typedef void (*kfn)(const struct shape *, const char *, const float *, float *);
 
 /* Best ns per (position x head) of fn over reps, cycling over nl layers of caches. */
@@ -89,12 +115,18 @@ int main(int argc, char **argv) {
         s.ng = atoll(argv[2]);
         s.npos = atoll(argv[3]);
     }
-    s.row = (size_t)(N_KV_HEADS * s.hd) * sizeof(nx_half);
+    /* BENCH_ROW=head: rows of one head only (the paged cache's layout: a block's rows are
+     * contiguous), else 8 interleaved heads */
+    const char *rowenv = getenv("BENCH_ROW");
+    bool one_head = rowenv && strcmp(rowenv, "head") == 0;
+    s.row = (size_t)((one_head ? 1 : N_KV_HEADS) * s.hd) * sizeof(nx_half);
     size_t cache = (size_t)s.npos * s.row;
     char *kv[LAYERS];
     for (int l = 0; l < LAYERS; l++) {
-        kv[l] = (char *)malloc(cache) + (size_t)(KV_HEAD * s.hd) * sizeof(nx_half);
-        for (int64_t j = 0; j < s.npos; j++) {
+        /* K, then V (2 * npos rows; the per-path benchmarks above use the K half for both) */
+        kv[l] = (char *)malloc(2 * cache + (size_t)(KV_HEAD * s.hd) * sizeof(nx_half)) +
+                (one_head ? 0 : (size_t)(KV_HEAD * s.hd) * sizeof(nx_half));
+        for (int64_t j = 0; j < 2 * s.npos; j++) {
             nx_half *h = (nx_half *)(kv[l] + (size_t)j * s.row);
             for (int64_t i = 0; i < s.hd; i++)
                 h[i] = nx_f32_to_half((float)((j * 31 + i * 7 + l) % 2001) / 1000.0f - 1.0f);
@@ -120,6 +152,16 @@ int main(int argc, char **argv) {
         printf("%s per-call (dot/axpy)   %7.3f  %7.3f  %7.3f\n", tag, os, ov, os + ov);
         printf("%s grouped (attn_*)      %7.3f  %7.3f  %7.3f   (x%.2f)\n", tag, ns, nv, ns + nv,
                (os + ov) / (ns + nv));
+    }
+    g_sc = sc;
+    g_parts = malloc(sizeof(float) * (size_t)(((s.npos + FUSED_BLOCK - 1) / FUSED_BLOCK) * s.ng * (s.hd + 2)));
+    printf("whole attention, ns per (position x head)   unfused (scores+softmax+values)   fused\n");
+    for (int cold = 0; cold < 2; cold++) {
+        int nl = cold ? LAYERS : 1, reps = cold ? 3 : 50;
+        double u = run(&s, unfused, kv, nl, q, out, reps);
+        double f = run(&s, fused, kv, nl, q, out, reps);
+        printf("%s                                        %7.3f                    %7.3f   (x%.2f)\n",
+               cold ? "cold" : "hot ", u, f, u / f);
     }
     if (g_sink == 12345.0f) printf(" ");
     return 0;

@@ -4,7 +4,9 @@
  * Build and run (after `make build/libnexus.a`):
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc dev/bench_kern.c build/libnexus.a -lm -lpthread -o build/bench_kern && ./build/bench_kern
  * Arguments: optional type names (Q4_K Q6_K ...) to run only those; NX_KERNELS=ref|avx2 to
- * pick the kernel set; BENCH_SET=avx2|avx512|ref calls that set's table directly.
+ * pick the kernel set; BENCH_SET=avx2|avx512|ref calls that set's table directly;
+ * BENCH_THREADS=N (default 1) runs the cold decode on N threads splitting the rows, with a
+ * barrier per call as in the forward pass (wall-clock time), reported as "cold xN".
  *
  * DESIGN
  * - Shapes (rows x k): 2048 x 2048 (attention), 8192 x 2048 (FFN up/gate), 2048 x 8192 (FFN
@@ -17,6 +19,8 @@
  * - A plain read of a 256 MiB buffer gives the machine's single-thread read bandwidth to
  *   compare the decode numbers with.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +54,66 @@ static void matmul(enum nx_type wt, int64_t k, const void *w, size_t ws, int64_t
     } else {
         kern_matmul(wt, k, w, ws, 0, rows, xq, xs, nc, y, rows);
     }
+}
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Multi-threaded cold decode: thread t computes rows [t * rows / n, (t + 1) * rows / n) of
+ * every copy, all threads meeting at a spin barrier after each matmul. */
+struct mt_job {
+    enum nx_type wt;
+    int64_t k, rows;
+    const uint8_t *wc;
+    size_t ws, wbytes, xs;
+    const void *xq;
+    float *y;
+    int ncopy, nth;
+    atomic_int arrived;
+    atomic_int gen;
+};
+static void mt_barrier(struct mt_job *j) {
+    int g = atomic_load(&j->gen);
+    if (atomic_fetch_add(&j->arrived, 1) == j->nth - 1) {
+        atomic_store(&j->arrived, 0);
+        atomic_fetch_add(&j->gen, 1);
+    } else {
+        while (atomic_load(&j->gen) == g) {
+        }
+    }
+}
+struct mt_arg {
+    struct mt_job *j;
+    int t;
+};
+static void *mt_worker(void *p) {
+    struct mt_arg *a = p;
+    struct mt_job *j = a->j;
+    int64_t r0 = a->t * j->rows / j->nth, r1 = (a->t + 1) * j->rows / j->nth;
+    for (int i = 0; i < j->ncopy; i++) {
+        const uint8_t *w = j->wc + j->wbytes * (size_t)i;
+        if (g_set) g_set->matmul(j->wt, j->k, w, j->ws, r0, r1, j->xq, j->xs, 1, j->y, j->rows);
+        else kern_matmul(j->wt, j->k, w, j->ws, r0, r1, j->xq, j->xs, 1, j->y, j->rows);
+        mt_barrier(j);
+    }
+    return NULL;
+}
+static double mt_decode(struct mt_job *j) {
+    pthread_t th[16];
+    struct mt_arg args[16];
+    atomic_store(&j->arrived, 0);
+    double t0 = wall_s();
+    for (int t = 1; t < j->nth; t++) {
+        args[t] = (struct mt_arg){j, t};
+        pthread_create(&th[t], NULL, mt_worker, &args[t]);
+    }
+    args[0] = (struct mt_arg){j, 0};
+    mt_worker(&args[0]);
+    for (int t = 1; t < j->nth; t++) pthread_join(th[t], NULL);
+    return (wall_s() - t0) / j->ncopy;
 }
 
 /* Single-thread read bandwidth: sum 64-bit words of a large buffer. */
@@ -96,10 +160,20 @@ static void bench(enum nx_type wt, int64_t rows, int64_t k) {
     uint8_t *wc = malloc(wbytes * (size_t)ncopy);
     for (int i = 0; i < ncopy; i++) memcpy(wc + wbytes * (size_t)i, w, wbytes);
     double best_cold = 1e30;
+    const char *thr = getenv("BENCH_THREADS");
+    int nth = thr ? atoi(thr) : 1;
+    if (nth < 1 || nth > 16) nth = 1;
     for (int rep = 0; rep < 3; rep++) {
-        double t0 = now_s();
-        for (int i = 0; i < ncopy; i++) matmul(wt, k, wc + wbytes * (size_t)i, ws, rows, xq, xs, 1, y);
-        double dt = (now_s() - t0) / ncopy;
+        double dt;
+        if (nth > 1) {
+            struct mt_job j = {.wt = wt, .k = k, .rows = rows, .wc = wc, .ws = ws, .wbytes = wbytes,
+                               .xs = xs, .xq = xq, .y = y, .ncopy = ncopy, .nth = nth};
+            dt = mt_decode(&j);
+        } else {
+            double t0 = now_s();
+            for (int i = 0; i < ncopy; i++) matmul(wt, k, wc + wbytes * (size_t)i, ws, rows, xq, xs, 1, y);
+            dt = (now_s() - t0) / ncopy;
+        }
         if (dt < best_cold) best_cold = dt;
     }
     free(wc);
@@ -120,9 +194,9 @@ static void bench(enum nx_type wt, int64_t rows, int64_t k) {
         if (dt < best_pre) best_pre = dt;
     }
     double flop1 = 2.0 * rows * k;
-    printf("%-5s %5lld x %-5lld  nc=1: %6.2f GB/s cold (%6.1f GFLOP/s), %6.2f GB/s hot   "
+    printf("%-5s %5lld x %-5lld  nc=1: %6.2f GB/s cold x%d (%6.1f GFLOP/s), %6.2f GB/s hot   "
            "nc=512: %7.1f GFLOP/s\n",
-           nx_type_name(wt), (long long)rows, (long long)k, wbytes / best_cold / 1e9,
+           nx_type_name(wt), (long long)rows, (long long)k, wbytes / best_cold / 1e9, nth,
            flop1 / best_cold / 1e9, wbytes / best_hot / 1e9, flop1 * nc_max / best_pre / 1e9);
     fflush(stdout);
     free(tmp), free(w), free(xq), free(y);

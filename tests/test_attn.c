@@ -21,6 +21,9 @@
  *   kern_ref_axpy_kv loop) bit for bit; AVX2 values equal the reference bit for bit (same FMA
  *   sequence); every set gives bit-identical elements whatever ng / npos subset a call covers
  *   (what makes results independent of how the caller splits work across threads).
+ * - Fused attention (kern_attn_block + kern_attn_merge): against the unfused path of the same
+ *   set (scores, softmax, values) and a double oracle, tolerances in check_fused; split
+ *   invariance (parts per head or for all heads, any order: identical bits); empty parts.
  * - AVX2 parts print "skipped: no AVX2" and pass on CPUs without AVX2/FMA/F16C.
  */
 #include <float.h>
@@ -418,6 +421,176 @@ TEST(empty_inputs) {
     ASSERT_TRUE(isnan(s[0]));
     kern_attn_scores(NX_TYPE_F32, 8, kbuf, 32, 1, q, 1, 1.0f, s, 4);
     ASSERT_TRUE(same_bits(s[0], 0.0f));
+}
+
+/* ---- fused attention (kern_attn_block + kern_attn_merge) ---------------------------------- */
+
+typedef void (*block_fn)(enum nx_type, int64_t, const void *, size_t, const void *, size_t, int64_t,
+                         const float *, int64_t, float, float *);
+typedef void (*softmax_fn)(float *, int64_t);
+typedef void (*merge_fn)(int64_t, int64_t, int64_t, const float *, float *);
+
+/* Parts of blocks of bl positions (the last one shorter) over npos, each its own call, filled
+ * in reverse block order (as threads finishing in any order would), then merged. */
+static void fused_run(block_fn bfn, merge_fn mfn, const struct kv *k, const struct kv *v, int64_t npos, int64_t bl,
+                      const float *q, int64_t ng, float scale, float *out) {
+    int64_t nparts = (npos + bl - 1) / bl;
+    if (nparts == 0) nparts = 1;
+    int64_t rec = ng * (k->hd + 2);
+    float *parts = nan_floats(nparts * rec);
+    for (int64_t b = nparts - 1; b >= 0; b--) {
+        int64_t j0 = b * bl, n = NX_MIN(bl, npos - j0);
+        bfn(k->kvt, k->hd, k->base + (size_t)j0 * k->stride, k->stride, v->base + (size_t)j0 * v->stride,
+            v->stride, n, q, ng, scale, parts + b * rec);
+    }
+    mfn(k->hd, ng, nparts, parts, out);
+    free(parts);
+}
+
+/*
+ * Fused vs the unfused path of the same set (scores, softmax, values) and vs a double oracle.
+ * Tolerance per output element, with S = sum_j p_j |V_j[i]| (p from the double softmax):
+ *   unfused: (3 npos + 2 parts + 32) * FLT_EPSILON * S  (float chains over npos positions in
+ *            both, one rescale per 64-position chunk and per part, the l sum, exp8's ~2 ulp);
+ *   double:  that plus 2 * dmax * S, dmax the largest score error bound of the scores test
+ *            (1e-5 * scale * sum |q K|), which moves every p by a relative exp(dmax) - 1.
+ */
+static void check_fused(block_fn bfn, merge_fn mfn, scores_fn sfn, softmax_fn smx, values_fn vfn, const char *what) {
+    static const int64_t ngs[] = {1, 4, 5, 9};
+    static const int64_t nposs[] = {1, 7, 64, 65, 300};
+    static const int64_t bls[] = {32, 7, 1000};
+    const float scale = 0.3f;
+    for (g_stride_mode = 0; g_stride_mode < 2; g_stride_mode++)
+    for (int a = 0; a < N_OF(g_kvts); a++)
+    for (int b = 0; b < N_OF(g_hds); b++)
+    for (int c = 0; c < N_OF(ngs); c++)
+    for (int d = 0; d < N_OF(nposs); d++) {
+        enum nx_type kvt = g_kvts[a];
+        int64_t hd = g_hds[b], ng = ngs[c], npos = nposs[d], bl = bls[(b + c + d) % 3];
+        struct kv k, v;
+        kv_make(&k, kvt, hd, npos, 2.0f);
+        kv_make(&v, kvt, hd, npos, 1.0f);
+        float *q = rand_floats(ng * hd, 1.0f);
+        float *of = nan_floats(ng * hd), *ou = nan_floats(ng * hd), *s = nan_floats(ng * npos);
+        fused_run(bfn, mfn, &k, &v, npos, bl, q, ng, scale, of);
+        sfn(kvt, hd, k.base, k.stride, npos, q, ng, scale, s, npos);
+        for (int64_t g = 0; g < ng; g++) smx(s + g * npos, npos);
+        vfn(kvt, hd, v.base, v.stride, npos, s, npos, ng, ou);
+        int64_t nparts = (npos + bl - 1) / bl, bad = 0;
+        double *sd = malloc(sizeof(double) * (size_t)npos);
+        for (int64_t g = 0; g < ng; g++) {
+            double mx = -INFINITY, sum = 0, dmax = 0;
+            for (int64_t j = 0; j < npos; j++) {
+                double acc = 0, mag = 0;
+                for (int64_t i = 0; i < hd; i++) {
+                    acc += (double)q[g * hd + i] * k.vals[j * hd + i];
+                    mag += fabs((double)q[g * hd + i] * k.vals[j * hd + i]);
+                }
+                sd[j] = acc * scale;
+                dmax = fmax(dmax, 1e-5 * scale * mag);
+                mx = fmax(mx, sd[j]);
+            }
+            for (int64_t j = 0; j < npos; j++) sum += exp(sd[j] - mx);
+            for (int64_t i = 0; i < hd; i++) {
+                double ref = 0, S = 0;
+                for (int64_t j = 0; j < npos; j++) {
+                    double p = exp(sd[j] - mx) / sum;
+                    ref += p * v.vals[j * hd + i];
+                    S += p * fabs(v.vals[j * hd + i]);
+                }
+                double tu = (3.0 * npos + 2.0 * nparts + 32) * FLT_EPSILON * S + 1e-30;
+                double td = tu + 2 * dmax * S;
+                float f = of[g * hd + i], u = ou[g * hd + i];
+                if (!(fabs((double)f - u) <= tu) || !(fabs((double)f - ref) <= td)) {
+                    if (bad++ < 3)
+                        fprintf(stderr, "  %s: type %d hd %lld ng %lld npos %lld bl %lld: out[%lld][%lld] = %.9g, unfused %.9g, double %.9g (tol %.3g / %.3g)\n",
+                                what, (int)kvt, (long long)hd, (long long)ng, (long long)npos, (long long)bl,
+                                (long long)g, (long long)i, f, u, ref, tu, td);
+                }
+            }
+        }
+        free(sd), free(q), free(of), free(ou), free(s);
+        kv_free(&k), kv_free(&v);
+        if (bad) FAILF("%s: fused attention out of tolerance (%lld elements)", what, (long long)bad);
+    }
+}
+
+TEST(fused_ref_vs_unfused_and_double) {
+    check_fused(kern_ref_attn_block, kern_ref_attn_merge, kern_ref_attn_scores, kern_ref_softmax, kern_ref_attn_values, "ref");
+}
+
+TEST(fused_avx2_vs_unfused_and_double) {
+    if (!have_avx2()) return;
+    check_fused(kern_avx2_attn_block, kern_avx2_attn_merge, kern_avx2_attn_scores, kern_avx2_softmax, kern_avx2_attn_values, "avx2");
+}
+
+/*
+ * Split invariance: with fixed part boundaries, the merged output is a pure function of the
+ * inputs: parts computed for all heads at once or one head at a time (ng = 9 spans two head
+ * groups), in any order, give bit-identical output; and every part of a head is identical in
+ * both. Through the dispatcher (kern_attn_block), whatever set this CPU runs.
+ */
+TEST(fused_split_invariance) {
+    const float scale = 0.25f;
+    for (int a = 0; a < N_OF(g_kvts); a++)
+    for (int b = 0; b < N_OF(g_hds); b++) {
+        enum nx_type kvt = g_kvts[a];
+        int64_t hd = g_hds[b], ng = 9, npos = 300, bl = 32, nparts = (npos + bl - 1) / bl;
+        int64_t rec = ng * (hd + 2);
+        struct kv k, v;
+        g_stride_mode = b % 2;
+        kv_make(&k, kvt, hd, npos, 2.0f);
+        kv_make(&v, kvt, hd, npos, 1.0f);
+        float *q = rand_floats(ng * hd, 1.0f);
+        float *pa = nan_floats(nparts * rec), *pb = nan_floats(nparts * rec);
+        float *oa = nan_floats(ng * hd), *ob = nan_floats(ng * hd);
+        for (int64_t p = 0; p < nparts; p++) {
+            int64_t j0 = p * bl, n = NX_MIN(bl, npos - j0);
+            kern_attn_block(kvt, hd, k.base + (size_t)j0 * k.stride, k.stride, v.base + (size_t)j0 * v.stride,
+                            v.stride, n, q, ng, scale, pa + p * rec);
+        }
+        for (int64_t p = nparts - 1; p >= 0; p--) {
+            int64_t j0 = p * bl, n = NX_MIN(bl, npos - j0);
+            for (int64_t g = ng - 1; g >= 0; g--)
+                kern_attn_block(kvt, hd, k.base + (size_t)j0 * k.stride, k.stride, v.base + (size_t)j0 * v.stride,
+                                v.stride, n, q + g * hd, 1, scale, pb + p * rec + g * (hd + 2));
+        }
+        kern_attn_merge(hd, ng, nparts, pa, oa);
+        kern_attn_merge(hd, ng, nparts, pb, ob);
+        int64_t diff = 0;
+        for (int64_t x = 0; x < nparts * rec; x++) diff += !same_bits(pa[x], pb[x]);
+        for (int64_t x = 0; x < ng * hd; x++) diff += !same_bits(oa[x], ob[x]);
+        free(q), free(pa), free(pb), free(oa), free(ob);
+        kv_free(&k), kv_free(&v);
+        if (diff) FAILF("%s type %d hd %lld: %lld elements depend on the split", kern_name(), (int)kvt, (long long)hd,
+                        (long long)diff);
+    }
+}
+
+/* Empty parts: m = -inf, l = 0, o = 0; the merge skips them; all empty gives zeros. */
+TEST(fused_empty_parts) {
+    float q[16], kbuf[64], part[3 * 10], out[16];
+    for (int i = 0; i < 16; i++) q[i] = (float)i / 16.0f;
+    for (int i = 0; i < 64; i++) kbuf[i] = (float)(i % 5) - 2.0f;
+    block_fn fns[2] = {kern_ref_attn_block, kern_avx2_attn_block};
+    merge_fn mfns[2] = {kern_ref_attn_merge, kern_avx2_attn_merge};
+    for (int f = 0; f < 2; f++) {
+        if (f == 1 && !kern_cpu_supports("avx2")) continue;
+        for (int i = 0; i < 30; i++) part[i] = NAN;
+        fns[f](NX_TYPE_F32, 8, kbuf, 32, kbuf, 32, 0, q, 1, 1.0f, part);
+        ASSERT_TRUE(isinf(part[0]) && part[0] < 0);
+        ASSERT_TRUE(same_bits(part[1], 0.0f));
+        for (int i = 0; i < 8; i++) ASSERT_TRUE(same_bits(part[2 + i], 0.0f));
+        mfns[f](8, 1, 1, part, out);
+        for (int i = 0; i < 8; i++) ASSERT_TRUE(same_bits(out[i], 0.0f));
+        /* one real part between two empty ones = that part alone */
+        fns[f](NX_TYPE_F32, 8, kbuf, 32, kbuf, 32, 2, q, 1, 1.0f, part + 10);
+        memcpy(part + 20, part, 10 * sizeof(float));
+        float alone[8];
+        mfns[f](8, 1, 1, part + 10, alone);
+        mfns[f](8, 1, 3, part, out);
+        for (int i = 0; i < 8; i++) ASSERT_TRUE(same_bits(out[i], alone[i]));
+    }
 }
 
 TEST_MAIN

@@ -767,6 +767,68 @@ TEST(matmul_large_vs_ref) {
     }
 }
 
+/*
+ * The Q8_0 / Q4_0 row-lane contract (src/kern/q8t_avx2.c), written out here in scalar C: per
+ * output, acc = fmaf((float)isum_b, dw_b * dx_b, acc) over the blocks in order. Both SIMD sets
+ * must match it bit for bit, in decode (nc < 4) and prefill (tiles of 8 / 16 rows, ragged
+ * last groups, 1..12-column tiles), for every kind of weight block.
+ */
+static float q8_model(enum nx_type wt, const uint8_t *w, const uint8_t *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_q8_0 *bx = (const struct block_q8_0 *)x + b;
+        int32_t isum = 0;
+        float dw;
+        if (wt == NX_TYPE_Q4_0) {
+            const struct block_q4_0 *bw = (const struct block_q4_0 *)w + b;
+            for (int j = 0; j < 16; j++) {
+                isum += ((bw->qs[j] & 0xf) - 8) * bx->qs[j] + ((bw->qs[j] >> 4) - 8) * bx->qs[j + 16];
+            }
+            dw = nx_half_to_f32(bw->d);
+        } else {
+            const struct block_q8_0 *bw = (const struct block_q8_0 *)w + b;
+            for (int j = 0; j < 32; j++) isum += bw->qs[j] * bx->qs[j];
+            dw = nx_half_to_f32(bw->d);
+        }
+        float scale = dw * nx_half_to_f32(bx->d);
+        acc = fmaf((float)isum, scale, acc);
+    }
+    return acc;
+}
+
+TEST(matmul_q8_row_lane_contract) {
+    const struct kern_table *sets[2];
+    int ns = simd_sets(sets);
+    const enum nx_type types[2] = {NX_TYPE_Q8_0, NX_TYPE_Q4_0};
+    const int64_t ncs[6] = {1, 3, 4, 13, 29, 2};
+    for (int s = 0; s < ns; s++) {
+        for (int t = 0; t < 2; t++) {
+            for (int wk = 0; wk < W_KINDS; wk++) {
+                int64_t k = (int64_t[]){32, 96, 2048, 320, 64, 160}[wk], rows = (int64_t[]){37, 16, 9, 8, 17, 1}[wk];
+                int64_t nc = ncs[(wk + t) % 6];
+                struct mm_problem p;
+                mm_setup(&p, types[t], k, rows, nc, (enum wkind)wk, (enum xkind)(wk % X_KINDS));
+                float *y = malloc(sizeof(float) * (size_t)(rows * nc));
+                sets[s]->matmul(p.wt, k, p.w, p.ws, 0, rows, p.xq, p.xs, nc, y, rows);
+                int bad = 0;
+                for (int64_t c = 0; c < nc; c++) {
+                    for (int64_t r = 0; r < rows; r++) {
+                        float m = q8_model(p.wt, p.w + r * p.ws, p.xq + c * p.xs, k / 32);
+                        if (fbits(m) != fbits(y[c * rows + r]) && bad++ < 3) {
+                            fprintf(stderr, "  %s %s k=%lld nc=%lld y[%lld][%lld] = %.9g, model %.9g\n", sets[s]->name,
+                                    nx_type_name(p.wt), (long long)k, (long long)nc, (long long)c, (long long)r,
+                                    y[c * rows + r], m);
+                        }
+                    }
+                }
+                free(y);
+                mm_free(&p);
+                if (bad) FAILF("%s %s: %d outputs differ from the row-lane contract", sets[s]->name, nx_type_name(types[t]), bad);
+            }
+        }
+    }
+}
+
 /* When a thread's K-quant scratch cannot grow, the AVX2 matmul runs the reference kernel for
  * that call (bit-identical to it) instead of aborting; the next call allocates and is SIMD
  * again. Run on a fresh thread, whose scratch is empty. */
@@ -925,7 +987,8 @@ TEST(q4k_interleaved_matches_q4k) {
     kern_force_ref(true);
     ASSERT_EQ(kern_weight_layout(NX_TYPE_Q4_K), NX_TYPE_Q4_K);
     kern_force_ref(false);
-    enum nx_type want = strcmp(kern_name(), "avx2") == 0 ? NX_TYPE_Q4_K_IL : NX_TYPE_Q4_K;
+    /* the layout of the set that runs Q4_K matmuls (AVX-512 CPUs route them to AVX2) */
+    enum nx_type want = strcmp(kern_matmul_name(NX_TYPE_Q4_K), "avx2") == 0 ? NX_TYPE_Q4_K_IL : NX_TYPE_Q4_K;
     ASSERT_EQ(kern_weight_layout(NX_TYPE_Q4_K), want);
     ASSERT_EQ(kern_weight_layout(NX_TYPE_Q6_K), NX_TYPE_Q6_K);
     /* never read from or written to files */
@@ -997,6 +1060,30 @@ TEST(dispatch) {
     ASSERT_STR_EQ(kern_name(), name);
     ASSERT_TRUE(kern_table_by_name("avx2") == &kern_table_avx2);
     ASSERT_TRUE(kern_table_by_name("nope") == NULL);
+    /* per-type routes: on AVX-512 CPUs Q4_K / Q6_K matmuls run the AVX2 kernels (bit for bit),
+       the rest the AVX-512 ones; Q4_K weights then take the AVX2 layout */
+    if (strcmp(name, "avx512") == 0) {
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q4_K), "avx2");
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q6_K), "avx2");
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q8_0), "avx512");
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_F16), "avx512");
+        ASSERT_EQ((int)kern_weight_layout(NX_TYPE_Q4_K), (int)NX_TYPE_Q4_K_IL);
+        const enum nx_type rt[3] = {NX_TYPE_Q6_K, NX_TYPE_Q4_K_IL, NX_TYPE_Q8_0};
+        for (int t = 0; t < 3; t++) {
+            struct mm_problem p;
+            mm_setup(&p, rt[t], 512, 20, 5, W_RANDOM, X_RANDOM);
+            float ya[100], yb[100];
+            kern_matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, ya, p.rows);
+            kern_table_by_name(kern_matmul_name(rt[t]))->matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, yb, p.rows);
+            ASSERT_TRUE(memcmp(ya, yb, sizeof ya) == 0);
+            mm_free(&p);
+        }
+    } else {
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q4_K), name);
+    }
+    kern_force_ref(true);
+    ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q4_K), "ref");
+    kern_force_ref(false);
     /* the public entry points work end to end */
     const int64_t k = 256;
     float x[256], w[2 * 256], y[2];
@@ -1010,6 +1097,31 @@ TEST(dispatch) {
     ASSERT_NEAR(y[0], s0, 0.05);
     ASSERT_NEAR(y[1], s1, 0.05);
     free(wq), free(xq);
+}
+
+/* Minimum work per thread: tiny operations (stories260K's, ~0.2-1.5 us) get one thread, the 1B
+ * model's decode matmuls (0.1-1.5 ms) every thread; monotonic in the cost, within [1, nth]. */
+TEST(threads_for_minimum_work) {
+    ASSERT_EQ(kern_threads_for(0, 8), 1);
+    ASSERT_EQ(kern_threads_for(NAN, 8), 1);
+    ASSERT_EQ(kern_threads_for(1e12, 1), 1);
+    ASSERT_EQ(kern_threads_for(1e12, 8), 8);
+    ASSERT_EQ(kern_threads_for(KERN_MIN_NS_PER_THREAD * 2.5, 8), 2);
+    int prev = 1;
+    for (double c = 100; c < 1e9; c *= 1.3) {
+        int t = kern_threads_for(c, 6);
+        ASSERT_TRUE(t >= prev && t >= 1 && t <= 6);
+        prev = t;
+    }
+    ASSERT_EQ(kern_threads_for(kern_matmul_cost_ns(NX_TYPE_F32, 64, 64, 1), 2), 1);
+    ASSERT_EQ(kern_threads_for(kern_matmul_cost_ns(NX_TYPE_F32, 64, 512, 1), 2), 1);
+    ASSERT_EQ(kern_threads_for(kern_matmul_cost_ns(NX_TYPE_F32, 64, 172, 8), 2), 1);
+    ASSERT_EQ(kern_threads_for(kern_matmul_cost_ns(NX_TYPE_Q4_K, 2048, 2048, 1), 4), 4);
+    ASSERT_EQ(kern_threads_for(kern_matmul_cost_ns(NX_TYPE_F16, 2048, 8192, 1), 8), 8);
+    ASSERT_EQ(kern_threads_for(kern_matmul_cost_ns(NX_TYPE_Q8_0, 2048, 2048, 512), 8), 8);
+    ASSERT_EQ(kern_threads_for(kern_attn_cost_ns(NX_TYPE_F16, 8, 16, 8), 2), 1);
+    ASSERT_EQ(kern_threads_for(kern_attn_cost_ns(NX_TYPE_F16, 64, 4096, 4), 2), 2);
+    ASSERT_TRUE(kern_matmul_cost_ns(NX_TYPE_Q8_0, 2048, 2048, 0) == 0);
 }
 
 TEST_MAIN

@@ -44,10 +44,12 @@
  *   when the data is already in L2 it costs ~10% (scores) and 15-20% (values).
  */
 #include <immintrin.h>
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
 #include "core/nx_base.h"
+#include "kern/exp_avx2.h"
 #include "kern/kern_impl.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -297,13 +299,14 @@ AI void va_run(enum nx_type kvt, const int NG, const int NC, int64_t hd, const c
 #undef VA
 }
 
+/* acc: add to out (else overwrite it). */
 AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t npos,
-               const float *p, int64_t ld, int64_t ng, float *out) {
+               const float *p, int64_t ld, int64_t ng, float *out, bool acc) {
     const int64_t bl = att_block(vs);
     for (int64_t j0 = 0; j0 < npos; j0 += bl) {
         int64_t n = NX_MIN(npos - j0, bl);
         const char *vj = v + (size_t)j0 * vs;
-        bool first = j0 == 0;
+        bool first = !acc && j0 == 0;
         for (int64_t g0 = 0; g0 < ng; g0 += ATT_HEADS) {
             const float *pg = p + g0 * ld + j0;
             float *og = out + g0 * hd;
@@ -321,12 +324,12 @@ AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n
 
 static void va_f32(int64_t hd, const char *v, size_t vs, int64_t npos, const float *p, int64_t ld,
                    int64_t ng, float *out) {
-    va_all(NX_TYPE_F32, hd, v, vs, npos, p, ld, ng, out);
+    va_all(NX_TYPE_F32, hd, v, vs, npos, p, ld, ng, out, false);
 }
 
 static void va_f16(int64_t hd, const char *v, size_t vs, int64_t npos, const float *p, int64_t ld,
                    int64_t ng, float *out) {
-    va_all(NX_TYPE_F16, hd, v, vs, npos, p, ld, ng, out);
+    va_all(NX_TYPE_F16, hd, v, vs, npos, p, ld, ng, out, false);
 }
 
 void kern_avx2_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
@@ -339,4 +342,141 @@ void kern_avx2_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v
     }
     if (kvt == NX_TYPE_F32) va_f32(hd, v, v_stride, npos, p, ld, ng, out);
     else va_f16(hd, v, v_stride, npos, p, ld, ng, out);
+}
+
+/* ---- fused attention over one KV block (kern_attn_block) ----------------------------------- */
+
+/*
+ * Chunks of KERN_ATTN_CHUNK positions: scores for all heads of the group (sc_all, into a
+ * stack buffer that stays in L1), then per head the chunk max, the rescale of the running
+ * state by exp(m_old - m_new) (0 for the first chunk), p = exp(s - m_new) in place (exp8;
+ * scalar exp1 for the last n % 8), l = l * alpha + sum(p) (8 lanes in order, a fixed tree,
+ * then the tail in order), then the values of the chunk added to o (va_all, accumulating).
+ * Each K and V row slice is read once. Heads go in groups of up to 8 (the buffers are on the
+ * stack); hd > KERN_ATTN_MAX_HD runs the reference.
+ */
+enum { FUSED_HEADS = 8 };
+
+AI float hsum8(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+AI void fused_group(enum nx_type kvt, int64_t hd, const char *k, size_t ks, const char *v,
+                    size_t vs, int64_t npos, const float *q, int64_t ng, float scale, float *part) {
+    float sbuf[FUSED_HEADS * KERN_ATTN_CHUNK];
+    float obuf[FUSED_HEADS * KERN_ATTN_MAX_HD];
+    float m[FUSED_HEADS], l[FUSED_HEADS];
+    for (int64_t g = 0; g < ng; g++) m[g] = -INFINITY, l[g] = 0.0f;
+    memset(obuf, 0, sizeof(float) * (size_t)(ng * hd));
+    const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
+    for (int64_t j0 = 0; j0 < npos; j0 += KERN_ATTN_CHUNK) {
+        int64_t n = NX_MIN(npos - j0, (int64_t)KERN_ATTN_CHUNK);
+        /* memory-level parallelism: ask for the chunk's K and V slices at once (a paged KV
+         * block is a few KiB the hardware prefetchers have no time to ramp up on) */
+        for (int64_t j = 0; j < n; j++) {
+            prefetch_span(k + (size_t)(j0 + j) * ks, slice);
+            prefetch_span(v + (size_t)(j0 + j) * vs, slice);
+        }
+        sc_all(kvt, hd, k + (size_t)j0 * ks, ks, n, q, ng, scale, sbuf, KERN_ATTN_CHUNK);
+        for (int64_t g = 0; g < ng; g++) {
+            float *s = sbuf + g * KERN_ATTN_CHUNK;
+            float mc = s[0];
+            int64_t j = 0;
+            if (n >= 8) {
+                __m256 mv = _mm256_loadu_ps(s);
+                for (j = 8; j + 8 <= n; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
+                __m128 h = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
+                h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+                mc = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
+            }
+            for (; j < n; j++) mc = s[j] > mc ? s[j] : mc;
+            float mn = mc > m[g] ? mc : m[g];
+            float alpha = m[g] == -INFINITY ? 0.0f : exp1(m[g] - mn);
+            __m256 vm = _mm256_set1_ps(mn), vs8 = _mm256_setzero_ps();
+            for (j = 0; j + 8 <= n; j += 8) {
+                __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
+                _mm256_storeu_ps(s + j, e);
+                vs8 = _mm256_add_ps(vs8, e);
+            }
+            float lsum = hsum8(vs8);
+            for (; j < n; j++) {
+                s[j] = exp1(s[j] - mn);
+                lsum += s[j];
+            }
+            l[g] = l[g] * alpha + lsum;
+            m[g] = mn;
+            if (j0 > 0) {
+                float *o = obuf + g * hd;
+                __m256 va = _mm256_set1_ps(alpha);
+                int64_t i = 0;
+                for (; i + 8 <= hd; i += 8) _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), va));
+                for (; i < hd; i++) o[i] *= alpha;
+            }
+        }
+        va_all(kvt, hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, obuf, true);
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        float *pg = part + g * (hd + 2);
+        pg[0] = m[g], pg[1] = l[g];
+        memcpy(pg + 2, obuf + g * hd, sizeof(float) * (size_t)hd);
+    }
+}
+
+static void fused_f32(int64_t hd, const char *k, size_t ks, const char *v, size_t vs, int64_t npos,
+                      const float *q, int64_t ng, float scale, float *part) {
+    fused_group(NX_TYPE_F32, hd, k, ks, v, vs, npos, q, ng, scale, part);
+}
+
+static void fused_f16(int64_t hd, const char *k, size_t ks, const char *v, size_t vs, int64_t npos,
+                      const float *q, int64_t ng, float scale, float *part) {
+    fused_group(NX_TYPE_F16, hd, k, ks, v, vs, npos, q, ng, scale, part);
+}
+
+void kern_avx2_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                          const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
+                          float scale, float *part) {
+    NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
+    if (hd > KERN_ATTN_MAX_HD) {
+        kern_ref_attn_block(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part);
+        return;
+    }
+    for (int64_t g0 = 0; g0 < ng; g0 += FUSED_HEADS) {
+        int64_t n = NX_MIN(ng - g0, (int64_t)FUSED_HEADS);
+        if (kvt == NX_TYPE_F32) fused_f32(hd, k, k_stride, v, v_stride, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2));
+        else fused_f16(hd, k, k_stride, v, v_stride, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2));
+    }
+}
+
+/* kern_attn_merge for the SIMD sets: exp1 for the part weights, FMA for the sums. */
+void kern_avx2_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out) {
+    const int64_t rec = ng * (hd + 2);
+    for (int64_t g = 0; g < ng; g++) {
+        float *o = out + g * hd;
+        float mx = -INFINITY;
+        for (int64_t b = 0; b < nparts; b++) {
+            float mb = parts[b * rec + g * (hd + 2)];
+            mx = mb > mx ? mb : mx;
+        }
+        memset(o, 0, sizeof(float) * (size_t)hd);
+        float lsum = 0.0f;
+        for (int64_t b = 0; b < nparts; b++) {
+            const float *pb = parts + b * rec + g * (hd + 2);
+            if (pb[0] == -INFINITY) continue; /* empty part */
+            float w = exp1(pb[0] - mx);
+            lsum = fmaf(w, pb[1], lsum);
+            __m256 wv = _mm256_set1_ps(w);
+            int64_t i = 0;
+            for (; i + 8 <= hd; i += 8)
+                _mm256_storeu_ps(o + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(pb + 2 + i), _mm256_loadu_ps(o + i)));
+            for (; i < hd; i++) o[i] = fmaf(w, pb[2 + i], o[i]);
+        }
+        float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+        __m256 iv = _mm256_set1_ps(inv);
+        int64_t i = 0;
+        for (; i + 8 <= hd; i += 8) _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), iv));
+        for (; i < hd; i++) o[i] *= inv;
+    }
 }

@@ -57,3 +57,73 @@ void kern_ref_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_
         }
     }
 }
+
+/*
+ * Fused block attention, plain C: the same chunked online softmax as attn_avx2.c's
+ * (chunks of KERN_ATTN_CHUNK positions, rescale by expf(m_old - m_new), p = expf(s - m_new),
+ * l = l * alpha + sum(p) in order), scores as kern_ref_attn_scores, values by fmaf in position
+ * order. Differs from the SIMD version by exp and float-sum rounding only.
+ */
+void kern_ref_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                         const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
+                         float scale, float *part) {
+    NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
+    const char *kb = k, *vb = v;
+    for (int64_t g = 0; g < ng; g++) {
+        const float *qg = q + g * hd;
+        float *pg = part + g * (hd + 2), *o = pg + 2;
+        float m = -INFINITY, l = 0.0f;
+        for (int64_t i = 0; i < hd; i++) o[i] = 0.0f;
+        for (int64_t j0 = 0; j0 < npos; j0 += KERN_ATTN_CHUNK) {
+            int64_t n = NX_MIN(npos - j0, (int64_t)KERN_ATTN_CHUNK);
+            float s[KERN_ATTN_CHUNK];
+            float mc = -INFINITY;
+            for (int64_t j = 0; j < n; j++) {
+                const void *row = kb + (size_t)(j0 + j) * k_stride;
+                double acc = 0.0;
+                for (int64_t i = 0; i < hd; i++) acc += (double)kv_elem(kvt, row, i) * qg[i];
+                s[j] = (float)acc * scale;
+                mc = j == 0 || s[j] > mc ? s[j] : mc;
+            }
+            float mn = mc > m ? mc : m;
+            float alpha = m == -INFINITY ? 0.0f : expf(m - mn);
+            float lsum = 0.0f;
+            for (int64_t j = 0; j < n; j++) {
+                s[j] = expf(s[j] - mn);
+                lsum += s[j];
+            }
+            l = l * alpha + lsum;
+            m = mn;
+            if (j0 > 0)
+                for (int64_t i = 0; i < hd; i++) o[i] *= alpha;
+            for (int64_t j = 0; j < n; j++) {
+                const void *row = vb + (size_t)(j0 + j) * v_stride;
+                for (int64_t i = 0; i < hd; i++) o[i] = fmaf(s[j], kv_elem(kvt, row, i), o[i]);
+            }
+        }
+        pg[0] = m, pg[1] = l;
+    }
+}
+
+void kern_ref_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out) {
+    const int64_t rec = ng * (hd + 2);
+    for (int64_t g = 0; g < ng; g++) {
+        float *o = out + g * hd;
+        float mx = -INFINITY;
+        for (int64_t b = 0; b < nparts; b++) {
+            float mb = parts[b * rec + g * (hd + 2)];
+            mx = mb > mx ? mb : mx;
+        }
+        for (int64_t i = 0; i < hd; i++) o[i] = 0.0f;
+        double lsum = 0.0;
+        for (int64_t b = 0; b < nparts; b++) {
+            const float *pb = parts + b * rec + g * (hd + 2);
+            if (pb[0] == -INFINITY) continue; /* empty part */
+            float w = expf(pb[0] - mx);
+            lsum += (double)w * pb[1];
+            for (int64_t i = 0; i < hd; i++) o[i] = fmaf(w, pb[2 + i], o[i]);
+        }
+        float inv = lsum > 0.0 ? (float)(1.0 / lsum) : 0.0f;
+        for (int64_t i = 0; i < hd; i++) o[i] *= inv;
+    }
+}

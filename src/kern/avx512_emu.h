@@ -157,4 +157,44 @@ EMU __m256i emu_dpbusd256(__m256i acc, __m256i a, __m256i b) {
 #undef _mm256_dpbusd_epi32
 #define _mm256_dpbusd_epi32 emu_dpbusd256
 
+/* ---- used by the Q8_0 / Q4_0 row-lane tile ---- */
+EMU emu512 emu_set1_epi32(int32_t v) {
+    emu512 r;
+    for (int i = 0; i < 16; i++) r.d[i] = v;
+    return r;
+}
+#define _mm512_set1_epi32 emu_set1_epi32
+EMU emu512 emu_set1_ps(float v) {
+    emu512 r;
+    for (int i = 0; i < 16; i++) r.f[i] = v;
+    return r;
+}
+#define _mm512_set1_ps emu_set1_ps
+EMU emu512 emu_mul_ps(emu512 a, emu512 b) {
+    for (int i = 0; i < 16; i++) a.f[i] *= b.f[i];
+    return a;
+}
+#define _mm512_mul_ps emu_mul_ps
+EMU emu512 emu_cvtepi32_ps(emu512 a) {
+    for (int i = 0; i < 16; i++) a.f[i] = (float)a.d[i];
+    return a;
+}
+#define _mm512_cvtepi32_ps emu_cvtepi32_ps
+/* vpdpbusd (512-bit): acc + sum of 4 u8 (a) x i8 (b) products per i32 lane, wrapping */
+EMU emu512 emu_dpbusd512(emu512 acc, emu512 a, emu512 b) {
+    for (int i = 0; i < 16; i++) {
+        int64_t s = acc.d[i];
+        for (int j = 0; j < 4; j++) s += a.ub[4 * i + j] * b.b[4 * i + j];
+        acc.d[i] = (int32_t)(uint32_t)s;
+    }
+    return acc;
+}
+#define _mm512_dpbusd_epi32 emu_dpbusd512
+EMU void emu_mask_storeu_ps(float *p, unsigned m, emu512 v) {
+    for (int i = 0; i < 16; i++) {
+        if (m >> i & 1) p[i] = v.f[i];
+    }
+}
+#define _mm512_mask_storeu_ps(p, m, v) emu_mask_storeu_ps((p), (unsigned)(m), (v))
+
 #endif

@@ -8,12 +8,20 @@
  *   else "ref". __builtin_cpu_supports also checks that the OS saves the wide registers.
  * - NX_KERNELS (read once, at that first choice) can lower the choice: "ref" forces the
  *   reference set, "avx2" forbids AVX-512. A request the CPU cannot run falls back silently.
+ * - Per-operation choice: matmuls go to g_mm[weight type], which is the chosen set except
+ *   where a table for that set says another set's kernels are faster on such CPUs
+ *   (g_avx512_routes: on the AVX-512 machines measured, the AVX2 Q4_K / Q6_K drivers beat the
+ *   AVX-512 tiles on prefill by 10-30% and tie on decode, see README "Kernel sets"). A static
+ *   table, not a start-up measurement: a measurement on a loaded machine could flip between
+ *   runs, and sets round differently, so outputs would change from run to run. The choice is
+ *   per weight type, never per call shape: decode and prefill of one type stay in one set,
+ *   which keeps them bit-identical. The weight layout follows the routed set.
  * - kern_force_ref flips an atomic flag checked on each call; it is meant for tests and for
  *   start-up configuration, not for switching while kernels run (a matmul split across threads
  *   could otherwise mix sets, whose roundings differ).
  * - The activation format is shared by all sets (kern_impl.h), so kern_act_row_bytes does not
  *   depend on the set.
- * - A set whose table leaves attn_scores / attn_values NULL gets the AVX2 versions: only SIMD
+ * - A set whose table leaves attn_scores / attn_values / attn_block NULL gets the AVX2 versions: only SIMD
  *   sets may do so (the reference table always sets them), and every SIMD set requires AVX2,
  *   FMA and F16C.
  */
@@ -63,6 +71,27 @@ const struct kern_table *kern_table_by_name(const char *name) {
     return NULL;
 }
 
+/* Matmul routes of the AVX-512 set: weight type -> set name. */
+static const struct {
+    enum nx_type type;
+    const char *set;
+} g_avx512_routes[] = {
+    {NX_TYPE_Q4_K, "avx2"},
+    {NX_TYPE_Q4_K_IL, "avx2"},
+    {NX_TYPE_Q6_K, "avx2"},
+};
+#define MM_TYPES 48 /* type ids below this have a route (internal ids included) */
+static const struct kern_table *g_mm[MM_TYPES];
+
+static void select_routes(void) {
+    for (int t = 0; t < MM_TYPES; t++) g_mm[t] = g_table;
+    if (g_table != &kern_table_avx512) return;
+    for (size_t i = 0; i < sizeof g_avx512_routes / sizeof g_avx512_routes[0]; i++) {
+        const struct kern_table *set = kern_table_by_name(g_avx512_routes[i].set);
+        if (set && kern_cpu_supports(set->name)) g_mm[g_avx512_routes[i].type] = set;
+    }
+}
+
 static void select_table(void) {
     const char *env = getenv("NX_KERNELS");
     bool allow512 = !(env && (strcmp(env, "ref") == 0 || strcmp(env, "avx2") == 0));
@@ -74,6 +103,7 @@ static void select_table(void) {
     } else {
         g_table = &kern_table_ref;
     }
+    select_routes();
 }
 
 void kern_init(void) { pthread_once(&g_once, select_table); }
@@ -94,8 +124,17 @@ void nx_kernels_force_ref(bool force) { kern_force_ref(force); }
 
 const char *nx_kernels_name(void) { return kern_name(); }
 
+/* The set that runs matmuls of weights of type t. */
+static const struct kern_table *mm_set(enum nx_type t) {
+    kern_init();
+    if (atomic_load_explicit(&g_force_ref, memory_order_relaxed)) return &kern_table_ref;
+    return (unsigned)t < MM_TYPES ? g_mm[t] : g_table;
+}
+
+const char *kern_matmul_name(enum nx_type t) { return mm_set(t)->name; }
+
 enum nx_type kern_weight_layout(enum nx_type t) {
-    const struct kern_table *set = kern_table_current();
+    const struct kern_table *set = mm_set(t);
     return set->weight_layout ? set->weight_layout(t) : t;
 }
 
@@ -141,7 +180,7 @@ void kern_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int
                  int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                  int64_t y_stride) {
     if (r1 <= r0 || nc <= 0) return;
-    kern_table_current()->matmul(wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
+    mm_set(wt)->matmul(wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
 }
 
 float kern_dot_kv(enum nx_type kvt, int64_t n, const void *k, const float *q) {
@@ -171,6 +210,21 @@ void kern_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stri
     const struct kern_table *t = kern_table_current();
     (t->attn_values ? t->attn_values : kern_avx2_attn_values)(kvt, hd, v, v_stride, npos, p, ld,
                                                                ng, out);
+}
+
+void kern_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride, const void *v,
+                     size_t v_stride, int64_t npos, const float *q, int64_t ng, float scale,
+                     float *part) {
+    if (ng <= 0 || hd <= 0) return;
+    const struct kern_table *t = kern_table_current();
+    (t->attn_block ? t->attn_block : kern_avx2_attn_block)(kvt, hd, k, k_stride, v, v_stride, npos,
+                                                            q, ng, scale, part);
+}
+
+void kern_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out) {
+    if (ng <= 0 || hd <= 0) return;
+    const struct kern_table *t = kern_table_current();
+    (t->attn_merge ? t->attn_merge : kern_avx2_attn_merge)(hd, ng, nparts, parts, out);
 }
 
 void kern_softmax(float *x, int64_t n) { kern_table_current()->softmax(x, n); }

@@ -25,6 +25,9 @@
 void kern_init(void);
 void kern_force_ref(bool force);
 const char *kern_name(void); /* "avx512", "avx2", "ref" */
+/* The set whose kernels run matmuls of weight type t (the fastest for t on this CPU: can differ
+ * from kern_name, see dispatch.c); decode and prefill of one type always use the same set. */
+const char *kern_matmul_name(enum nx_type t);
 
 /*
  * In-memory weight layouts. A kernel set may prefer weights of type t rewritten into an
@@ -94,6 +97,48 @@ void kern_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stri
  * (all zeros when npos <= 0); out must not overlap p or the V rows. */
 void kern_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
                       int64_t npos, const float *p, int64_t ld, int64_t ng, float *out);
+
+/*
+ * Fused attention (flash-decoding style). A KV range of npos positions (K_j, V_j as above,
+ * strides in bytes) is reduced, for each of the ng query heads sharing it, to a partial state
+ * in one pass over its rows (scores, online softmax, values):
+ *   s_j = scale * dot(q_g, K_j),  m = max_j s_j,  l = sum_j exp(s_j - m),
+ *   o[i] = sum_j exp(s_j - m) * V_j[i]
+ * written as part[g*(hd+2)] = m, part[g*(hd+2)+1] = l, part[g*(hd+2)+2+i] = o[i]
+ * (npos <= 0: m = -inf, l = 0, o = 0). Positions are taken in chunks of KERN_ATTN_CHUNK
+ * from the start of the range (the running state is rescaled per chunk), so a part depends
+ * only on its own inputs. Pure and single-threaded, like the kernels above.
+ *
+ * kern_attn_merge combines nparts such partial states (part b at parts + b*ng*(hd+2), e.g.
+ * one per KV cache block, in token order) into softmax(s) V: out[g*hd + i] =
+ * sum_b exp(m_b - M) o_b[i] / sum_b exp(m_b - M) l_b, M = max_b m_b, summed in part order
+ * (one fixed-order implementation per kernel set). Splitting the parts across threads (each
+ * fills its parts, then one merge) therefore gives bit-identical output for any thread count,
+ * as long as the part boundaries are fixed (KV cache blocks). The result matches the unfused
+ * scores + softmax + values path within float rounding (see tests/test_attn.c for the bound).
+ * All parts empty: out = 0.
+ */
+#define KERN_ATTN_CHUNK 64
+#define KERN_ATTN_MAX_HD 512 /* larger head dims run the reference kernel */
+void kern_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride, const void *v,
+                     size_t v_stride, int64_t npos, const float *q, int64_t ng, float scale,
+                     float *part);
+void kern_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out);
+
+/*
+ * Minimum work per thread (cost.c). The forward pass splits an operation over
+ * kern_threads_for(cost, nth) threads (1 .. nth), cost being the estimated single-thread time of
+ * the whole operation in ns: each thread gets at least KERN_MIN_NS_PER_THREAD of work, so no
+ * operation is split so finely that the hand-off and barrier cost more than the split saves.
+ * When every operation of a step gets 1 thread (tiny models), run the step on one thread
+ * without barriers. Estimates are rough (factor ~2); they never change results, only speed
+ * (outputs are bit-identical whatever the thread count).
+ */
+#define KERN_MIN_NS_PER_THREAD 20000.0
+double kern_matmul_cost_ns(enum nx_type wt, int64_t k, int64_t rows, int64_t nc);
+/* attention of ng query heads over npos positions of one KV head (any path) */
+double kern_attn_cost_ns(enum nx_type kvt, int64_t hd, int64_t npos, int64_t ng);
+int kern_threads_for(double cost_ns, int nth);
 
 /* ---- activations ---- */
 /* In place: x[i] = exp(x[i] - max) / sum_j exp(x[j] - max). n <= 0 does nothing. */

@@ -5,7 +5,8 @@
  * DESIGN
  * - Matmul = a driver (mm_drive) that walks output tiles, plus per-type micro-kernels ("tiles")
  *   that compute a small block of outputs y[c][r] for R rows x C columns over the whole k.
- *   Q4_0/Q8_0/Q5_K use 1 x C tiles: one unpacked weight block (nibbles split, scales
+ *   Q4_0/Q8_0 have their own row-lane kernels (q8t_avx2.c: a lane per weight row, its own
+ *   per-element contract). Q5_K uses 1 x C tiles: one unpacked weight block (nibbles split, scales
  *   broadcast) is reused for C activation columns, which is what makes prefill compute-bound
  *   instead of unpack-bound. Float types use R x C register tiles of FMA accumulators.
  *   Q4_K/Q6_K have their own driver (kq_drive): weights unpacked once per call into an
@@ -30,8 +31,7 @@
  *   pairs, no saturation possible for these ranges), then vpmaddwd with the sub-block scale
  *   (i16 -> i32); Q4_K/Q6_K first sum 8 / 2 such products in int16 (see the Q4_K / Q6_K section).
  *   Q6_K's -32 offset and Q4_K/Q5_K's mins come from the activation's bsums.
- *   Q4_0/Q8_0 have signed weights: |w| with vpsignb moving w's sign onto x (needs x != -128,
- *   guaranteed by the activation format, see kern_impl.h).
+ *   (Q4_0/Q8_0: see q8t_avx2.c.)
  * - Activation quantization repeats quant_ref.c's float operations in the same order, so it
  *   is bit-identical to the reference (rounding is vroundps nearest-even = rintf).
  * - Cache blocking: rows are walked in blocks of ~128 KiB of weights (L2-resident; Q4_K/Q6_K:
@@ -155,82 +155,70 @@ AI void fl_tile(enum nx_type wt, const int R, const int C, int64_t k, const uint
     }
 }
 
+/*
+ * Decode tile of the float types: R rows x 1 column with the per-element operations of fl_tile
+ * (one 8-lane FMA chain per row over k in order, hsum8, then the tail), R independent chains,
+ * 32 elements per step and each row's stream prefetched PF_DIST bytes ahead (the hardware
+ * prefetchers alone leave bandwidth unused with 8 concurrent streams).
+ */
+AI void fl_dec_tile(enum nx_type wt, const int R, int64_t k, const uint8_t *w, size_t ws,
+                    const uint8_t *x, float *y) {
+    const float *xf = (const float *)x;
+    const size_t esz = wt == NX_TYPE_F32 ? 4 : 2;
+    __m256 acc[8];
+    UNROLL for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
+    int64_t k8 = k & ~(int64_t)7, k32 = k & ~(int64_t)31, i = 0;
+    for (; i < k32; i += 32) {
+        UNROLL for (int r = 0; r < R; r++) {
+            const uint8_t *wr = w + (size_t)r * ws;
+            _mm_prefetch((const char *)wr + (size_t)i * esz + PF_DIST, _MM_HINT_T0);
+            if (esz == 4) _mm_prefetch((const char *)wr + (size_t)i * esz + PF_DIST + 64, _MM_HINT_T0);
+        }
+        UNROLL for (int j = 0; j < 32; j += 8) {
+            __m256 xv = _mm256_loadu_ps(xf + i + j);
+            UNROLL for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(load_w8(wt, w + (size_t)r * ws, i + j), xv, acc[r]);
+        }
+    }
+    for (; i < k8; i += 8) {
+        __m256 xv = _mm256_loadu_ps(xf + i);
+        UNROLL for (int r = 0; r < R; r++) acc[r] = _mm256_fmadd_ps(load_w8(wt, w + (size_t)r * ws, i), xv, acc[r]);
+    }
+    UNROLL for (int r = 0; r < R; r++) {
+        float s = hsum8(acc[r]);
+        for (int64_t t = k8; t < k; t++) s += load_w1(wt, w + (size_t)r * ws, t) * xf[t];
+        y[r] = s;
+    }
+}
+
 #define FL_TILES(tname, wt) \
     AI void tname##_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws, \
                          const uint8_t *x, size_t xs, float *y, int64_t ys) { \
         fl_tile(wt, R, C, k, w, ws, x, xs, y, ys); \
     } \
+    static void tname##_8x1(int64_t k, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, \
+                            float *y, int64_t ys) { \
+        fl_dec_tile(wt, 8, k, w, ws, x, y); \
+    } \
+    static void tname##_1x1(int64_t k, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, \
+                            float *y, int64_t ys) { \
+        fl_dec_tile(wt, 1, k, w, ws, x, y); \
+    } \
     TILE_FN(tname, 3, 4) \
     TILE_FN(tname, 1, 4) \
-    TILE_FN(tname, 4, 1) \
-    TILE_FN(tname, 1, 1) \
-    static const struct tile_set tname##_set = {tname##_3x4, tname##_1x4, tname##_4x1, \
-                                                tname##_1x1, 3, 4, 4};
+    static const struct tile_set tname##_set = {tname##_3x4, tname##_1x4, tname##_8x1, \
+                                                tname##_1x1, 3, 4, 8};
 
 FL_TILES(f32, NX_TYPE_F32)
 FL_TILES(f16, NX_TYPE_F16)
 FL_TILES(bf16, NX_TYPE_BF16)
 
-/* ---- Q4_0 / Q8_0 weights x Q8_0 activations ------------------------------------------------ */
-
-/* 32 signed weights of block b: Q4_0 nibbles - 8, or Q8_0 quants. */
-AI __m256i q40_w32(const struct block_q4_0 *b) {
-    __m128i q = loadu128(b->qs);
-    __m256i v = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-    v = _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-    return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
-}
-
-AI void q80x_tile(bool is_q4, const int C, int64_t k, const uint8_t *w, const uint8_t *x,
-                  size_t xs, float *y, int64_t ys) {
-    __m256 acc[MAXT];
-    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const __m256i ones16 = _mm256_set1_epi16(1);
-    int64_t nb = k / 32;
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i wq;
-        float dw;
-        if (is_q4) {
-            const struct block_q4_0 *bw = (const struct block_q4_0 *)w + b;
-            wq = q40_w32(bw);
-            dw = h2f(bw->d);
-        } else {
-            const struct block_q8_0 *bw = (const struct block_q8_0 *)w + b;
-            wq = loadu256(bw->qs);
-            dw = h2f(bw->d);
-        }
-        if (C == 1) _mm_prefetch((const char *)w + (is_q4 ? 18 : 34) * b + PF_DIST, _MM_HINT_T0);
-        __m256i aw = _mm256_sign_epi8(wq, wq); /* |w|; -128 gives 0x80 = 128 unsigned, right */
-        UNROLL for (int c = 0; c < C; c++) {
-            const struct block_q8_0 *bx = (const struct block_q8_0 *)(x + (size_t)c * xs) + b;
-            __m256i sx = _mm256_sign_epi8(loadu256(bx->qs), wq);
-            __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones16);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(bx->d)), acc[c]);
-        }
-    }
-    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
-}
-
-AI void q40_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
-                 const uint8_t *x, size_t xs, float *y, int64_t ys) {
-    (void)R, (void)ws;
-    q80x_tile(true, C, k, w, x, xs, y, ys);
-}
-
-AI void q80_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
-                 const uint8_t *x, size_t xs, float *y, int64_t ys) {
-    (void)R, (void)ws;
-    q80x_tile(false, C, k, w, x, xs, y, ys);
-}
+/* ---- Q4_0 / Q8_0: row-lane kernels in q8t_avx2.c ---------------------------------------- */
 
 #define Q_TILES(tname) \
     TILE_FN(tname, 1, 4) \
     TILE_FN(tname, 1, 1) \
     static const struct tile_set tname##_set = {tname##_1x4, tname##_1x4, tname##_1x1, \
                                                 tname##_1x1, 1, 4, 1};
-
-Q_TILES(q40)
-Q_TILES(q80)
 
 /* ---- Q5_K weights x Q8_K activations (Q4_K has its own path below) ------------------------- */
 
@@ -573,6 +561,8 @@ static uint8_t *kq_scratch(size_t n) {
     return t_scratch;
 }
 
+uint8_t *kern_avx2_scratch(size_t n) { return kq_scratch(n); }
+
 /* Q6_K group G (0..7) as unsigned 6-bit quants: low lane sub-block 2G, high lane 2G+1. With
  * half h = G / 4 and g = G % 4: low 4 bits from ql[64h + 32*(g & 1) + l] (low nibble for
  * g < 2, high for g >= 2), high 2 bits from qh[32h + l] >> 2g. */
@@ -773,6 +763,14 @@ bool kern_avx2_reserve(int64_t k_max, int64_t nc_max) {
             need = NX_MAX(need, kq_plan(kks[i], k, nc_max, &xb, &rb));
             need = NX_MAX(need, kq_plan(kks[i], k, NX_MIN(nc_max, Q4K_C - 1), &xb, &rb));
         }
+        if (nc_max >= Q8T_MIN_NC) { /* Q8_0 / Q4_0 prefill, either SIMD set */
+            need = NX_MAX(need, q8t2_plan(k, nc_max, &xb, &rb));
+            need = NX_MAX(need, q8t5_plan(k, nc_max, &xb, &rb));
+        }
+    }
+    if (nc_max >= Q8T_MIN_NC && k_max >= 32) { /* the weight part is largest at k_max */
+        need = NX_MAX(need, q8t2_plan(k_max, nc_max, &xb, &rb));
+        need = NX_MAX(need, q8t5_plan(k_max, nc_max, &xb, &rb));
     }
     return need == 0 || kq_scratch(need) != NULL;
 }
@@ -816,8 +814,10 @@ void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride
     case NX_TYPE_F32: t = &f32_set; break;
     case NX_TYPE_F16: t = &f16_set; break;
     case NX_TYPE_BF16: t = &bf16_set; break;
-    case NX_TYPE_Q4_0: t = &q40_set; break;
-    case NX_TYPE_Q8_0: t = &q80_set; break;
+    case NX_TYPE_Q4_0:
+    case NX_TYPE_Q8_0:
+        kern_avx2_q8t_matmul(wt == NX_TYPE_Q4_0, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
+        return;
     case NX_TYPE_Q4_K:
         kq_drive(&q4k_kern, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
         return;
@@ -887,6 +887,8 @@ const struct kern_table kern_table_avx2 = {
     .store_kv = kern_avx2_store_kv,
     .attn_scores = kern_avx2_attn_scores,
     .attn_values = kern_avx2_attn_values,
+    .attn_block = kern_avx2_attn_block,
+    .attn_merge = kern_avx2_attn_merge,
     .softmax = kern_avx2_softmax,
     .load_kv = kern_avx2_load_kv,
     .swiglu = kern_avx2_swiglu,

@@ -11,8 +11,8 @@
  *   then VNNI vpdpwssd with the sub-block scales (i16 x i16 -> i32, accumulating): 2 uops per
  *   64 products, against 6 for AVX2. Scale vectors come from one vpermw per chunk. The exact
  *   integer super-block sums are folded to 8 lanes and finished with the AVX2 epilogue.
- * - Q4_0/Q8_0: 32-element blocks stay in ymm; VNNI vpdpbusd (u8 x i8 -> i32) replaces
- *   vpmaddubsw + vpmaddwd. Same |w| / sign(x, w) trick as AVX2 (x != -128, kern_impl.h).
+ * - Q4_0/Q8_0: the row-lane contract of q8t_avx2.c (bit-identical to the AVX2 set): prefill
+ *   is a VNNI tile of 16 rows (zmm lanes) x up to 12 columns; decode runs the AVX2 code.
  * - Float weights: 16-wide FMA tiles (4 x 4 for prefill, 4 x 1 for decode), 16 lanes folded to
  *   8 then summed like AVX2, k % 16 tail in order.
  * - Activation quantization and the attention helpers are the AVX2 ones (not the bottleneck).
@@ -80,67 +80,59 @@ AI void fl_tile(enum nx_type wt, const int R, const int C, int64_t k, const uint
     }
 }
 
+/* Decode tile: R rows x 1 column, the per-element operations of fl_tile (one 16-lane FMA chain
+ * per row in order, hsum16, tail), 64 elements per step, each row prefetched PF_DIST ahead. */
+AI void fl_dec_tile(enum nx_type wt, const int R, int64_t k, const uint8_t *w, size_t ws,
+                    const uint8_t *x, float *y) {
+    const float *xf = (const float *)x;
+    const size_t esz = wt == NX_TYPE_F32 ? 4 : 2;
+    __m512 acc[8];
+    UNROLL for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_ps();
+    int64_t k16 = k & ~(int64_t)15, k64 = k & ~(int64_t)63, i = 0;
+    for (; i < k64; i += 64) {
+        UNROLL for (int r = 0; r < R; r++) {
+            const char *p = (const char *)w + (size_t)r * ws + (size_t)i * esz + PF_DIST;
+            _mm_prefetch(p, _MM_HINT_T0);
+            _mm_prefetch(p + 64, _MM_HINT_T0);
+            if (esz == 4) _mm_prefetch(p + 128, _MM_HINT_T0), _mm_prefetch(p + 192, _MM_HINT_T0);
+        }
+        UNROLL for (int j = 0; j < 64; j += 16) {
+            __m512 xv = _mm512_loadu_ps(xf + i + j);
+            UNROLL for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(load_w16(wt, w + (size_t)r * ws, i + j), xv, acc[r]);
+        }
+    }
+    for (; i < k16; i += 16) {
+        __m512 xv = _mm512_loadu_ps(xf + i);
+        UNROLL for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(load_w16(wt, w + (size_t)r * ws, i), xv, acc[r]);
+    }
+    UNROLL for (int r = 0; r < R; r++) {
+        float s = hsum16(acc[r]);
+        for (int64_t t = k16; t < k; t++) s += load_w1(wt, w + (size_t)r * ws, t) * xf[t];
+        y[r] = s;
+    }
+}
+
 #define FL_TILES(tname, wt) \
     AI void tname##_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws, \
                          const uint8_t *x, size_t xs, float *y, int64_t ys) { \
         fl_tile(wt, R, C, k, w, ws, x, xs, y, ys); \
     } \
+    static void tname##_8x1(int64_t k, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, \
+                            float *y, int64_t ys) { \
+        fl_dec_tile(wt, 8, k, w, ws, x, y); \
+    } \
+    static void tname##_1x1(int64_t k, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, \
+                            float *y, int64_t ys) { \
+        fl_dec_tile(wt, 1, k, w, ws, x, y); \
+    } \
     TILE_FN(tname, 4, 4) \
     TILE_FN(tname, 1, 4) \
-    TILE_FN(tname, 4, 1) \
-    TILE_FN(tname, 1, 1) \
-    static const struct tile_set tname##_set = {tname##_4x4, tname##_1x4, tname##_4x1, \
-                                                tname##_1x1, 4, 4, 4};
+    static const struct tile_set tname##_set = {tname##_4x4, tname##_1x4, tname##_8x1, \
+                                                tname##_1x1, 4, 4, 8};
 
 FL_TILES(f32, NX_TYPE_F32)
 FL_TILES(f16, NX_TYPE_F16)
 FL_TILES(bf16, NX_TYPE_BF16)
-
-/* ---- Q4_0 / Q8_0 weights x Q8_0 activations ------------------------------------------------ */
-
-AI void q80x_tile(bool is_q4, const int C, int64_t k, const uint8_t *w, const uint8_t *x,
-                  size_t xs, float *y, int64_t ys) {
-    __m256 acc[MAXT];
-    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f), eight = _mm256_set1_epi8(8);
-    int64_t nb = k / 32;
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i wq;
-        float dw;
-        if (is_q4) {
-            const struct block_q4_0 *bw = (const struct block_q4_0 *)w + b;
-            __m128i q = loadu128(bw->qs);
-            wq = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);
-            wq = _mm256_sub_epi8(wq, eight);
-            dw = h2f(bw->d);
-        } else {
-            const struct block_q8_0 *bw = (const struct block_q8_0 *)w + b;
-            wq = loadu256(bw->qs);
-            dw = h2f(bw->d);
-        }
-        if (C == 1) _mm_prefetch((const char *)w + (is_q4 ? 18 : 34) * b + PF_DIST, _MM_HINT_T0);
-        __m256i aw = _mm256_sign_epi8(wq, wq); /* |w| as u8 (-128 -> 128) */
-        UNROLL for (int c = 0; c < C; c++) {
-            const struct block_q8_0 *bx = (const struct block_q8_0 *)(x + (size_t)c * xs) + b;
-            __m256i sx = _mm256_sign_epi8(loadu256(bx->qs), wq);
-            __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, sx);
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(dw * h2f(bx->d)), acc[c]);
-        }
-    }
-    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
-}
-
-AI void q40_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
-                 const uint8_t *x, size_t xs, float *y, int64_t ys) {
-    (void)R, (void)ws;
-    q80x_tile(true, C, k, w, x, xs, y, ys);
-}
-
-AI void q80_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
-                 const uint8_t *x, size_t xs, float *y, int64_t ys) {
-    (void)R, (void)ws;
-    q80x_tile(false, C, k, w, x, xs, y, ys);
-}
 
 #define Q_TILES(tname) \
     TILE_FN(tname, 1, 8) \
@@ -148,8 +140,6 @@ AI void q80_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t w
     static const struct tile_set tname##_set = {tname##_1x8, tname##_1x8, tname##_1x1, \
                                                 tname##_1x1, 1, 8, 1};
 
-Q_TILES(q40)
-Q_TILES(q80)
 
 /* ---- Q4_K / Q5_K weights x Q8_K activations ----------------------------------------------- */
 
@@ -296,6 +286,150 @@ AI void q6k_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t w
 
 Q_TILES(q6k)
 
+/* ---- Q4_0 / Q8_0 prefill: row-lane VNNI tile ----------------------------------------------- */
+
+/*
+ * The per-output contract of q8t_avx2.c (same bits as the AVX2 set; decode is that file's).
+ * Groups of 16 rows, one per int32 lane: per block, vector t holds in lane r the 4 bytes
+ * w[r][4t .. 4t+3] + 128 (unsigned), then the 16 row scales. vpdpbusd multiplies them by 4
+ * signed activation bytes broadcast from the Q8_0 row itself: sum (w + 128) x = w.x + 128
+ * sum(x), so each block's accumulator starts at -128 * sum(x) (prepared once per column with
+ * dx as a float). One vpdpbusd per 64 multiply-adds per column, exact (no saturation).
+ */
+#ifdef NX_AVX512_EMULATE
+#define PINZ(v) (void)0
+#else
+#define PINZ(v) __asm__("" : "+v"(v))
+#endif
+#define G5 16
+
+static void q8t5_perm_x(int64_t nb, const uint8_t *x, uint8_t *xp) {
+    for (int64_t b = 0; b < nb; b++, xp += Q8T5_XB) {
+        const struct block_q8_0 *bx = (const struct block_q8_0 *)x + b;
+        int32_t s = 0;
+        for (int j = 0; j < QK8_0; j++) s += bx->qs[j];
+        int32_t corr = -128 * s;
+        float dx = h2f(bx->d);
+        memcpy(xp, &corr, 4);
+        memcpy(xp + 4, &dx, 4);
+    }
+}
+
+static void q8t5_unpack_w(bool is_q4, int64_t nb, const uint8_t *w, size_t ws, int n, uint8_t *wp) {
+    const size_t bs = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+    for (int64_t b = 0; b < nb; b++, wp += Q8T5_WB) {
+        uint8_t v[8][G5][4];
+        float d[G5];
+        for (int r = 0; r < G5; r++) {
+            int q[QK8_0];
+            if (r < n) {
+                const uint8_t *blk = w + (size_t)r * ws + (size_t)b * bs;
+                nx_half dh;
+                memcpy(&dh, blk, 2);
+                d[r] = h2f(dh);
+                for (int j = 0; j < QK8_0; j++) {
+                    q[j] = is_q4 ? ((blk[2 + j % 16] >> (j < 16 ? 0 : 4)) & 0xf) - 8 : (int8_t)blk[2 + j];
+                }
+            } else {
+                memset(q, 0, sizeof q);
+                d[r] = 0.0f;
+            }
+            for (int t = 0; t < 8; t++) {
+                for (int j = 0; j < 4; j++) v[t][r][j] = (uint8_t)(q[4 * t + j] + 128);
+            }
+        }
+        memcpy(wp, v, sizeof v);
+        memcpy(wp + sizeof v, d, sizeof d);
+    }
+}
+
+AI int32_t load_i32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* 16 unpacked rows x C columns (raw Q8_0 rows x, prepared xp); y[c * ys + r] for r < n. */
+AI void q8t5_tile(const int C, int64_t nb, const uint8_t *wp, const uint8_t *x, size_t xs,
+                  const uint8_t *xp, size_t xps, float *y, int64_t ys, int n) {
+    __m512 acc[Q8T5_C];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *wb = wp + (size_t)b * Q8T5_WB;
+        __m512i is[Q8T5_C];
+        UNROLL for (int c = 0; c < C; c++) is[c] = _mm512_set1_epi32(load_i32(xp + (size_t)c * xps + (size_t)b * Q8T5_XB));
+        UNROLL for (int t = 0; t < 8; t++) {
+            __m512i wv = _mm512_loadu_si512(wb + 64 * t);
+            PINZ(wv);
+            UNROLL for (int c = 0; c < C; c++) {
+                const uint8_t *q = x + (size_t)c * xs + (size_t)b * sizeof(struct block_q8_0) + 2 + 4 * t;
+                is[c] = _mm512_dpbusd_epi32(is[c], wv, _mm512_set1_epi32(load_i32(q)));
+                PINZ(is[c]);
+            }
+        }
+        __m512 dw = _mm512_loadu_ps((const float *)(wb + 512));
+        UNROLL for (int c = 0; c < C; c++) {
+            float dx;
+            memcpy(&dx, xp + (size_t)c * xps + (size_t)b * Q8T5_XB + 4, 4);
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is[c]), _mm512_mul_ps(dw, _mm512_set1_ps(dx)), acc[c]);
+        }
+    }
+    __mmask16 m = (__mmask16)(n >= G5 ? 0xffff : (1u << n) - 1);
+    UNROLL for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(y + c * ys, m, acc[c]);
+}
+
+typedef void (*q8t5_fn)(int64_t nb, const uint8_t *wp, const uint8_t *x, size_t xs,
+                        const uint8_t *xp, size_t xps, float *y, int64_t ys, int n);
+#define Q8T5_FN(C) \
+    __attribute__((noinline)) static void q8t5_##C(int64_t nb, const uint8_t *wp, const uint8_t *x, size_t xs, \
+                                                   const uint8_t *xp, size_t xps, float *y, int64_t ys, int n) { \
+        q8t5_tile(C, nb, wp, x, xs, xp, xps, y, ys, n); \
+    }
+Q8T5_FN(1)
+Q8T5_FN(2)
+Q8T5_FN(3)
+Q8T5_FN(4)
+Q8T5_FN(5)
+Q8T5_FN(6)
+Q8T5_FN(7)
+Q8T5_FN(8)
+Q8T5_FN(9)
+Q8T5_FN(10)
+Q8T5_FN(11)
+Q8T5_FN(12)
+static const q8t5_fn g_q8t5[Q8T5_C + 1] = {NULL, q8t5_1, q8t5_2, q8t5_3, q8t5_4, q8t5_5, q8t5_6,
+                                           q8t5_7, q8t5_8, q8t5_9, q8t5_10, q8t5_11, q8t5_12};
+
+static void q8t5_matmul(bool is_q4, int64_t k, const void *w, size_t ws, int64_t r0, int64_t r1,
+                        const void *xq, size_t xs, int64_t nc, float *y, int64_t ys) {
+    size_t xbytes;
+    int64_t gpb, nb = k / QK8_0;
+    uint8_t *xp = nc < Q8T_MIN_NC ? NULL : kern_avx2_scratch(q8t5_plan(k, nc, &xbytes, &gpb));
+    if (!xp) { /* decode, or no scratch: the AVX2 decode path gives the same bits */
+        kern_avx2_q8t_decode(is_q4, k, w, ws, r0, r1, xq, xs, nc, y, ys);
+        return;
+    }
+    const uint8_t *wb = w, *xb = xq;
+    size_t xps = (size_t)nb * Q8T5_XB, gbytes = (size_t)nb * Q8T5_WB;
+    uint8_t *wp = xp + xbytes;
+    for (int64_t c = 0; c < nc; c++) q8t5_perm_x(nb, xb + (size_t)c * xs, xp + (size_t)c * xps);
+    for (int64_t b0 = r0; b0 < r1; b0 += gpb * G5) {
+        int64_t b1 = NX_MIN(r1, b0 + gpb * G5), ng = (b1 - b0 + G5 - 1) / G5;
+        for (int64_t g = 0; g < ng; g++) {
+            int n = (int)NX_MIN((int64_t)G5, b1 - b0 - g * G5);
+            q8t5_unpack_w(is_q4, nb, wb + (size_t)(b0 + g * G5) * ws, ws, n, wp + (size_t)g * gbytes);
+        }
+        for (int64_t c = 0; c < nc; c += Q8T5_C) {
+            int C = (int)NX_MIN((int64_t)Q8T5_C, nc - c);
+            for (int64_t g = 0; g < ng; g++) {
+                int n = (int)NX_MIN((int64_t)G5, b1 - b0 - g * G5);
+                g_q8t5[C](nb, wp + (size_t)g * gbytes, xb + (size_t)c * xs, xs, xp + (size_t)c * xps, xps,
+                          y + c * ys + b0 + g * G5, ys, n);
+            }
+        }
+    }
+}
+
 static void avx512_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                           int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                           int64_t y_stride) {
@@ -308,8 +442,10 @@ static void avx512_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_st
     case NX_TYPE_F32: t = &f32_set; break;
     case NX_TYPE_F16: t = &f16_set; break;
     case NX_TYPE_BF16: t = &bf16_set; break;
-    case NX_TYPE_Q4_0: t = &q40_set; break;
-    case NX_TYPE_Q8_0: t = &q80_set; break;
+    case NX_TYPE_Q4_0:
+    case NX_TYPE_Q8_0:
+        q8t5_matmul(wt == NX_TYPE_Q4_0, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
+        return;
     case NX_TYPE_Q4_K: t = &q4k_set; break;
     case NX_TYPE_Q5_K: t = &q5k_set; break;
     case NX_TYPE_Q6_K: t = &q6k_set; break;
@@ -327,6 +463,8 @@ const struct kern_table kern_table_avx512 = {
     .store_kv = kern_avx2_store_kv,
     .attn_scores = kern_avx2_attn_scores,
     .attn_values = kern_avx2_attn_values,
+    .attn_block = kern_avx2_attn_block,
+    .attn_merge = kern_avx2_attn_merge,
     .softmax = kern_avx2_softmax,
     .load_kv = kern_avx2_load_kv,
     .swiglu = kern_avx2_swiglu,

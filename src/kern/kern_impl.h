@@ -42,6 +42,12 @@ struct kern_table {
     void (*softmax)(float *x, int64_t n);
     void (*load_kv)(enum nx_type kvt, int64_t n, const void *src, float *dst);
     void (*swiglu)(float *g, const float *u, int64_t n);
+    /* kern_attn_block; NULL: the AVX2 version (SIMD sets only) */
+    void (*attn_block)(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                       const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
+                       float scale, float *part);
+    /* kern_attn_merge; NULL: the AVX2 version */
+    void (*attn_merge)(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out);
     /* kern_weight_layout for this set; NULL: every type as it is in files */
     enum nx_type (*weight_layout)(enum nx_type t);
 };
@@ -80,6 +86,15 @@ void kern_ref_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_
 void kern_ref_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
                           int64_t npos, const float *p, int64_t ld, int64_t ng, float *out);
 
+void kern_ref_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                         const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
+                         float scale, float *part);
+void kern_ref_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out);
+void kern_avx2_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out);
+void kern_avx2_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                          const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
+                          float scale, float *part);
+
 /* AVX2 entry points (kern_avx2.c); the AVX-512 set reuses some of them. */
 void kern_avx2_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k);
 void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
@@ -102,6 +117,47 @@ void kern_avx2_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k
                            int64_t ld);
 void kern_avx2_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
                            int64_t npos, const float *p, int64_t ld, int64_t ng, float *out);
+
+/*
+ * Q8_0 / Q4_0 row-lane kernels (q8t_avx2.c, and the AVX-512 tile in kern_avx512.c): one
+ * contract per output (see q8t_avx2.c), identical bits in both sets. Prefill (nc >=
+ * Q8T_MIN_NC) uses the per-thread scratch: the prepared activation columns (xbytes) then
+ * gpb unpacked groups of rows. The plans are here so that kern_reserve can size the buffer
+ * for both sets without running AVX-512 code.
+ */
+#define Q8T_MIN_NC 4
+#define Q8T2_XB 68  /* AVX2 prepared activation block: 32 x int16, dx (float) */
+#define Q8T2_WB 544 /* AVX2 unpacked block of a group of 8 rows: 16 x 8 int16 pairs, 8 scales */
+#define Q8T2_C 6    /* AVX2 tile columns */
+#define Q8T5_XB 8   /* AVX-512 prepared activation block: -128 * sum(x) (int32), dx (float) */
+#define Q8T5_WB 576 /* AVX-512 unpacked block of 16 rows: 8 x 16 x 4 (w + 128) bytes, 16 scales */
+#define Q8T5_C 12   /* AVX-512 tile columns */
+#define Q8T_WBUF (128 * 1024) /* unpacked weights per row block */
+
+static inline size_t q8t_plan(int64_t k, int64_t nc, size_t xb, size_t wb, size_t *xbytes,
+                              int64_t *gpb) {
+    int64_t nb = k / 32;
+    size_t gbytes = (size_t)nb * wb;
+    int64_t g = (int64_t)(Q8T_WBUF / (gbytes ? gbytes : 1));
+    *gpb = g < 1 ? 1 : g;
+    *xbytes = ((size_t)nb * xb * (size_t)nc + 63) & ~(size_t)63;
+    return *xbytes + gbytes * (size_t)*gpb;
+}
+static inline size_t q8t2_plan(int64_t k, int64_t nc, size_t *xbytes, int64_t *gpb) {
+    return q8t_plan(k, nc, Q8T2_XB, Q8T2_WB, xbytes, gpb);
+}
+static inline size_t q8t5_plan(int64_t k, int64_t nc, size_t *xbytes, int64_t *gpb) {
+    return q8t_plan(k, nc, Q8T5_XB, Q8T5_WB, xbytes, gpb);
+}
+/* Q8_0 (is_q4 false) or Q4_0 matmul, the kern_matmul contract. */
+void kern_avx2_q8t_matmul(bool is_q4, int64_t k, const void *w, size_t ws, int64_t r0, int64_t r1,
+                          const void *xq, size_t xs, int64_t nc, float *y, int64_t ys);
+/* The decode path of it for any nc (no scratch); the AVX-512 set's decode. */
+void kern_avx2_q8t_decode(bool is_q4, int64_t k, const void *w, size_t ws, int64_t r0, int64_t r1,
+                          const void *xq, size_t xs, int64_t nc, float *y, int64_t ys);
+/* The calling thread's kernel scratch buffer, at least n bytes (kern_avx2.c); NULL when it
+ * cannot grow (the caller then runs a path that needs none). */
+uint8_t *kern_avx2_scratch(size_t n);
 
 /*
  * Q4_K / Q5_K scale unpacking: 12 bytes hold eight 6-bit scales and eight 6-bit mins. With the

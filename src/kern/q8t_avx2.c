@@ -1,0 +1,237 @@
+/*
+ * q8t_avx2.c - Q8_0 and Q4_0 weights x Q8_0 activations on AVX2: row-lane kernels, where each
+ * vector lane is one weight row (one output), so a block's scale product and float
+ * accumulation happen once per block for 8 rows instead of once per row.
+ *
+ * DESIGN
+ * - Per-output arithmetic (the contract shared with the AVX-512 kernels in kern_avx512.c and
+ *   checked bit for bit by test_kern's scalar model): with isum_b the exact integer dot product
+ *   of block b and dw_b, dx_b the two block scales as floats,
+ *       acc = 0;  for b = 0 .. nb-1:  acc = fmaf((float)isum_b, dw_b * dx_b, acc);  y = acc
+ *   (|isum_b| <= 32 * 128 * 127 < 2^24, so the conversion is exact). Every path below does
+ *   exactly this per lane, so results do not depend on the row split, on which lane a row
+ *   lands in, on nc, or on decode vs prefill; the AVX2 and AVX-512 sets give identical bits.
+ * - Prefill (nc >= Q8T_MIN_NC): the activations of all columns are widened to int16 once per
+ *   call (per-thread scratch); per block of rows (~128 KiB unpacked, L2) the weights are
+ *   unpacked into groups of 8 rows: per block 16 vectors, vector t holding in lane r the int16
+ *   pair (w[r][2t], w[r][2t+1]), then the 8 row scales as floats. A tile of 8 rows x C columns
+ *   runs one vpmaddwd + vpaddd per 16 multiply-adds per column, the activation pair broadcast
+ *   from memory; no sign tricks and no saturation (int16 x int16 -> int32 is exact, so weights
+ *   of -128 are fine).
+ * - Decode (nc < Q8T_MIN_NC) reads the rows as they are: 8 rows at a time, each block's dot
+ *   product with the |w| / sign(x, w) vpmaddubsw trick (x != -128, kern_impl.h), the 8 sums
+ *   folded into one vector (lane r = row r) and accumulated as above. Rows past the end of a
+ *   group repeat the last row and are not stored.
+ * - When the scratch buffer cannot grow, prefill runs the decode path column by column (the
+ *   same bits, no memory needed).
+ */
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "core/nx_base.h"
+#include "kern/kern_impl.h"
+#include "kern/kern_simd.h"
+
+#define G 8 /* rows per group = int32 lanes of a ymm */
+
+/* 32 signed weights of a Q4_0 (nibble - 8) or Q8_0 block. */
+AI __m256i w32(bool is_q4, const uint8_t *blk) {
+    if (is_q4) {
+        __m128i q = loadu128(blk + 2);
+        __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
+        return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    }
+    return loadu256(blk + 2);
+}
+
+AI nx_half blk_d(const uint8_t *blk) {
+    nx_half d;
+    memcpy(&d, blk, 2);
+    return d;
+}
+
+/* ---- decode ------------------------------------------------------------------------------- */
+
+/* Lane r of the result = sum of the 8 int32 lanes of v[r]. */
+AI __m256i fold8(const __m256i v[8]) {
+    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i q0 = _mm256_hadd_epi32(h01, h23), q1 = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
+}
+
+/* Rows w, w + ws, ... (n <= 8 of them) x one Q8_0 activation row x: y[r] for r < n. */
+AI void dec_group(bool is_q4, int64_t nb, const uint8_t *w, size_t ws, int n, const uint8_t *x, float *y) {
+    const size_t bs = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+    const uint8_t *row[G];
+    for (int r = 0; r < G; r++) row[r] = w + (size_t)(r < n ? r : n - 1) * ws;
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_q8_0 *bx = (const struct block_q8_0 *)x + b;
+        __m256i xq = loadu256(bx->qs);
+        __m256i p[G];
+        UNROLL for (int r = 0; r < G; r++) {
+            const uint8_t *blk = row[r] + (size_t)b * bs;
+            if (!(b & 1)) _mm_prefetch((const char *)blk + PF_DIST, _MM_HINT_T0); /* ~a line per 2 blocks */
+            __m256i wq = w32(is_q4, blk);
+            __m256i aw = _mm256_sign_epi8(wq, wq), sx = _mm256_sign_epi8(xq, wq);
+            p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones16);
+        }
+        __m256i isum = fold8(p);
+        __m128i dh = _mm_setr_epi16((short)blk_d(row[0] + b * bs), (short)blk_d(row[1] + b * bs),
+                                    (short)blk_d(row[2] + b * bs), (short)blk_d(row[3] + b * bs),
+                                    (short)blk_d(row[4] + b * bs), (short)blk_d(row[5] + b * bs),
+                                    (short)blk_d(row[6] + b * bs), (short)blk_d(row[7] + b * bs));
+        __m256 scale = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(h2f(bx->d)));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
+    }
+    if (n == G) {
+        _mm256_storeu_ps(y, acc);
+    } else {
+        float t[G];
+        _mm256_storeu_ps(t, acc);
+        memcpy(y, t, (size_t)n * sizeof(float));
+    }
+}
+
+static void dec_rows(bool is_q4, int64_t nb, const uint8_t *w, size_t ws, int64_t r0, int64_t r1,
+                     const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
+    for (int64_t r = r0; r < r1; r += G) {
+        int n = (int)NX_MIN((int64_t)G, r1 - r);
+        for (int64_t c = 0; c < nc; c++) {
+            if (is_q4) dec_group(true, nb, w + (size_t)r * ws, ws, n, x + (size_t)c * xs, y + c * ys + r);
+            else dec_group(false, nb, w + (size_t)r * ws, ws, n, x + (size_t)c * xs, y + c * ys + r);
+        }
+    }
+}
+
+void kern_avx2_q8t_decode(bool is_q4, int64_t k, const void *w, size_t ws, int64_t r0, int64_t r1,
+                          const void *xq, size_t xs, int64_t nc, float *y, int64_t ys) {
+    dec_rows(is_q4, k / QK8_0, w, ws, r0, r1, xq, xs, nc, y, ys);
+}
+
+/* ---- prefill ------------------------------------------------------------------------------ */
+
+/* Column c of the widened activations: per block 32 int16 then dx (float). */
+static void perm_x(int64_t nb, const uint8_t *x, uint8_t *xp) {
+    for (int64_t b = 0; b < nb; b++, xp += Q8T2_XB) {
+        const struct block_q8_0 *bx = (const struct block_q8_0 *)x + b;
+        __m256i q = loadu256(bx->qs);
+        _mm256_storeu_si256((__m256i *)xp, _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)));
+        _mm256_storeu_si256((__m256i *)(xp + 32), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1)));
+        float dx = h2f(bx->d);
+        memcpy(xp + 64, &dx, 4);
+    }
+}
+
+/* Group of n <= 8 rows (missing rows zero) -> per block 16 vectors of int16 pairs + 8 scales. */
+static void unpack_w(bool is_q4, int64_t nb, const uint8_t *w, size_t ws, int n, uint8_t *wp) {
+    const size_t bs = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+    for (int64_t b = 0; b < nb; b++, wp += Q8T2_WB) {
+        int32_t v[16][G];
+        float d[G];
+        for (int r = 0; r < G; r++) {
+            int8_t q[32];
+            if (r < n) {
+                const uint8_t *blk = w + (size_t)r * ws + (size_t)b * bs;
+                _mm256_storeu_si256((__m256i *)q, w32(is_q4, blk));
+                d[r] = h2f(blk_d(blk));
+            } else {
+                memset(q, 0, sizeof q);
+                d[r] = 0.0f;
+            }
+            for (int t = 0; t < 16; t++) v[t][r] = (int32_t)((uint32_t)(uint16_t)q[2 * t] | (uint32_t)(uint16_t)q[2 * t + 1] << 16);
+        }
+        memcpy(wp, v, sizeof v);
+        memcpy(wp + sizeof v, d, sizeof d);
+    }
+}
+
+/* 8 unpacked rows x C widened columns; y[c * ys + r] for r < n. */
+AI void tile(const int C, int64_t nb, const uint8_t *wp, const uint8_t *xp, size_t xps, float *y,
+             int64_t ys, int n) {
+    __m256 acc[Q8T2_C];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *wb = wp + (size_t)b * Q8T2_WB, *xb = xp + (size_t)b * Q8T2_XB;
+        __m256i is[Q8T2_C];
+        UNROLL for (int c = 0; c < C; c++) is[c] = _mm256_setzero_si256();
+        UNROLL for (int t = 0; t < 16; t++) {
+            __m256i wv = loadu256(wb + 32 * t);
+            PIN(wv);
+            UNROLL for (int c = 0; c < C; c++) {
+                int32_t xv;
+                memcpy(&xv, xb + (size_t)c * xps + 4 * t, 4);
+                is[c] = _mm256_add_epi32(is[c], _mm256_madd_epi16(wv, _mm256_set1_epi32(xv)));
+                PIN(is[c]);
+            }
+        }
+        __m256 dw = _mm256_loadu_ps((const float *)(wb + 512));
+        UNROLL for (int c = 0; c < C; c++) {
+            __m256 s = _mm256_mul_ps(dw, _mm256_broadcast_ss((const float *)(xb + (size_t)c * xps + 64)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), s, acc[c]);
+        }
+    }
+    UNROLL for (int c = 0; c < C; c++) {
+        if (n == G) {
+            _mm256_storeu_ps(y + c * ys, acc[c]);
+        } else {
+            float t[G];
+            _mm256_storeu_ps(t, acc[c]);
+            memcpy(y + c * ys, t, (size_t)n * sizeof(float));
+        }
+    }
+}
+
+typedef void (*tile_c_fn)(int64_t nb, const uint8_t *wp, const uint8_t *xp, size_t xps, float *y,
+                          int64_t ys, int n);
+#define TILE_C(C) \
+    __attribute__((noinline)) static void tile_##C(int64_t nb, const uint8_t *wp, const uint8_t *xp, \
+                                                   size_t xps, float *y, int64_t ys, int n) { \
+        tile(C, nb, wp, xp, xps, y, ys, n); \
+    }
+TILE_C(1)
+TILE_C(2)
+TILE_C(3)
+TILE_C(4)
+TILE_C(5)
+TILE_C(6)
+static const tile_c_fn g_tiles[Q8T2_C + 1] = {NULL, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
+
+void kern_avx2_q8t_matmul(bool is_q4, int64_t k, const void *w, size_t ws, int64_t r0, int64_t r1,
+                          const void *xq, size_t xs, int64_t nc, float *y, int64_t ys) {
+    int64_t nb = k / QK8_0;
+    const uint8_t *wb = w, *xb = xq;
+    if (nc < Q8T_MIN_NC) {
+        dec_rows(is_q4, nb, wb, ws, r0, r1, xb, xs, nc, y, ys);
+        return;
+    }
+    size_t xbytes;
+    int64_t gpb;
+    uint8_t *xp = kern_avx2_scratch(q8t2_plan(k, nc, &xbytes, &gpb));
+    if (!xp) { /* same bits without the buffer */
+        dec_rows(is_q4, nb, wb, ws, r0, r1, xb, xs, nc, y, ys);
+        return;
+    }
+    size_t xps = (size_t)nb * Q8T2_XB, gbytes = (size_t)nb * Q8T2_WB;
+    uint8_t *wp = xp + xbytes;
+    for (int64_t c = 0; c < nc; c++) perm_x(nb, xb + (size_t)c * xs, xp + (size_t)c * xps);
+    for (int64_t b0 = r0; b0 < r1; b0 += gpb * G) {
+        int64_t b1 = NX_MIN(r1, b0 + gpb * G), ng = (b1 - b0 + G - 1) / G;
+        for (int64_t g = 0; g < ng; g++) {
+            int n = (int)NX_MIN((int64_t)G, b1 - b0 - g * G);
+            unpack_w(is_q4, nb, wb + (size_t)(b0 + g * G) * ws, ws, n, wp + (size_t)g * gbytes);
+        }
+        for (int64_t c = 0; c < nc; c += Q8T2_C) {
+            int C = (int)NX_MIN((int64_t)Q8T2_C, nc - c);
+            for (int64_t g = 0; g < ng; g++) {
+                int n = (int)NX_MIN((int64_t)G, b1 - b0 - g * G);
+                g_tiles[C](nb, wp + (size_t)g * gbytes, xp + (size_t)c * xps, xps, y + c * ys + b0 + g * G, ys, n);
+            }
+        }
+    }
+}
