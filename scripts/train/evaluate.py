@@ -96,6 +96,17 @@ def engine_check(model, nexus, gguf, L, n):
             "engine_acc": float(np.mean(ok_engine)), "engine_instances": len(ok_engine)}
 
 
+def write_tasks(path, L, n):
+    """JSON lines for `nexus task-eval`: the prompt ends where the query region starts."""
+    with open(path + ".tmp", "w") as f:
+        for task in tasks.TASKS:
+            for seq, _, spans in instances(L, task, n):
+                f.write(json.dumps({"task": task, "tokens": [int(t) for t in seq],
+                                    "prompt_len": int(spans[0][0] - 2),
+                                    "answers": [[int(p) for p in sp] for sp in spans]}) + "\n")
+    os.replace(path + ".tmp", path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", required=True)
@@ -110,7 +121,12 @@ def main():
     ap.add_argument("--engine-n", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--write-tasks", default=None, metavar="FILE",
+                    help="only write held-out instances at --lengths (first) for task-eval")
     a = ap.parse_args()
+    if a.write_tasks:
+        write_tasks(a.write_tasks, int(a.lengths.split(",")[0]), a.n)
+        return
     torch.set_num_threads(a.threads)
     cfg = json.load(open(a.curve))["config"]
     model = load(a.ckpt, cfg)

@@ -30,6 +30,7 @@
 #include "eval_longbench.h"
 #include "mcp_cmd.h"
 #include "import_cmd.h"
+#include "task_eval.h"
 #include "mkmodel.h"
 #include "route.h"
 
@@ -659,6 +660,7 @@ static void usage(void) {
             "  nexus bench -m MODEL [-p 512] [-n 128] [--depth D] [-t N] [-r REPS] [--json]\n"
             "  nexus mkmodel -o OUT.gguf [--preset NAME] [--arch A] [--type T] ... (--help)\n"
             "  nexus import -w WEIGHTS.nxw --like TEMPLATE.gguf -o OUT.gguf [--set K=T:V] (--help)\n"
+            "  nexus task-eval -m MODEL --tasks FILE.jsonl [--policies ...] [--densities ...] (--help)\n"
             "  nexus mcp list|call (--config FILE | --server \"CMD ARGS\") [TOOL JSON] (--help)\n"
             "  nexus embed -m MODEL [--pooling mean|cls|last] [--no-normalize] [-t N] TEXT...\n"
             "  nexus rerank -m MODEL --query Q [-t N] DOC...\n"
@@ -703,6 +705,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval-longbench")) return cmd_eval_longbench(argc, argv);
     if (!strcmp(cmd, "mkmodel")) return mkmodel_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "import")) return import_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "task-eval")) return task_eval_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "mcp")) return mcp_cmd_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "route")) return route_main(argc, argv);
     if (!strcmp(cmd, "signatures")) return signatures_main(argc, argv);
