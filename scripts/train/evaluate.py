@@ -49,7 +49,8 @@ def score(logits, seq, spans):
 
 
 @torch.no_grad()
-def torch_acc(model, L, task, n, sink=None, window=None, batch=4):
+def torch_acc(model, L, task, n, sink=None, window=None):
+    batch = max(1, 4096 // L)  # bounds the (batch, heads, L, L) attention tensor
     mask = nxmodel.causal_mask(L, sink, window)
     ok = []
     inst = instances(L, task, n)
@@ -107,6 +108,24 @@ def write_tasks(path, L, n):
     os.replace(path + ".tmp", path)
 
 
+@torch.no_grad()
+def write_ref(model, path, L, n):
+    """torch's answers and logits on n instances per task at length L: the oracle the C test
+    (tests/test_import.c) holds the engine to."""
+    seqs = []
+    for task in tasks.TASKS:
+        for seq, _, spans in instances(L, task, n):
+            lo = model(torch.from_numpy(seq)[None])[0]
+            pos = [p - 1 for sp in spans for p in sp]
+            seqs.append({"task": task, "tokens": [int(t) for t in seq],
+                         "check_pos": pos,
+                         "argmax": [int(lo[p].argmax()) for p in pos],
+                         "logits": [[round(float(v), 5) for v in lo[p]] for p in pos]})
+    with open(path + ".tmp", "w") as f:
+        json.dump({"length": L, "sequences": seqs}, f)
+    os.replace(path + ".tmp", path)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", required=True)
@@ -123,7 +142,14 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--write-tasks", default=None, metavar="FILE",
                     help="only write held-out instances at --lengths (first) for task-eval")
+    ap.add_argument("--write-ref", default=None, metavar="FILE",
+                    help="only write torch reference logits at --lengths (first) for the C test")
     a = ap.parse_args()
+    if a.write_ref:
+        torch.set_num_threads(a.threads)
+        model = load(a.ckpt, json.load(open(a.curve))["config"])
+        write_ref(model, a.write_ref, int(a.lengths.split(",")[0]), a.n)
+        return
     if a.write_tasks:
         write_tasks(a.write_tasks, int(a.lengths.split(",")[0]), a.n)
         return

@@ -6,9 +6,10 @@ it, then a query region "Q key answer..." at the end. Three tasks (one per seque
 - mqar: multi-query associative recall (Zoology): n_pairs facts, then n_query queries for
   distinct keys in random order; the answer is the key's value.
 - needle: one fact hidden at a uniform depth, one query.
-- vt: variable tracking: a chain "M x1 v", "M x2 x1", ..., "M xc x(c-1)" in order (plus one
-  distractor chain); the query "Q xc" is answered by the whole chain x(c-1) ... x1 v (each
-  step is one recall, so the answer is generated hop by hop, like RULER's VT).
+- vt: variable tracking: two interleaved chains "M x1 v", "M x2 x1", ..., "M xc x(c-1)" (each
+  in order); the query "Q xc" is answered by the whole chain x(c-1) ... x1 v (each step is one
+  recall, so the answer is generated hop by hop, like RULER's VT). Both chains are queried in
+  random order from 128 tokens on; at 64 tokens only the first.
 Keys, values, fillers and markers are disjoint token sets; targets[t] is the token expected at
 t + 1 where position t + 1 is an answer, else -1. query_spans lists, per query, the answer
 positions (an instance is correct iff all its answer tokens are the model's top-1 under
@@ -47,7 +48,9 @@ def make_seq(rng, L, task, n_pairs=None):
         ks = rng.choice(KEYS, size=n, replace=False)
         vs = rng.choice(VALS, size=n)
         facts = list(zip(ks, vs))
-        order = rng.permutation(n)[: min(n, 8)]
+        # from 128 tokens on, every pair is queried (more answers per sequence); the first
+        # curriculum stage (64 tokens) queries at most 8
+        order = rng.permutation(n)[: min(n, 8) if L <= 64 else n]
         queries = [(ks[i], [vs[i]]) for i in order]
         rng.shuffle(facts)
     elif task == "needle":
@@ -72,9 +75,15 @@ def make_seq(rng, L, task, n_pairs=None):
                 facts.append(a[ia]); ia += 1
             else:
                 facts.append(b[ib]); ib += 1
-        x = xs[:c]
-        ans = [x[i] for i in range(c - 2, -1, -1)] + [chains[0][0][1]]
-        queries = [(x[c - 1], ans)]
+        queries = []
+        for j in range(2):
+            x = xs[j * c:(j + 1) * c]
+            ans = [x[i] for i in range(c - 2, -1, -1)] + [chains[j][0][1]]
+            queries.append((x[c - 1], ans))
+        if L <= 64:  # the first curriculum stage asks for the first chain only
+            queries = queries[:1]
+        elif rng.random() < 0.5:
+            queries.reverse()
     else:
         raise ValueError(task)
     qlen = sum(2 + len(a) for _, a in queries)
