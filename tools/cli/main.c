@@ -33,7 +33,9 @@
 #include "eval/longbench_run.h"
 #include "grammar_cmd.h"
 #include "mcp_cmd.h"
+#include "import_cmd.h"
 #include "mkmodel_cmd.h"
+#include "task_eval.h"
 #include "route.h"
 #include "serve_cmd.h"
 
@@ -606,6 +608,8 @@ static void usage(void) {
             "  nexus bench -m MODEL [-p 512] [-n 128] [--depth D] [-t N] [-r REPS] [--json]\n"
             "            [--parallel N[,N...]] [--seq-policies POLICY[:DENSITY],...]\n"
             "  nexus mkmodel -o OUT.gguf [--preset NAME] [--arch A] [--type T] ... (--help)\n"
+            "  nexus import -w WEIGHTS.nxw --like TEMPLATE.gguf -o OUT.gguf [--set K=T:V] (--help)\n"
+            "  nexus task-eval -m MODEL --tasks FILE.jsonl [--policies ...] [--densities ...] (--help)\n"
             "  nexus mcp list|call (--config FILE | --server \"CMD ARGS\") [TOOL JSON] (--help)\n"
             "  nexus embed -m MODEL [--pooling mean|cls|last] [--no-normalize] [-t N] TEXT...\n"
             "  nexus rerank -m MODEL --query Q [-t N] DOC...\n"
@@ -650,6 +654,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval-ruler")) return cmd_eval_ruler(argc, argv);
     if (!strcmp(cmd, "eval-longbench")) return cmd_eval_longbench(argc, argv);
     if (!strcmp(cmd, "mkmodel")) return mkmodel_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "import")) return import_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "task-eval")) return task_eval_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "mcp")) return mcp_cmd_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench-grammar")) return bench_grammar_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "route")) return route_main(argc, argv);

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""train_lm.py - a byte-level Llama language model on the King James Bible (public domain).
+
+DESIGN
+- Text: `bible -f Gen1:1-Rev22:21` from Debian's bible-kjv + bible-kjv-text packages (the KJV
+  text is public domain), verse references stripped, one verse per line. The SHA-256 of the
+  text is logged so the data is checkable. The last 5% of the token stream (the end of the New
+  Testament) is held out; training windows are drawn from the first 95% only.
+- Tokens match the engine's tokenizer for the synthetic SentencePiece vocabulary of 260 tokens
+  that `nexus mkmodel --vocab 260` writes: byte b -> id b + 3 (byte-fallback tokens), except the
+  space -> id 259 ("▁"); `nexus tokenize` on the same text gives the same ids (after its dummy
+  prefix), so `nexus eval --file` runs on real text.
+- Model: nxmodel.Model, 3 layers, n_embd 64, 4 heads / 2 KV heads, SwiGLU 192, RoPE on 12 of 16
+  head dims (base 10000). Curriculum: short windows first, then full 2048-token windows so every
+  rotated frequency and every distance up to 2K has been seen.
+- Deterministic for --seed and --threads; batches are a function of (seed, step).
+"""
+import argparse
+import hashlib
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nxmodel  # noqa: E402
+
+STAGES = [(256, 16, 1000), (2048, 2, 150)]
+CONFIG = dict(n_vocab=260, n_layer=3, n_embd=64, n_head=4, n_head_kv=2, n_ff=192, n_rot=12,
+              rope_base=10000.0, rms_eps=1e-5)
+SPACE_ID = 259
+
+
+def kjv_text():
+    out = subprocess.run(["bible", "-f", "Gen1:1-Rev22:21"], capture_output=True, check=True).stdout
+    lines = [re.sub(rb"^\S+ ", b"", ln) for ln in out.split(b"\n") if ln.strip()]
+    return b"\n".join(lines) + b"\n"
+
+
+def encode(text):
+    a = np.frombuffer(text, dtype=np.uint8).astype(np.int64) + 3
+    a[a == ord(" ") + 3] = SPACE_ID
+    return a
+
+
+def split(tokens):
+    n = int(len(tokens) * 0.95)
+    return tokens[:n], tokens[n:]
+
+
+def lr_at(step, total, peak, warm=50):
+    if step < warm:
+        return peak * (step + 1) / warm
+    p = (step - warm) / max(1, total - warm)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def stage_at(step):
+    s = 0
+    for L, B, n in STAGES:
+        if step < s + n:
+            return L, B
+        s += n
+    return STAGES[-1][:2]
+
+
+@torch.no_grad()
+def heldout_loss(model, held, L, n):
+    model.eval()
+    tot = cnt = 0.0
+    for i in range(n):
+        s = (len(held) - L - 1) * i // max(1, n - 1)
+        x = torch.from_numpy(held[s:s + L + 1][None])
+        lo = model(x[:, :-1])
+        tot += F.cross_entropy(lo[0], x[0, 1:], reduction="sum").item()
+        cnt += L
+    model.train()
+    return tot / cnt
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--ckpt-every", type=int, default=50)
+    ap.add_argument("--resume", action="store_true")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    text = kjv_text()
+    print("text bytes", len(text), "sha256", hashlib.sha256(text).hexdigest(), flush=True)
+    train, held = split(encode(text))
+    cfg = nxmodel.Config(**CONFIG)
+    model = nxmodel.Model(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.98), weight_decay=0.01)
+    total = sum(n for _, _, n in STAGES)
+    step, rows = 0, []
+    ck = a.out + ".ckpt"
+    if a.resume and os.path.exists(ck):
+        st = torch.load(ck)
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        step, rows = st["step"], st["log"]
+    t0 = time.time()
+    acc = n_acc = 0.0
+    while step < total:
+        L, B = stage_at(step)
+        rng = np.random.default_rng([a.seed, step])
+        starts = rng.integers(0, len(train) - L - 1, size=B)
+        x = torch.from_numpy(np.stack([train[s:s + L + 1] for s in starts]))
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, total, a.lr)
+        lo = model(x[:, :-1])
+        loss = F.cross_entropy(lo.reshape(-1, cfg.n_vocab), x[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        acc += loss.item()
+        n_acc += 1
+        if step % 25 == 0 or step == total:
+            row = {"step": step, "ctx": L, "train_loss": acc / n_acc,
+                   "wall_s": round(time.time() - t0, 1)}
+            if step % 100 == 0 or step == total:
+                row["heldout_loss_256"] = heldout_loss(model, held, 256, 16)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            acc = n_acc = 0.0
+        if step % a.ckpt_every == 0 or step == total:
+            tmp = ck + ".tmp"
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
+                        "log": rows, "config": cfg.as_dict()}, tmp)
+            os.replace(tmp, ck)
+    with open(a.out + ".curve.json.tmp", "w") as f:
+        json.dump({"config": cfg.as_dict(), "stages": STAGES, "seed": a.seed, "lr": a.lr,
+                   "text_sha256": hashlib.sha256(text).hexdigest(), "rows": rows}, f, indent=1)
+    os.replace(a.out + ".curve.json.tmp", a.out + ".curve.json")
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
