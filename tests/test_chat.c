@@ -100,7 +100,7 @@ TEST(templates_match_jinja2) {
                 char *out = NULL;
                 size_t out_len = 0;
                 st = nx_chat_render(t, &p, &out, &out_len, err, sizeof err);
-                free(msgs);
+                nx_free(msgs);
                 n_cases++;
                 json_t *wo = json_object_get(want, "out");
                 bool ok;
@@ -148,7 +148,7 @@ TEST(templates_match_jinja2) {
     }
     printf("  templates: %d, all cases identical: %d, refused: %d; cases %d/%d identical, %d error messages differ\n",
            n_tmpl, n_match, n_refused, n_ok, n_cases, n_msg_diff);
-    free(tools_s);
+    nx_free(tools_s);
     json_decref(conv);
     json_decref(exp);
     ASSERT_EQ(n_tmpl, 70);
@@ -180,8 +180,8 @@ TEST(snippets_match_jinja2) {
             p.extra_json = x;
             p.now = FIXED_NOW;
             st = nx_chat_render(t, &p, &out, &out_len, err, sizeof err);
-            free(m);
-            free(x);
+            nx_free(m);
+            nx_free(x);
         }
         json_t *wo = json_object_get(s, "out");
         if (wo) {
@@ -419,8 +419,8 @@ TEST(render_speed) {
     clock_gettime(CLOCK_MONOTONIC, &b);
     double us = ((double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) / 1e3) / iters;
     printf("  Qwen2.5 template, 5-message conversation with 2 tools: %.1f us per render\n", us);
-    free(tools);
-    free(msgs);
+    nx_free(tools);
+    nx_free(msgs);
     json_decref(conv);
     nx_chat_template_free(t);
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "nexus.h"
 #include "support/tmpdir.h"
 #include "test.h"
@@ -65,7 +66,7 @@ static void compile_cb(json_t *params, const char *name, const char *file, void 
         if (!u->refused) snprintf(u->first_err, sizeof u->first_err, "%s (%s): %s", name, file, err);
         u->refused++;
     }
-    free(s);
+    nx_free(s);
 }
 
 TEST(bfcl_every_schema_compiles) {
@@ -102,11 +103,11 @@ static void gen_cb(json_t *params, const char *name, const char *file, void *ud)
     char *key = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
     if (!key) return;
     if (json_object_get(u->seen, key)) {
-        free(key);
+        nx_free(key);
         return;
     }
     json_object_set_new(u->seen, key, json_true());
-    free(key);
+    nx_free(key);
     if (u->idx++ % 150 != 7) return; /* a sample of the 1497 distinct schemas */
     char *s = json_dumps(params, JSON_COMPACT);
     struct nx_json_schema_params p = nx_json_schema_default_params();
@@ -115,7 +116,7 @@ static void gen_cb(json_t *params, const char *name, const char *file, void *ud)
     nx_grammar *g;
     char err[512];
     if (nx_grammar_from_json_schema(s, strlen(s), &p, &g, err, sizeof err) != NX_STATUS_OK) {
-        free(s);
+        nx_free(s);
         return;
     }
     int32_t n = nx_model_n_vocab(u->vocab), nw = (n + 63) / 64;
@@ -152,7 +153,7 @@ static void gen_cb(json_t *params, const char *name, const char *file, void *ud)
                                 params, "output", text, tn);
         char *js = json_dumps(rec, JSON_COMPACT);
         fprintf(u->out, "%s\n", js);
-        free(js);
+        nx_free(js);
         json_decref(rec);
         u->done++;
     }
@@ -160,7 +161,7 @@ static void gen_cb(json_t *params, const char *name, const char *file, void *ud)
     free(bits);
     free(allowed);
     nx_grammar_free(g);
-    free(s);
+    nx_free(s);
 }
 
 TEST(bfcl_sample_generations_validate) {

@@ -114,7 +114,7 @@ static nx_status add_call(struct tcparse *P, const char *name, size_t name_len, 
         int32_t cap = c->cap ? c->cap * 2 : 4;
         struct nx_tool_call *nc = nx_realloc(c->calls, (size_t)cap * sizeof *nc);
         if (!nc) {
-            free(a);
+            nx_free(a);
             return fail(P, NX_STATUS_NOMEM, at, "out of memory");
         }
         c->calls = nc;
@@ -124,7 +124,7 @@ static nx_status add_call(struct tcparse *P, const char *name, size_t name_len, 
     tc->name = dupn(name, name_len);
     tc->arguments = dupn(a ? a : "{}", a ? strlen(a) : 2);
     tc->id = dupn(id ? id : "", id ? strlen(id) : 0);
-    free(a);
+    nx_free(a);
     c->n++;
     if (!tc->name || !tc->arguments || !tc->id) return fail(P, NX_STATUS_NOMEM, at, "out of memory");
     return NX_STATUS_OK;

@@ -338,7 +338,7 @@ static void lit_value(struct sc *c, json_t *v, struct sbuf *b) {
         return;
     }
     sb_lit(b, t, strlen(t));
-    free(t);
+    nx_free(t);
 }
 
 /* ---- types ---- */
@@ -441,7 +441,7 @@ static void gen_object(struct sc *c, json_t *s, struct sbuf *b) {
             goto done;
         }
         sb_lit(&kb, kt, strlen(kt));
-        free(kt);
+        nx_free(kt);
         sb_printf(&kb, " \":\" r%d", vr);
         def_rule(c, kv[i], &kb);
         nx_free(kb.s);

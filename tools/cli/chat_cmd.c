@@ -19,6 +19,7 @@
 
 #include <jansson.h>
 
+#include "core/alloc.h"
 #include "chat_cmd.h"
 #include "nexus.h"
 
@@ -143,7 +144,7 @@ static int turn(struct chat *ch, const char *user) {
     char *prompt = NULL, err[1024];
     size_t plen = 0;
     nx_status st = nx_chat_render(ch->t, &p, &prompt, &plen, err, sizeof err);
-    free(msgs);
+    nx_free(msgs);
     if (st) {
         fprintf(stderr, "nexus chat: template: %s\n", err);
         json_array_remove(ch->history, json_array_size(ch->history) - 1);
@@ -315,7 +316,7 @@ int chat_main(int argc, char **argv) {
         fputs("\n", stdout);
     }
     json_decref(ch.history);
-    free(ch.tools_json);
+    nx_free(ch.tools_json);
     free(ch.cached);
     nx_sampler_free(ch.s);
     nx_ctx_free(ch.c);

@@ -144,12 +144,12 @@ int bench_grammar_main(int argc, char **argv) {
                 json_t *params = json_object_get(fn, "parameters");
                 char *key = json_dumps(params, JSON_COMPACT | JSON_SORT_KEYS);
                 if (!key || json_object_get(seen, key)) {
-                    free(key);
+                    nx_free(key);
                     continue;
                 }
                 json_object_set_new(seen, key, json_true());
                 long idx = n_schema++;
-                free(key);
+                nx_free(key);
                 if (idx % n_shards != shard || (limit >= 0 && idx >= limit)) continue;
                 char *schema = json_dumps(params, JSON_COMPACT);
                 struct nx_json_schema_params sp = nx_json_schema_default_params();
@@ -160,7 +160,7 @@ int bench_grammar_main(int argc, char **argv) {
                     fprintf(stderr, "refused %s: %s\n", json_string_value(json_object_get(fn, "name")),
                             err);
                     n_refused++;
-                    free(schema);
+                    nx_free(schema);
                     continue;
                 }
                 n_done++;
@@ -221,13 +221,13 @@ int bench_grammar_main(int argc, char **argv) {
                                                 ended, "forced", forced);
                         char *js = rec ? json_dumps(rec, JSON_COMPACT) : NULL;
                         if (js) fprintf(out, "%s\n", js);
-                        free(js);
+                        nx_free(js);
                         json_decref(rec);
                     }
                 }
                 nx_sampler_free(s);
                 nx_grammar_free(g);
-                free(schema);
+                nx_free(schema);
                 if (n_done % 50 == 0)
                     fprintf(stderr, "  %ld schemas, %ld generations, %.0f s\n", n_done, n_gens,
                             nx_time_s() - t_start);
