@@ -818,6 +818,160 @@ TEST(session_idle_parked_after_timeout) {
     rm_dir(dir);
 }
 
+
+/* ---- constrained output ---- */
+
+static json_t *chat_json(int port, const char *body, int *status) {
+    struct resp r = post(port, "/v1/chat/completions", body);
+    *status = r.status;
+    json_t *j = json_loads(r.body, 0, NULL);
+    if (r.status != 200) fprintf(stderr, "  %d %s\n", r.status, r.body);
+    resp_free(&r);
+    return j;
+}
+
+static json_t *first_message(json_t *resp) {
+    return json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "message");
+}
+
+TEST(server_json_schema_output_validates) {
+    struct srv_params p = params();
+    struct srv_server *s = start(&p);
+    int valid = 0;
+    for (int seed = 1; seed <= 6; seed++) {
+        char body[1024];
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Give a name and a digit.\"}],"
+                 "\"temperature\":1.0,\"seed\":%d,\"max_tokens\":60,\"response_format\":{\"type\":"
+                 "\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\","
+                 "\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},\"n\":{\"type\":"
+                 "\"integer\",\"minimum\":0,\"maximum\":9},\"ok\":{\"type\":\"boolean\"}},"
+                 "\"required\":[\"name\",\"n\",\"ok\"]}}}}", seed);
+        int st;
+        json_t *r = chat_json(srv_port(s), body, &st);
+        ASSERT_EQ(st, 200);
+        const char *content = json_string_value(json_object_get(first_message(r), "content"));
+        json_t *v = content ? json_loads(content, 0, NULL) : NULL;
+        if (!v) fprintf(stderr, "  not JSON: %s\n", content ? content : "(null)");
+        ASSERT_TRUE(json_is_object(v));
+        json_t *name = json_object_get(v, "name"), *n = json_object_get(v, "n");
+        ASSERT_TRUE(json_is_string(name) && json_is_integer(n) &&
+                    json_is_boolean(json_object_get(v, "ok")));
+        ASSERT_TRUE(json_integer_value(n) >= 0 && json_integer_value(n) <= 9);
+        ASSERT_TRUE(json_object_size(v) == 3);
+        valid++;
+        json_decref(v);
+        json_decref(r);
+    }
+    ASSERT_EQ(valid, 6);
+    /* json_object: any object */
+    int st;
+    json_t *r = chat_json(srv_port(s), "{\"messages\":[{\"role\":\"user\",\"content\":\"JSON\"}],"
+                          "\"seed\":2,\"max_tokens\":40,\"response_format\":{\"type\":\"json_object\"}}",
+                          &st);
+    ASSERT_EQ(st, 200);
+    const char *content = json_string_value(json_object_get(first_message(r), "content"));
+    json_t *v = content ? json_loads(content, 0, NULL) : NULL;
+    ASSERT_TRUE(json_is_object(v));
+    json_decref(v);
+    json_decref(r);
+    /* a keyword the compiler does not support is refused by name */
+    struct resp e = post(srv_port(s), "/v1/chat/completions",
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":"
+                         "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\","
+                         "\"patternProperties\":{\"a\":{}}}}}}");
+    ASSERT_EQ(e.status, 400);
+    ASSERT_TRUE(strstr(e.body, "patternProperties") != NULL);
+    resp_free(&e);
+    srv_stop(s);
+}
+
+static const char *k_tools =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"location\":{\"type\":\"string\","
+    "\"maxLength\":16},\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},"
+    "\"required\":[\"location\",\"days\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"q\":{\"type\":\"string\",\"maxLength\":10}},\"required\":[\"q\"]}}}]";
+
+TEST(server_tool_calls_under_the_full_schema) {
+    struct srv_params p = params();
+    struct srv_server *s = start(&p);
+    const char *choices[] = {"\"required\"",
+                             "{\"type\":\"function\",\"function\":{\"name\":\"search\"}}"};
+    for (int c = 0; c < 2; c++)
+        for (int seed = 1; seed <= 4; seed++) {
+            char body[2048];
+            snprintf(body, sizeof body,
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"}],"
+                     "\"temperature\":1.0,\"seed\":%d,\"max_tokens\":60,\"tools\":%s,"
+                     "\"tool_choice\":%s}", seed, k_tools, choices[c]);
+            int st;
+            json_t *r = chat_json(srv_port(s), body, &st);
+            ASSERT_EQ(st, 200);
+            json_t *ch = json_array_get(json_object_get(r, "choices"), 0);
+            ASSERT_TRUE(!strcmp(json_string_value(json_object_get(ch, "finish_reason")),
+                                "tool_calls"));
+            json_t *tc = json_array_get(json_object_get(first_message(r), "tool_calls"), 0);
+            ASSERT_TRUE(!strcmp(json_string_value(json_object_get(tc, "type")), "function"));
+            ASSERT_TRUE(json_is_string(json_object_get(tc, "id")));
+            json_t *fn = json_object_get(tc, "function");
+            const char *name = json_string_value(json_object_get(fn, "name"));
+            json_t *args = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+            ASSERT_TRUE(name && json_is_object(args));
+            if (c == 1) ASSERT_TRUE(!strcmp(name, "search"));
+            if (!strcmp(name, "get_weather")) {
+                json_t *d = json_object_get(args, "days");
+                ASSERT_TRUE(json_is_string(json_object_get(args, "location")));
+                ASSERT_TRUE(json_is_integer(d) && json_integer_value(d) >= 1 &&
+                            json_integer_value(d) <= 7);
+            } else {
+                ASSERT_TRUE(!strcmp(name, "search"));
+                ASSERT_TRUE(json_is_string(json_object_get(args, "q")));
+            }
+            json_decref(args);
+            json_decref(r);
+        }
+    /* streamed: the call arrives whole in one delta before the finish chunk */
+    char body[2048];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"seed\":3,"
+             "\"max_tokens\":60,\"stream\":true,\"tools\":%s,\"tool_choice\":\"required\"}",
+             k_tools);
+    struct resp r = post(srv_port(s), "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200);
+    ASSERT_TRUE(strstr(r.body, "\"tool_calls\":[{\"index\":0") != NULL);
+    ASSERT_TRUE(strstr(r.body, "\"finish_reason\":\"tool_calls\"") != NULL);
+    resp_free(&r);
+    /* auto: the model may answer in text; either way a well-formed response */
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"seed\":3,\"max_tokens\":20,"
+             "\"tools\":%s}", k_tools);
+    int st;
+    json_t *a = chat_json(srv_port(s), body, &st);
+    ASSERT_EQ(st, 200);
+    ASSERT_TRUE(first_message(a) != NULL);
+    json_decref(a);
+    /* bad tool requests */
+    const char *bad[] = {
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"patternProperties\":{}}}}],"
+        "\"tool_choice\":\"required\"}",
+    };
+    for (size_t i = 0; i < NX_ARRAY_LEN(bad); i++) {
+        struct resp b = post(srv_port(s), "/v1/chat/completions", bad[i]);
+        if (b.status != 400) fprintf(stderr, "  case %zu: %d %s\n", i, b.status, b.body);
+        ASSERT_EQ(b.status, 400);
+        resp_free(&b);
+    }
+    srv_stop(s);
+}
+
 TEST(zz_free_model) {
     nx_model_free(g_model);
     g_model = NULL;

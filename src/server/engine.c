@@ -35,6 +35,7 @@ struct srv_engine {
     struct nx_batch batch;
     int32_t *batch_slot; /* (n_batch) the slot of each batch entry */
     struct srv_sessions *sessions; /* NULL when sessions are off */
+    nx_grammar_vocab *gvocab; /* the model's vocabulary for grammars (built at start) */
     int32_t n_ctx;
     int32_t rr;          /* the slot whose prompt is served first in the next step */
     struct slot *slots;
@@ -56,6 +57,7 @@ struct srv_engine {
 
 static void job_free(struct srv_job *j) {
     srv_gen_request_free(&j->req);
+    srv_constraint_free(&j->con);
     nx_free(j->prompt);
     nx_free(j->text);
     nx_free(j->toks);
@@ -70,11 +72,20 @@ void srv_job_unref(struct srv_job *j) {
 
 void srv_job_cancel(struct srv_job *j) { atomic_store(&j->cancel, true); }
 
-nx_status srv_job_create(struct srv_engine *e, struct srv_gen_request *req, const char *text,
-                         double timeout_s, struct srv_job **out, char *err, size_t errlen) {
+nx_status srv_job_create(struct srv_engine *e, struct srv_gen_request *req,
+                         struct srv_constraint *con, const char *text, double timeout_s,
+                         struct srv_job **out, char *err, size_t errlen) {
     *out = NULL;
     struct srv_job *j = nx_calloc(1, sizeof *j);
-    if (!j) return NX_STATUS_NOMEM;
+    if (!j) {
+        srv_gen_request_free(req);
+        if (con) srv_constraint_free(con);
+        return NX_STATUS_NOMEM;
+    }
+    if (con) {
+        j->con = *con;
+        memset(con, 0, sizeof *con);
+    }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     atomic_init(&j->refs, 1);
@@ -293,6 +304,12 @@ static nx_status slot_start(struct srv_engine *e, struct slot *s, char *msg, siz
     sp.seed = j->req.has_seed ? j->req.seed : ++e->seed_ctr * 0x9E3779B97F4A7C15ull;
     if (nx_sampler_init(&sp, nx_model_n_vocab(e->model), &s->smp)) {
         snprintf(msg, len, "out of memory (sampler)");
+        return NX_STATUS_NOMEM;
+    }
+    if (j->con.grammar &&
+        nx_sampler_set_grammar(s->smp, j->con.grammar, e->gvocab, j->con.trigger,
+                               j->req.max_tokens) != NX_STATUS_OK) {
+        snprintf(msg, len, "cannot attach the output grammar");
         return NX_STATUS_NOMEM;
     }
     nx_status st = srv_text_init(&s->text, (const char *const *)j->req.stop, j->req.n_stop);
@@ -567,6 +584,8 @@ nx_status srv_engine_init(const nx_model *model, const struct srv_engine_params 
     st = nx_ctx_init(model, &cp, &e->ctx, err, errlen);
     if (st) goto fail;
     e->n_ctx = nx_ctx_n_ctx(e->ctx);
+    st = nx_grammar_vocab_init(model, &e->gvocab);
+    if (st) goto fail;
     st = nx_batch_init(cp.n_batch, &e->batch);
     if (st) goto fail;
     st = NX_STATUS_NOMEM;
@@ -618,6 +637,7 @@ void srv_engine_free(struct srv_engine *e) {
     if (e->slots)
         for (int i = 0; i < e->p.n_slots; i++) nx_free(e->slots[i].own.toks);
     srv_sessions_free(e->sessions);
+    nx_grammar_vocab_free(e->gvocab);
     nx_free(e->batch_slot);
     nx_batch_free(&e->batch);
     nx_ctx_free(e->ctx);
