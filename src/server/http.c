@@ -592,19 +592,35 @@ static char *render_chat(struct srv_server *S, const struct srv_gen_request *req
     return out;
 }
 
+/* The request body as JSON, nested at most max_depth deep (checked before parsing); NULL after
+   queueing the error response into *ret. */
+static json_t *load_body(struct conn *cs, enum MHD_Result *ret) {
+    struct srv_server *S = cs->S;
+    if (srv_json_depth(cs->body, cs->n_body, S->p.max_depth) > S->p.max_depth) {
+        *ret = send_error(cs, 400, NULL, "json_too_deep",
+                          "the JSON body nests deeper than %d levels", S->p.max_depth);
+        return NULL;
+    }
+    json_error_t je;
+    bool oom = false;
+    json_t *body = nx_json_loadb(cs->body ? cs->body : "", cs->n_body, JSON_REJECT_DUPLICATES,
+                                 &je, &oom);
+    if (!body)
+        *ret = oom ? send_error(cs, 500, NULL, NULL, "out of memory")
+                   : send_error(cs, 400, NULL, "invalid_json",
+                                "invalid JSON at line %d column %d: %s", je.line, je.column,
+                                je.text);
+    return body;
+}
+
 static enum MHD_Result handle_gen(struct conn *cs) {
     struct srv_server *S = cs->S;
     if (!S->engine) return send_error(cs, 400, "model", "model_not_found",
                                       "this server runs an embedding model only");
     char err[512] = "";
-    json_error_t je;
-    if (srv_json_depth(cs->body, cs->n_body, S->p.max_depth) > S->p.max_depth)
-        return send_error(cs, 400, NULL, "json_too_deep",
-                          "the JSON body nests deeper than %d levels", S->p.max_depth);
-    json_t *body = json_loadb(cs->body ? cs->body : "", cs->n_body, JSON_REJECT_DUPLICATES, &je);
-    if (!body)
-        return send_error(cs, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s",
-                          je.line, je.column, je.text);
+    enum MHD_Result bad;
+    json_t *body = load_body(cs, &bad);
+    if (!body) return bad;
     struct srv_gen_request req;
     const char *param = NULL;
     cs->kind = cs->ep == SRV_EP_CHAT ? SRV_KIND_CHAT : SRV_KIND_COMPLETION;
@@ -706,14 +722,9 @@ static enum MHD_Result handle_embed(struct conn *cs) {
         return send_error(cs, 400, "model", "model_not_found",
                           "this server has no embedding model (start it with --embed-model)");
     char err[512] = "";
-    json_error_t je;
-    if (srv_json_depth(cs->body, cs->n_body, S->p.max_depth) > S->p.max_depth)
-        return send_error(cs, 400, NULL, "json_too_deep",
-                          "the JSON body nests deeper than %d levels", S->p.max_depth);
-    json_t *body = json_loadb(cs->body ? cs->body : "", cs->n_body, JSON_REJECT_DUPLICATES, &je);
-    if (!body)
-        return send_error(cs, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s",
-                          je.line, je.column, je.text);
+    enum MHD_Result bad;
+    json_t *body = load_body(cs, &bad);
+    if (!body) return bad;
     struct srv_embed_request req;
     const char *param = NULL;
     nx_status st = srv_parse_embed(body, &S->p.lim, &req, err, sizeof err, &param);
