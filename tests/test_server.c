@@ -1,6 +1,6 @@
 /*
  * test_server.c - `nexus serve` as a black box over real sockets on 127.0.0.1 (stories260K),
- * plus the text-release unit (server/textout.h).
+ * plus the stop filter the streams use (gen/stopfilter.h).
  *
  * Each case starts a server in-process on a free port, talks HTTP/1.0 to it (responses end
  * when the server closes the connection, so no chunked decoding is needed), and stops it.
@@ -22,7 +22,7 @@
 #include "core/nx_base.h"
 #include "nexus.h"
 #include "server/server.h"
-#include "server/textout.h"
+#include "gen/stopfilter.h"
 #include "support/tmpdir.h"
 #include "test.h"
 
@@ -184,46 +184,52 @@ static char *greedy_ref(const char *prompt, int n) {
     return out;
 }
 
-/* ---- textout ---- */
+/* ---- the stop filter the streams use (gen/stopfilter.h) ---- */
 
-static void take_all(struct srv_text *t, const char **pieces, int n, char *out) {
+static void take_all(struct gen_stop_filter *t, const char **pieces, int n, char *out) {
     size_t len = 0;
     for (int i = 0; i < n; i++) {
-        srv_text_push(t, pieces[i], strlen(pieces[i]));
-        len += srv_text_take(t, out + len, 512 - len);
+        size_t k = gen_stop_push(t, pieces[i], strlen(pieces[i]));
+        memcpy(out + len, gen_stop_text(t), k);
+        gen_stop_consume(t, k);
+        len += k;
     }
-    srv_text_flush(t, out + len, 512 - len);
+    size_t k = gen_stop_finish(t);
+    memcpy(out + len, gen_stop_text(t), k);
+    out[len + k] = 0;
 }
 
-TEST(textout_stop_across_pieces_and_utf8) {
-    struct srv_text t;
+TEST(stopfilter_stop_across_pieces_and_utf8) {
+    struct gen_stop_filter t;
     const char *stops[] = {"END", "\n\n"};
-    ASSERT_EQ(srv_text_init(&t, stops, 2), NX_STATUS_OK);
+    ASSERT_EQ(gen_stop_init(&t, stops, 2, true), NX_STATUS_OK);
     char out[512];
     /* "é" split over two pieces must not be released half; "EN" + "D" is a stop */
     const char *p1[] = {"ab", "\xC3", "\xA9", "cE", "N", "Dzz"};
     take_all(&t, p1, 6, out);
     ASSERT_TRUE(!strcmp(out, "ab\xC3\xA9" "c"));
     ASSERT_TRUE(t.stopped);
-    srv_text_free(&t);
+    ASSERT_EQ(t.stop_index, 0);
+    gen_stop_free(&t);
     /* a stop prefix that never completes is released at the end */
-    ASSERT_EQ(srv_text_init(&t, stops, 2), NX_STATUS_OK);
+    ASSERT_EQ(gen_stop_init(&t, stops, 2, true), NX_STATUS_OK);
     const char *p2[] = {"x", "EN", "d\n"};
     take_all(&t, p2, 3, out);
     ASSERT_TRUE(!strcmp(out, "xENd\n"));
     ASSERT_TRUE(!t.stopped);
-    srv_text_free(&t);
+    gen_stop_free(&t);
     /* held back exactly while it could still be a stop */
-    ASSERT_EQ(srv_text_init(&t, stops, 2), NX_STATUS_OK);
-    srv_text_push(&t, "aE", 2);
-    ASSERT_EQ(srv_text_take(&t, out, sizeof out), 1);
-    ASSERT_TRUE(!strcmp(out, "a"));
-    srv_text_push(&t, "x", 1);
-    ASSERT_EQ(srv_text_take(&t, out, sizeof out), 2);
-    srv_text_free(&t);
+    ASSERT_EQ(gen_stop_init(&t, stops, 2, true), NX_STATUS_OK);
+    ASSERT_EQ(gen_stop_push(&t, "aE", 2), 1);
+    gen_stop_consume(&t, 1);
+    ASSERT_EQ(gen_stop_push(&t, "x", 1), 2);
+    gen_stop_free(&t);
+    /* without whole_utf8 a split character goes out in parts */
+    ASSERT_EQ(gen_stop_init(&t, NULL, 0, false), NX_STATUS_OK);
+    ASSERT_EQ(gen_stop_push(&t, "\xC3", 1), 1);
+    gen_stop_free(&t);
     const char *bad[] = {""};
-    ASSERT_EQ(srv_text_init(&t, bad, 1), NX_STATUS_INVALID_ARG);
-    srv_text_free(&t);
+    ASSERT_EQ(gen_stop_init(&t, bad, 1, true), NX_STATUS_INVALID_ARG);
 }
 
 /* ---- black-box ---- */

@@ -28,7 +28,6 @@
 #include "nexus.h"
 #include "server/oai.h"
 #include "server/sessions.h"
-#include "server/textout.h"
 
 #define SRV_TOP_MAX 20
 

@@ -17,7 +17,9 @@
 
 #include "nexus.h"
 #include "server/constrain.h"
-#include "server/textout.h"
+
+#define SRV_MAX_STOP 4        /* OpenAI allows up to 4 stop sequences */
+#define SRV_STOP_MAX_LEN 256  /* bytes of one stop sequence */
 
 /* Limits a request is held to (srv_params fills them from flags). */
 struct srv_limits {
