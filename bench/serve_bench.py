@@ -58,6 +58,8 @@ def stream_completion(port, prompt, n_gen, extra, timeout=600):
         if data == "[DONE]":
             break
         j = json.loads(data)
+        if j.get("error"):
+            raise RuntimeError(f"stream error: {j['error'].get('message')}")
         if j.get("usage"):
             usage = j["usage"]
         for ch in j.get("choices", []):

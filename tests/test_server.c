@@ -1,6 +1,6 @@
 /*
  * test_server.c - `nexus serve` as a black box over real sockets on 127.0.0.1 (stories260K),
- * plus the text-release unit (server/textout.h).
+ * plus the stop filter the streams use (gen/stopfilter.h).
  *
  * Each case starts a server in-process on a free port, talks HTTP/1.0 to it (responses end
  * when the server closes the connection, so no chunked decoding is needed), and stops it.
@@ -22,7 +22,7 @@
 #include "core/nx_base.h"
 #include "nexus.h"
 #include "server/server.h"
-#include "server/textout.h"
+#include "gen/stopfilter.h"
 #include "support/tmpdir.h"
 #include "test.h"
 
@@ -184,46 +184,52 @@ static char *greedy_ref(const char *prompt, int n) {
     return out;
 }
 
-/* ---- textout ---- */
+/* ---- the stop filter the streams use (gen/stopfilter.h) ---- */
 
-static void take_all(struct srv_text *t, const char **pieces, int n, char *out) {
+static void take_all(struct gen_stop_filter *t, const char **pieces, int n, char *out) {
     size_t len = 0;
     for (int i = 0; i < n; i++) {
-        srv_text_push(t, pieces[i], strlen(pieces[i]));
-        len += srv_text_take(t, out + len, 512 - len);
+        size_t k = gen_stop_push(t, pieces[i], strlen(pieces[i]));
+        memcpy(out + len, gen_stop_text(t), k);
+        gen_stop_consume(t, k);
+        len += k;
     }
-    srv_text_flush(t, out + len, 512 - len);
+    size_t k = gen_stop_finish(t);
+    memcpy(out + len, gen_stop_text(t), k);
+    out[len + k] = 0;
 }
 
-TEST(textout_stop_across_pieces_and_utf8) {
-    struct srv_text t;
+TEST(stopfilter_stop_across_pieces_and_utf8) {
+    struct gen_stop_filter t;
     const char *stops[] = {"END", "\n\n"};
-    ASSERT_EQ(srv_text_init(&t, stops, 2), NX_STATUS_OK);
+    ASSERT_EQ(gen_stop_init(&t, stops, 2, true), NX_STATUS_OK);
     char out[512];
     /* "é" split over two pieces must not be released half; "EN" + "D" is a stop */
     const char *p1[] = {"ab", "\xC3", "\xA9", "cE", "N", "Dzz"};
     take_all(&t, p1, 6, out);
     ASSERT_TRUE(!strcmp(out, "ab\xC3\xA9" "c"));
     ASSERT_TRUE(t.stopped);
-    srv_text_free(&t);
+    ASSERT_EQ(t.stop_index, 0);
+    gen_stop_free(&t);
     /* a stop prefix that never completes is released at the end */
-    ASSERT_EQ(srv_text_init(&t, stops, 2), NX_STATUS_OK);
+    ASSERT_EQ(gen_stop_init(&t, stops, 2, true), NX_STATUS_OK);
     const char *p2[] = {"x", "EN", "d\n"};
     take_all(&t, p2, 3, out);
     ASSERT_TRUE(!strcmp(out, "xENd\n"));
     ASSERT_TRUE(!t.stopped);
-    srv_text_free(&t);
+    gen_stop_free(&t);
     /* held back exactly while it could still be a stop */
-    ASSERT_EQ(srv_text_init(&t, stops, 2), NX_STATUS_OK);
-    srv_text_push(&t, "aE", 2);
-    ASSERT_EQ(srv_text_take(&t, out, sizeof out), 1);
-    ASSERT_TRUE(!strcmp(out, "a"));
-    srv_text_push(&t, "x", 1);
-    ASSERT_EQ(srv_text_take(&t, out, sizeof out), 2);
-    srv_text_free(&t);
+    ASSERT_EQ(gen_stop_init(&t, stops, 2, true), NX_STATUS_OK);
+    ASSERT_EQ(gen_stop_push(&t, "aE", 2), 1);
+    gen_stop_consume(&t, 1);
+    ASSERT_EQ(gen_stop_push(&t, "x", 1), 2);
+    gen_stop_free(&t);
+    /* without whole_utf8 a split character goes out in parts */
+    ASSERT_EQ(gen_stop_init(&t, NULL, 0, false), NX_STATUS_OK);
+    ASSERT_EQ(gen_stop_push(&t, "\xC3", 1), 1);
+    gen_stop_free(&t);
     const char *bad[] = {""};
-    ASSERT_EQ(srv_text_init(&t, bad, 1), NX_STATUS_INVALID_ARG);
-    srv_text_free(&t);
+    ASSERT_EQ(gen_stop_init(&t, bad, 1, true), NX_STATUS_INVALID_ARG);
 }
 
 /* ---- black-box ---- */
@@ -816,6 +822,160 @@ TEST(session_idle_parked_after_timeout) {
     ASSERT_EQ(count_nxs(dir), 1);
     srv_stop(s);
     rm_dir(dir);
+}
+
+
+/* ---- constrained output ---- */
+
+static json_t *chat_json(int port, const char *body, int *status) {
+    struct resp r = post(port, "/v1/chat/completions", body);
+    *status = r.status;
+    json_t *j = json_loads(r.body, 0, NULL);
+    if (r.status != 200) fprintf(stderr, "  %d %s\n", r.status, r.body);
+    resp_free(&r);
+    return j;
+}
+
+static json_t *first_message(json_t *resp) {
+    return json_object_get(json_array_get(json_object_get(resp, "choices"), 0), "message");
+}
+
+TEST(server_json_schema_output_validates) {
+    struct srv_params p = params();
+    struct srv_server *s = start(&p);
+    int valid = 0;
+    for (int seed = 1; seed <= 6; seed++) {
+        char body[1024];
+        snprintf(body, sizeof body,
+                 "{\"messages\":[{\"role\":\"user\",\"content\":\"Give a name and a digit.\"}],"
+                 "\"temperature\":1.0,\"seed\":%d,\"max_tokens\":60,\"response_format\":{\"type\":"
+                 "\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{\"type\":\"object\","
+                 "\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},\"n\":{\"type\":"
+                 "\"integer\",\"minimum\":0,\"maximum\":9},\"ok\":{\"type\":\"boolean\"}},"
+                 "\"required\":[\"name\",\"n\",\"ok\"]}}}}", seed);
+        int st;
+        json_t *r = chat_json(srv_port(s), body, &st);
+        ASSERT_EQ(st, 200);
+        const char *content = json_string_value(json_object_get(first_message(r), "content"));
+        json_t *v = content ? json_loads(content, 0, NULL) : NULL;
+        if (!v) fprintf(stderr, "  not JSON: %s\n", content ? content : "(null)");
+        ASSERT_TRUE(json_is_object(v));
+        json_t *name = json_object_get(v, "name"), *n = json_object_get(v, "n");
+        ASSERT_TRUE(json_is_string(name) && json_is_integer(n) &&
+                    json_is_boolean(json_object_get(v, "ok")));
+        ASSERT_TRUE(json_integer_value(n) >= 0 && json_integer_value(n) <= 9);
+        ASSERT_TRUE(json_object_size(v) == 3);
+        valid++;
+        json_decref(v);
+        json_decref(r);
+    }
+    ASSERT_EQ(valid, 6);
+    /* json_object: any object */
+    int st;
+    json_t *r = chat_json(srv_port(s), "{\"messages\":[{\"role\":\"user\",\"content\":\"JSON\"}],"
+                          "\"seed\":2,\"max_tokens\":40,\"response_format\":{\"type\":\"json_object\"}}",
+                          &st);
+    ASSERT_EQ(st, 200);
+    const char *content = json_string_value(json_object_get(first_message(r), "content"));
+    json_t *v = content ? json_loads(content, 0, NULL) : NULL;
+    ASSERT_TRUE(json_is_object(v));
+    json_decref(v);
+    json_decref(r);
+    /* a keyword the compiler does not support is refused by name */
+    struct resp e = post(srv_port(s), "/v1/chat/completions",
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":"
+                         "{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"type\":\"object\","
+                         "\"patternProperties\":{\"a\":{}}}}}}");
+    ASSERT_EQ(e.status, 400);
+    ASSERT_TRUE(strstr(e.body, "patternProperties") != NULL);
+    resp_free(&e);
+    srv_stop(s);
+}
+
+static const char *k_tools =
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"location\":{\"type\":\"string\","
+    "\"maxLength\":16},\"days\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":7}},"
+    "\"required\":[\"location\",\"days\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"q\":{\"type\":\"string\",\"maxLength\":10}},\"required\":[\"q\"]}}}]";
+
+TEST(server_tool_calls_under_the_full_schema) {
+    struct srv_params p = params();
+    struct srv_server *s = start(&p);
+    const char *choices[] = {"\"required\"",
+                             "{\"type\":\"function\",\"function\":{\"name\":\"search\"}}"};
+    for (int c = 0; c < 2; c++)
+        for (int seed = 1; seed <= 4; seed++) {
+            char body[2048];
+            snprintf(body, sizeof body,
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"}],"
+                     "\"temperature\":1.0,\"seed\":%d,\"max_tokens\":60,\"tools\":%s,"
+                     "\"tool_choice\":%s}", seed, k_tools, choices[c]);
+            int st;
+            json_t *r = chat_json(srv_port(s), body, &st);
+            ASSERT_EQ(st, 200);
+            json_t *ch = json_array_get(json_object_get(r, "choices"), 0);
+            ASSERT_TRUE(!strcmp(json_string_value(json_object_get(ch, "finish_reason")),
+                                "tool_calls"));
+            json_t *tc = json_array_get(json_object_get(first_message(r), "tool_calls"), 0);
+            ASSERT_TRUE(!strcmp(json_string_value(json_object_get(tc, "type")), "function"));
+            ASSERT_TRUE(json_is_string(json_object_get(tc, "id")));
+            json_t *fn = json_object_get(tc, "function");
+            const char *name = json_string_value(json_object_get(fn, "name"));
+            json_t *args = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+            ASSERT_TRUE(name && json_is_object(args));
+            if (c == 1) ASSERT_TRUE(!strcmp(name, "search"));
+            if (!strcmp(name, "get_weather")) {
+                json_t *d = json_object_get(args, "days");
+                ASSERT_TRUE(json_is_string(json_object_get(args, "location")));
+                ASSERT_TRUE(json_is_integer(d) && json_integer_value(d) >= 1 &&
+                            json_integer_value(d) <= 7);
+            } else {
+                ASSERT_TRUE(!strcmp(name, "search"));
+                ASSERT_TRUE(json_is_string(json_object_get(args, "q")));
+            }
+            json_decref(args);
+            json_decref(r);
+        }
+    /* streamed: the call arrives whole in one delta before the finish chunk */
+    char body[2048];
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"seed\":3,"
+             "\"max_tokens\":60,\"stream\":true,\"tools\":%s,\"tool_choice\":\"required\"}",
+             k_tools);
+    struct resp r = post(srv_port(s), "/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200);
+    ASSERT_TRUE(strstr(r.body, "\"tool_calls\":[{\"index\":0") != NULL);
+    ASSERT_TRUE(strstr(r.body, "\"finish_reason\":\"tool_calls\"") != NULL);
+    resp_free(&r);
+    /* auto: the model may answer in text; either way a well-formed response */
+    snprintf(body, sizeof body,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"seed\":3,\"max_tokens\":20,"
+             "\"tools\":%s}", k_tools);
+    int st;
+    json_t *a = chat_json(srv_port(s), body, &st);
+    ASSERT_EQ(st, 200);
+    ASSERT_TRUE(first_message(a) != NULL);
+    json_decref(a);
+    /* bad tool requests */
+    const char *bad[] = {
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+        "\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\",\"patternProperties\":{}}}}],"
+        "\"tool_choice\":\"required\"}",
+    };
+    for (size_t i = 0; i < NX_ARRAY_LEN(bad); i++) {
+        struct resp b = post(srv_port(s), "/v1/chat/completions", bad[i]);
+        if (b.status != 400) fprintf(stderr, "  case %zu: %d %s\n", i, b.status, b.body);
+        ASSERT_EQ(b.status, 400);
+        resp_free(&b);
+    }
+    srv_stop(s);
 }
 
 TEST(zz_free_model) {

@@ -2,10 +2,8 @@
  * generate.c - the generation loop with streaming and stop strings (see generate.h).
  *
  * DESIGN
- * - One pending buffer: each token's piece is appended, the stop strings are searched in it,
- *   and everything that cannot start a stop string is released. The search is over the
- *   pending text only, which is never longer than the longest stop string plus one piece, so
- *   a long generation costs O(tokens x stop bytes).
+ * - Stop strings through gen/stopfilter.c (shared with the server): each token's piece is
+ *   appended, and everything that cannot start a stop string is released.
  * - The loop mirrors what the CLI always did: pick, check EOG, store, stream, then decode only
  *   when another pick will follow (the last pick is never decoded, and a full context ends
  *   the generation instead of failing it).
@@ -15,6 +13,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "gen/stopfilter.h"
 
 struct nx_gen_params nx_gen_default_params(void) {
     return (struct nx_gen_params){.max_tokens = 128};
@@ -43,7 +42,8 @@ static bool buf_add(struct buf *b, const char *s, size_t n) {
 
 struct gen {
     const struct nx_gen_params *p;
-    struct buf pending, text;
+    struct gen_stop_filter stops;
+    struct buf text;
     bool aborted;
 };
 
@@ -55,50 +55,15 @@ static bool release(struct gen *g, const char *s, size_t n) {
     return true;
 }
 
-/* Earliest stop-string match in the pending text: its offset, *which = its index; -1 none. */
-static long find_stop(const struct gen *g, int *which) {
-    long best = -1;
-    for (int i = 0; i < g->p->n_stop; i++) {
-        const char *hit = memmem(g->pending.p, g->pending.n, g->p->stop[i], strlen(g->p->stop[i]));
-        if (hit && (best < 0 || hit - g->pending.p < best)) {
-            best = hit - g->pending.p;
-            *which = i;
-        }
-    }
-    return best;
-}
-
-/* The longest suffix of the pending text that is a proper prefix of some stop string. */
-static size_t held_suffix(const struct gen *g) {
-    size_t keep = 0;
-    for (int i = 0; i < g->p->n_stop; i++) {
-        size_t sl = strlen(g->p->stop[i]);
-        size_t max = sl - 1 < g->pending.n ? sl - 1 : g->pending.n;
-        for (size_t l = max; l > keep; l--)
-            if (!memcmp(g->pending.p + g->pending.n - l, g->p->stop[i], l)) {
-                keep = l;
-                break;
-            }
-    }
-    return keep;
-}
-
 /* Appends a token's text; returns 1 when a stop string ended the generation, 0 to go on, -1
  * on out of memory. */
 static int feed_text(struct gen *g, const char *s, size_t n, int *which) {
-    if (g->p->n_stop == 0) return release(g, s, n) ? 0 : -1;
-    if (!buf_add(&g->pending, s, n)) return -1;
-    long at = find_stop(g, which);
-    if (at >= 0) {
-        if (!release(g, g->pending.p, (size_t)at)) return -1;
-        g->pending.n = 0;
-        return 1;
-    }
-    size_t keep = held_suffix(g), out = g->pending.n - keep;
-    if (!release(g, g->pending.p, out)) return -1;
-    memmove(g->pending.p, g->pending.p + out, keep);
-    g->pending.n = keep;
-    return 0;
+    size_t ready = gen_stop_push(&g->stops, s, n);
+    if (ready == SIZE_MAX || !release(g, gen_stop_text(&g->stops), ready)) return -1;
+    gen_stop_consume(&g->stops, ready);
+    if (!g->stops.stopped) return 0;
+    *which = g->stops.stop_index;
+    return 1;
 }
 
 static nx_token argmax(const float *l, int32_t n) {
@@ -120,6 +85,7 @@ nx_status nx_generate(const nx_model *m, nx_ctx *ctx, const nx_token *prompt, in
             return nx_err_set(err, NX_STATUS_INVALID_ARG, "generate: stop string %d is empty", i);
     int32_t n_vocab = nx_model_n_vocab(m);
     struct gen g = {.p = p};
+    gen_stop_init(&g.stops, p->stop, p->n_stop, false); /* checked above */
     nx_status st = NX_STATUS_OK;
     char small[256], *piece = small;
     int32_t piece_cap = (int32_t)sizeof small;
@@ -183,7 +149,7 @@ nx_status nx_generate(const nx_model *m, nx_ctx *ctx, const nx_token *prompt, in
         }
     }
     if (res->stop != NX_GEN_STOP_STRING && res->stop != NX_GEN_ABORTED &&
-        !release(&g, g.pending.p, g.pending.n)) {
+        !release(&g, gen_stop_text(&g.stops), gen_stop_finish(&g.stops))) {
         st = nx_err_set(err, NX_STATUS_NOMEM, "generate: out of memory");
         goto out;
     }
@@ -199,7 +165,7 @@ nx_status nx_generate(const nx_model *m, nx_ctx *ctx, const nx_token *prompt, in
     }
 out:
     if (piece != small) nx_free(piece);
-    nx_free(g.pending.p);
+    gen_stop_free(&g.stops);
     nx_free(g.text.p);
     return st;
 }

@@ -7,6 +7,7 @@
 #include "core/alloc.h"
 #include "core/nx_base.h"
 #include "server/engine.h"
+#include "gen/stopfilter.h"
 #include "server/metrics.h"
 
 enum slot_phase { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_GENERATE };
@@ -22,7 +23,7 @@ struct slot {
     int32_t logits_at;   /* index of this slot's logits in the last batch, -1 when none */
     bool in_batch;       /* the slot has entries in the batch being built */
     nx_sampler *smp;
-    struct srv_text text;
+    struct gen_stop_filter text; /* stop strings, whole UTF-8 characters */
     bool text_ready;
     atomic_llong kv_bytes;  /* written by the engine thread after each step, read by stats */
     atomic_llong evictions;
@@ -35,6 +36,7 @@ struct srv_engine {
     struct nx_batch batch;
     int32_t *batch_slot; /* (n_batch) the slot of each batch entry */
     struct srv_sessions *sessions; /* NULL when sessions are off */
+    nx_grammar_vocab *gvocab; /* the model's vocabulary for grammars (built at start) */
     int32_t n_ctx;
     int32_t rr;          /* the slot whose prompt is served first in the next step */
     struct slot *slots;
@@ -56,6 +58,7 @@ struct srv_engine {
 
 static void job_free(struct srv_job *j) {
     srv_gen_request_free(&j->req);
+    srv_constraint_free(&j->con);
     nx_free(j->prompt);
     nx_free(j->text);
     nx_free(j->toks);
@@ -70,11 +73,20 @@ void srv_job_unref(struct srv_job *j) {
 
 void srv_job_cancel(struct srv_job *j) { atomic_store(&j->cancel, true); }
 
-nx_status srv_job_create(struct srv_engine *e, struct srv_gen_request *req, const char *text,
-                         double timeout_s, struct srv_job **out, char *err, size_t errlen) {
+nx_status srv_job_create(struct srv_engine *e, struct srv_gen_request *req,
+                         struct srv_constraint *con, const char *text, double timeout_s,
+                         struct srv_job **out, char *err, size_t errlen) {
     *out = NULL;
     struct srv_job *j = nx_calloc(1, sizeof *j);
-    if (!j) return NX_STATUS_NOMEM;
+    if (!j) {
+        srv_gen_request_free(req);
+        if (con) srv_constraint_free(con);
+        return NX_STATUS_NOMEM;
+    }
+    if (con) {
+        j->con = *con;
+        memset(con, 0, sizeof *con);
+    }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     atomic_init(&j->refs, 1);
@@ -150,33 +162,17 @@ static void job_finish(struct srv_job *j, const char *finish, nx_status error, c
     srv_job_unref(j);
 }
 
+static bool job_add_text(struct srv_job *j, const char *s, size_t n);
+
 static void slot_release(struct srv_engine *e, struct slot *s, const char *finish,
                          nx_status error, const char *msg) {
     struct srv_job *j = s->job;
     if (s->text_ready && !error) {
         /* whatever is held back (a stop-string prefix that never completed) is released */
-        char buf[4 * SRV_STOP_MAX_LEN + 128];
-        size_t n = srv_text_flush(&s->text, buf, sizeof buf);
-        if (n) {
-            pthread_mutex_lock(&j->mu);
-            size_t need = j->n_text + n + 1;
-            if (need > j->cap_text) {
-                size_t cap = NX_MAX(need, j->cap_text * 2);
-                char *p = nx_realloc(j->text, cap);
-                if (p) {
-                    j->text = p;
-                    j->cap_text = cap;
-                }
-            }
-            if (need <= j->cap_text) {
-                memcpy(j->text + j->n_text, buf, n);
-                j->n_text += n;
-                j->text[j->n_text] = 0;
-            }
-            pthread_mutex_unlock(&j->mu);
-        }
+        size_t n = gen_stop_finish(&s->text);
+        job_add_text(j, gen_stop_text(&s->text), n); /* on out of memory the tail is lost */
     }
-    if (s->text_ready) srv_text_free(&s->text);
+    if (s->text_ready) gen_stop_free(&s->text);
     s->text_ready = false;
     nx_sampler_free(s->smp);
     s->smp = NULL;
@@ -295,7 +291,13 @@ static nx_status slot_start(struct srv_engine *e, struct slot *s, char *msg, siz
         snprintf(msg, len, "out of memory (sampler)");
         return NX_STATUS_NOMEM;
     }
-    nx_status st = srv_text_init(&s->text, (const char *const *)j->req.stop, j->req.n_stop);
+    if (j->con.grammar &&
+        nx_sampler_set_grammar(s->smp, j->con.grammar, e->gvocab, j->con.trigger,
+                               j->req.max_tokens) != NX_STATUS_OK) {
+        snprintf(msg, len, "cannot attach the output grammar");
+        return NX_STATUS_NOMEM;
+    }
+    nx_status st = gen_stop_init(&s->text, (const char *const *)j->req.stop, j->req.n_stop, true);
     if (st) {
         snprintf(msg, len, "cannot set up the stop strings");
         return st;
@@ -387,18 +389,15 @@ static void slot_sample(struct srv_engine *e, struct slot *s) {
         slot_release(e, s, "stop", NX_STATUS_OK, NULL);
         return;
     }
-    char piece[256], out[4 * SRV_STOP_MAX_LEN + 128];
+    char piece[256];
     int32_t np = nx_token_to_piece(e->model, t, piece, sizeof piece, false);
     if (np < 0) np = 0;
-    if (!srv_text_push(&s->text, piece, (size_t)np)) {
-        slot_release(e, s, NULL, NX_STATUS_NOMEM, "generated text buffer overflow");
-        return;
-    }
-    size_t n = srv_text_take(&s->text, out, sizeof out);
-    if (!job_add_text(j, out, n)) {
+    size_t n = gen_stop_push(&s->text, piece, (size_t)np);
+    if (n == SIZE_MAX || !job_add_text(j, gen_stop_text(&s->text), n)) {
         slot_release(e, s, NULL, NX_STATUS_NOMEM, "out of memory");
         return;
     }
+    gen_stop_consume(&s->text, n);
     if (s->text.stopped) {
         slot_release(e, s, "stop", NX_STATUS_OK, NULL);
         return;
@@ -567,6 +566,8 @@ nx_status srv_engine_init(const nx_model *model, const struct srv_engine_params 
     st = nx_ctx_init(model, &cp, &e->ctx, err, errlen);
     if (st) goto fail;
     e->n_ctx = nx_ctx_n_ctx(e->ctx);
+    st = nx_grammar_vocab_init(model, &e->gvocab);
+    if (st) goto fail;
     st = nx_batch_init(cp.n_batch, &e->batch);
     if (st) goto fail;
     st = NX_STATUS_NOMEM;
@@ -618,6 +619,7 @@ void srv_engine_free(struct srv_engine *e) {
     if (e->slots)
         for (int i = 0; i < e->p.n_slots; i++) nx_free(e->slots[i].own.toks);
     srv_sessions_free(e->sessions);
+    nx_grammar_vocab_free(e->gvocab);
     nx_free(e->batch_slot);
     nx_batch_free(&e->batch);
     nx_ctx_free(e->ctx);

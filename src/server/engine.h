@@ -28,7 +28,6 @@
 #include "nexus.h"
 #include "server/oai.h"
 #include "server/sessions.h"
-#include "server/textout.h"
 
 #define SRV_TOP_MAX 20
 
@@ -44,6 +43,7 @@ enum srv_job_state { SRV_JOB_QUEUED = 0, SRV_JOB_RUNNING = 1, SRV_JOB_DONE = 2 }
 
 struct srv_job {
     struct srv_gen_request req;   /* owned */
+    struct srv_constraint con;    /* owned: the output's grammar, prefill, tool-call format */
     nx_token *prompt;             /* (n_prompt) owned */
     int32_t n_prompt;
     double t_submit, t_first, t_done; /* nx_time_s; t_first: first generated token */
@@ -88,11 +88,13 @@ void srv_engine_halt(struct srv_engine *e);
 /* Halt, then free the slots. NULL is a no-op. */
 void srv_engine_free(struct srv_engine *e);
 
-/* A job for req (moved into the job: the caller's struct is cleared), tokenized from text
-   (owned by the caller). Errors: INVALID_ARG (prompt over the context: err says by how much),
-   NOMEM. The job starts with one reference. */
-nx_status srv_job_create(struct srv_engine *e, struct srv_gen_request *req, const char *text,
-                         double timeout_s, struct srv_job **out, char *err, size_t errlen);
+/* A job for req and con (both moved into the job: the caller's structs are cleared; con may
+   be NULL), tokenized from text (owned by the caller). Errors: INVALID_ARG (prompt over the
+   context: err says by how much), NOMEM (req and con freed). The job starts with one
+   reference. */
+nx_status srv_job_create(struct srv_engine *e, struct srv_gen_request *req,
+                         struct srv_constraint *con, const char *text, double timeout_s,
+                         struct srv_job **out, char *err, size_t errlen);
 void srv_job_unref(struct srv_job *j);
 void srv_job_cancel(struct srv_job *j);
 

@@ -13,6 +13,7 @@
 #include <utf8proc.h>
 
 #include "core/alloc.h"
+#include "core/json.h"
 #include "core/log.h"
 #include "core/nx_base.h"
 #include "server/metrics.h"
@@ -24,6 +25,9 @@ struct srv_server {
     const nx_model *model;
     const nx_model *embed_model;
     struct srv_engine *engine; /* NULL when only embeddings are served */
+    nx_chat_template *tmpl;    /* the model's chat template, or a built-in */
+    enum nx_tool_format tool_fmt;
+    char bos[64], eos[64];     /* the model's BOS / EOS token texts for templates */
     struct MHD_Daemon *d;
     int port;
     atomic_llong id_ctr;
@@ -295,6 +299,53 @@ static json_t *usage_json(const struct srv_job *j) {
                      (int)j->n_cached);
 }
 
+/* The answer of a job that may hold tool calls: {"content": text or null, "tool_calls": [...]}
+   (tool_calls absent when there are none; then content is the whole text). Called with the job
+   done. *n_calls gets the number of calls. */
+static atomic_llong g_call_ctr;
+
+static json_t *tool_answer(struct srv_job *j, int *n_calls) {
+    const struct srv_constraint *c = &j->con;
+    size_t pl = strlen(c->prefill), sl = strlen(c->suffix);
+    char *full = nx_malloc(pl + j->n_text + sl + 1);
+    *n_calls = 0;
+    if (!full) return NULL;
+    memcpy(full, c->prefill, pl);
+    memcpy(full + pl, j->text, j->n_text);
+    size_t n = pl + j->n_text;
+    full[n] = 0;
+    if (sl && strstr(full, "<tool_call>") && !strstr(full, "</tool_call>")) {
+        memcpy(full + n, c->suffix, sl + 1); /* the grammar ended the call at its JSON */
+        n += sl;
+    }
+    nx_tool_calls *calls = NULL;
+    char err[256];
+    json_t *out = json_object();
+    if (nx_tool_calls_parse(c->format, full, n, &calls, err, sizeof err) == NX_STATUS_OK &&
+        nx_tool_calls_count(calls) > 0) {
+        json_t *arr = json_array();
+        for (int32_t i = 0; i < nx_tool_calls_count(calls); i++) {
+            const struct nx_tool_call *tc = nx_tool_calls_get(calls, i);
+            char id[64];
+            if (tc->id[0]) snprintf(id, sizeof id, "%s", tc->id);
+            else snprintf(id, sizeof id, "call_%llx", (long long)atomic_fetch_add(&g_call_ctr, 1));
+            json_array_append_new(arr, json_pack("{s:i, s:s, s:s, s:{s:s, s:s}}", "index", i,
+                                                 "id", id, "type", "function", "function",
+                                                 "name", tc->name, "arguments", tc->arguments));
+        }
+        const char *content = nx_tool_calls_content(calls);
+        json_object_set_new(out, "content", content[0] ? json_text(content, strlen(content))
+                                                       : json_null());
+        json_object_set_new(out, "tool_calls", arr);
+        *n_calls = (int)nx_tool_calls_count(calls);
+    } else {
+        json_object_set_new(out, "content", json_text(full, n));
+    }
+    nx_tool_calls_free(calls);
+    nx_free(full);
+    return out;
+}
+
 /* The complete (non-streamed) response of a finished job. */
 static json_t *final_json(struct conn *cs, struct srv_job *j) {
     const nx_model *m = cs->S->model;
@@ -306,7 +357,16 @@ static json_t *final_json(struct conn *cs, struct srv_job *j) {
         lp = cs->kind == SRV_KIND_CHAT ? chat_logprobs(m, j, 0, j->n_toks)
                                        : completion_logprobs(m, j, 0, j->n_toks);
     }
-    if (cs->kind == SRV_KIND_CHAT)
+    if (cs->kind == SRV_KIND_CHAT && j->con.tools) {
+        int n_calls = 0;
+        json_t *msg = tool_answer(j, &n_calls);
+        json_decref(text);
+        if (!msg) return NULL;
+        json_object_set_new(msg, "role", json_string("assistant"));
+        json_object_set_new(msg, "refusal", json_null());
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp,
+                           "finish_reason", n_calls ? "tool_calls" : j->finish);
+    } else if (cs->kind == SRV_KIND_CHAT)
         choice = json_pack("{s:i, s:{s:s, s:o, s:n}, s:o, s:s}", "index", 0, "message", "role",
                            "assistant", "content", text, "refusal", "logprobs", lp,
                            "finish_reason", j->finish);
@@ -379,7 +439,8 @@ static bool sse_build(struct conn *cs, struct srv_job *j) {
                                      cs->kind == SRV_KIND_CHAT, 0, 0, NULL), NULL);
         cs->sent_role = true;
     }
-    if (j->n_text > cs->text_sent || j->n_toks > cs->toks_sent) {
+    bool hold = j->con.tools; /* tool calls go out whole, once the answer is complete */
+    if (!hold && (j->n_text > cs->text_sent || j->n_toks > cs->toks_sent)) {
         ok &= sse_add(cs, chunk_json(cs, j, j->text + cs->text_sent, j->n_text - cs->text_sent,
                                      false, cs->toks_sent, j->n_toks, NULL), NULL);
         cs->text_sent = j->n_text;
@@ -392,7 +453,20 @@ static bool sse_build(struct conn *cs, struct srv_job *j) {
             ok &= e && sse_add(cs, NULL, e);
             json_free_text(e);
         } else {
-            ok &= sse_add(cs, chunk_json(cs, j, NULL, 0, false, 0, 0, j->finish), NULL);
+            const char *finish = j->finish;
+            if (hold) {
+                int n_calls = 0;
+                json_t *msg = tool_answer(j, &n_calls);
+                json_t *c = chunk_json(cs, j, NULL, 0, false, cs->toks_sent, j->n_toks, NULL);
+                json_t *delta = c ? json_object_get(json_array_get(json_object_get(c, "choices"),
+                                                                   0), "delta") : NULL;
+                if (msg && delta) json_object_update(delta, msg);
+                if (msg) json_decref(msg);
+                ok &= c && sse_add(cs, c, NULL);
+                cs->toks_sent = j->n_toks;
+                if (n_calls) finish = "tool_calls";
+            }
+            ok &= sse_add(cs, chunk_json(cs, j, NULL, 0, false, 0, 0, finish), NULL);
             if (j->req.include_usage) {
                 json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", cs->id, "object",
                                       cs->kind == SRV_KIND_CHAT ? "chat.completion.chunk"
@@ -439,19 +513,114 @@ static ssize_t sse_reader(void *cls, uint64_t pos, char *buf, size_t max) {
 
 /* ---- handlers ---- */
 
+/* The messages as templates expect them: an assistant's tool_calls[].function.arguments as a
+   JSON object (the API sends a string), and text parts joined into one string. */
+static json_t *messages_for_template(json_t *msgs) {
+    json_t *out = json_deep_copy(msgs);
+    size_t i;
+    json_t *m;
+    json_array_foreach(out, i, m) {
+        json_t *c = json_object_get(m, "content");
+        if (json_is_array(c)) {
+            size_t k, n = 0;
+            json_t *part;
+            json_array_foreach(c, k, part) n += json_string_length(json_object_get(part, "text"));
+            char *buf = nx_malloc(n + 1);
+            if (!buf) {
+                json_decref(out);
+                return NULL;
+            }
+            n = 0;
+            json_array_foreach(c, k, part) {
+                json_t *t = json_object_get(part, "text");
+                memcpy(buf + n, json_string_value(t), json_string_length(t));
+                n += json_string_length(t);
+            }
+            json_object_set_new(m, "content", json_stringn(buf, n));
+            nx_free(buf);
+        }
+        size_t k;
+        json_t *tc;
+        json_array_foreach(json_object_get(m, "tool_calls"), k, tc) {
+            json_t *fn = json_object_get(tc, "function");
+            json_t *args = json_object_get(fn, "arguments");
+            if (json_is_string(args)) {
+                json_t *parsed = json_loads(json_string_value(args), 0, NULL);
+                if (json_is_object(parsed)) json_object_set_new(fn, "arguments", parsed);
+                else json_decref(parsed);
+            }
+        }
+    }
+    return out;
+}
+
+/* The chat prompt: the template over the messages (and the tools when they are offered), with
+   the generation prompt, then the constraint's prefill. Owned, or NULL with err. */
+static char *render_chat(struct srv_server *S, const struct srv_gen_request *req,
+                         const struct srv_constraint *con, char *err, size_t errlen) {
+    json_t *msgs = messages_for_template(req->messages);
+    char *mj = msgs ? nx_json_dumps(msgs, JSON_COMPACT) : NULL;
+    char *tj = req->tools && req->tool_mode != SRV_TOOLS_NONE
+                   ? nx_json_dumps(req->tools, JSON_COMPACT)
+                   : NULL;
+    if (msgs) json_decref(msgs);
+    char *out = NULL;
+    if (mj) {
+        struct nx_chat_params cp = nx_chat_default_params();
+        cp.messages_json = mj;
+        cp.tools_json = tj;
+        cp.add_generation_prompt = true;
+        cp.bos_token = S->bos;
+        cp.eos_token = S->eos;
+        char *text = NULL;
+        size_t len = 0;
+        char rerr[400];
+        if (nx_chat_render(S->tmpl, &cp, &text, &len, rerr, sizeof rerr) == NX_STATUS_OK) {
+            size_t pl = strlen(con->prefill);
+            out = nx_malloc(len + pl + 1);
+            if (out) {
+                memcpy(out, text, len);
+                memcpy(out + len, con->prefill, pl + 1);
+            }
+            nx_chat_free_string(text);
+        } else {
+            snprintf(err, errlen, "the chat template cannot render these messages: %s", rerr);
+        }
+    }
+    nx_free(mj);
+    nx_free(tj);
+    return out;
+}
+
+/* The request body as JSON, nested at most max_depth deep (checked before parsing); NULL after
+   queueing the error response into *ret. */
+static json_t *load_body(struct conn *cs, enum MHD_Result *ret) {
+    struct srv_server *S = cs->S;
+    if (srv_json_depth(cs->body, cs->n_body, S->p.max_depth) > S->p.max_depth) {
+        *ret = send_error(cs, 400, NULL, "json_too_deep",
+                          "the JSON body nests deeper than %d levels", S->p.max_depth);
+        return NULL;
+    }
+    json_error_t je;
+    bool oom = false;
+    json_t *body = nx_json_loadb(cs->body ? cs->body : "", cs->n_body, JSON_REJECT_DUPLICATES,
+                                 &je, &oom);
+    if (!body)
+        *ret = oom ? send_error(cs, 500, NULL, NULL, "out of memory")
+                   : send_error(cs, 400, NULL, "invalid_json",
+                                "invalid JSON at line %d column %d: %s", je.line, je.column,
+                                je.text);
+    return body;
+}
+
 static enum MHD_Result handle_gen(struct conn *cs) {
     struct srv_server *S = cs->S;
     if (!S->engine) return send_error(cs, 400, "model", "model_not_found",
                                       "this server runs an embedding model only");
     char err[512] = "";
-    json_error_t je;
-    if (srv_json_depth(cs->body, cs->n_body, S->p.max_depth) > S->p.max_depth)
-        return send_error(cs, 400, NULL, "json_too_deep",
-                          "the JSON body nests deeper than %d levels", S->p.max_depth);
-    json_t *body = json_loadb(cs->body ? cs->body : "", cs->n_body, JSON_REJECT_DUPLICATES, &je);
-    if (!body)
-        return send_error(cs, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s",
-                          je.line, je.column, je.text);
+    enum MHD_Result bad;
+    json_t *body = load_body(cs, &bad);
+    if (!body) return bad;
     struct srv_gen_request req;
     const char *param = NULL;
     cs->kind = cs->ep == SRV_EP_CHAT ? SRV_KIND_CHAT : SRV_KIND_COMPLETION;
@@ -469,18 +638,35 @@ static enum MHD_Result handle_gen(struct conn *cs) {
     if (st == NX_STATUS_NOMEM) return send_error(cs, 500, NULL, NULL, "out of memory");
     if (st) return send_error(cs, 400, param, st == NX_STATUS_UNSUPPORTED ? "unsupported" : NULL,
                               "%s", err);
-    char *prompt = cs->kind == SRV_KIND_CHAT ? srv_render_chatml(req.messages, err, sizeof err)
-                                             : nx_strdup(req.prompt);
+    struct srv_constraint con = {0};
+    char *prompt = NULL;
+    if (cs->kind == SRV_KIND_CHAT) {
+        st = srv_constraint_build(S->tool_fmt, req.tools, req.tool_mode, req.tool_name,
+                                  req.response_format, &con, err, sizeof err);
+        if (st) {
+            const char *what = req.response_format ? "response_format" : "tools";
+            srv_gen_request_free(&req);
+            if (st == NX_STATUS_NOMEM) return send_error(cs, 500, NULL, NULL, "out of memory");
+            return send_error(cs, 400, what, st == NX_STATUS_UNSUPPORTED ? "unsupported" : NULL,
+                              "%s", err);
+        }
+        prompt = render_chat(S, &req, &con, err, sizeof err);
+    } else {
+        prompt = nx_strdup(req.prompt);
+    }
     if (!prompt) {
         srv_gen_request_free(&req);
+        srv_constraint_free(&con);
         return send_error(cs, 400, "messages", NULL, "%s", err[0] ? err : "out of memory");
     }
     cs->model = nx_strdup(req.model ? req.model : S->p.model_name);
     bool stream = req.stream;
     struct srv_job *j;
-    st = srv_job_create(S->engine, &req, prompt, S->p.request_timeout_s, &j, err, sizeof err);
+    st = srv_job_create(S->engine, &req, &con, prompt, S->p.request_timeout_s, &j, err,
+                        sizeof err);
     nx_free(prompt);
     srv_gen_request_free(&req);
+    srv_constraint_free(&con);
     if (st == NX_STATUS_INVALID_ARG)
         return send_error(cs, 400, "messages", "context_length_exceeded", "%s", err);
     if (st || !cs->model) {
@@ -536,14 +722,9 @@ static enum MHD_Result handle_embed(struct conn *cs) {
         return send_error(cs, 400, "model", "model_not_found",
                           "this server has no embedding model (start it with --embed-model)");
     char err[512] = "";
-    json_error_t je;
-    if (srv_json_depth(cs->body, cs->n_body, S->p.max_depth) > S->p.max_depth)
-        return send_error(cs, 400, NULL, "json_too_deep",
-                          "the JSON body nests deeper than %d levels", S->p.max_depth);
-    json_t *body = json_loadb(cs->body ? cs->body : "", cs->n_body, JSON_REJECT_DUPLICATES, &je);
-    if (!body)
-        return send_error(cs, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s",
-                          je.line, je.column, je.text);
+    enum MHD_Result bad;
+    json_t *body = load_body(cs, &bad);
+    if (!body) return bad;
     struct srv_embed_request req;
     const char *param = NULL;
     nx_status st = srv_parse_embed(body, &S->p.lim, &req, err, sizeof err, &param);
@@ -770,8 +951,24 @@ nx_status srv_start(const nx_model *model, const nx_model *embed_model,
     if (nx_model_is_encoder(model)) {
         S->embed_model = model;
     } else {
+        nx_status ts = p->chat_template
+                           ? nx_chat_template_open(p->chat_template, &S->tmpl, err, errlen)
+                           : nx_chat_template_from_model(model, &S->tmpl, err, errlen);
+        if (ts == NX_STATUS_NOT_FOUND && !p->chat_template)
+            ts = nx_chat_template_open("chatml", &S->tmpl, err, errlen);
+        if (ts) {
+            nx_free(S);
+            return ts;
+        }
+        S->tool_fmt = nx_chat_template_tool_format(S->tmpl);
+        nx_token bos = nx_token_bos(model), eos = nx_token_eos(model);
+        int32_t k = bos >= 0 ? nx_token_to_piece(model, bos, S->bos, sizeof S->bos - 1, true) : 0;
+        S->bos[k > 0 ? k : 0] = 0;
+        k = eos >= 0 ? nx_token_to_piece(model, eos, S->eos, sizeof S->eos - 1, true) : 0;
+        S->eos[k > 0 ? k : 0] = 0;
         nx_status st = srv_engine_init(model, &p->engine, &S->engine, err, errlen);
         if (st) {
+            nx_chat_template_free(S->tmpl);
             nx_free(S);
             return st;
         }
@@ -787,6 +984,7 @@ nx_status srv_start(const nx_model *model, const nx_model *embed_model,
     if (!S->d) {
         snprintf(err, errlen, "cannot listen on %s:%d: %s", p->host, p->port, strerror(errno));
         srv_engine_free(S->engine);
+        nx_chat_template_free(S->tmpl);
         nx_free(S);
         return NX_STATUS_INVALID_ARG;
     }
@@ -806,5 +1004,6 @@ void srv_stop(struct srv_server *S) {
     if (S->engine) srv_engine_halt(S->engine);
     MHD_stop_daemon(S->d);
     srv_engine_free(S->engine);
+    nx_chat_template_free(S->tmpl);
     nx_free(S);
 }

@@ -153,19 +153,59 @@ static nx_status parse_gen(json_t *body, enum srv_kind kind, const struct srv_li
         if ((st = check_messages(msgs, lim, err, errlen, param))) return st;
         r->messages = json_incref(msgs);
         json_t *tools = json_object_get(body, "tools");
+        if (tools && !json_is_null(tools)) {
+            if (!json_is_array(tools)) return BAD("tools", "'tools' must be an array");
+            if (json_array_size(tools) > 512) return BAD("tools", "at most 512 tools");
+            size_t i;
+            json_t *t;
+            json_array_foreach(tools, i, t) {
+                json_t *fn = json_object_get(t, "function");
+                if (!json_is_object(t) || !json_is_object(fn) ||
+                    !json_is_string(json_object_get(fn, "name")))
+                    return BAD("tools", "tools[%zu] must be {\"type\": \"function\", "
+                               "\"function\": {\"name\": ...}}", i);
+            }
+            if (json_array_size(tools)) r->tools = json_incref(tools);
+        }
+        r->tool_mode = r->tools ? SRV_TOOLS_AUTO : SRV_TOOLS_NONE;
         json_t *choice = json_object_get(body, "tool_choice");
-        bool choice_none = json_is_string(choice) && !strcmp(json_string_value(choice), "none");
-        if (tools && !json_is_null(tools) && !(json_is_array(tools) && !json_array_size(tools)) &&
-            !choice_none)
-            return UNSUP("tools", "tool calls are not available on this server yet");
+        if (choice && !json_is_null(choice)) {
+            const char *c = json_string_value(choice);
+            if (c && !strcmp(c, "none")) r->tool_mode = SRV_TOOLS_NONE;
+            else if (c && !strcmp(c, "auto")) r->tool_mode = r->tools ? SRV_TOOLS_AUTO : SRV_TOOLS_NONE;
+            else if (c && !strcmp(c, "required")) r->tool_mode = SRV_TOOLS_REQUIRED;
+            else if (json_is_object(choice) &&
+                     json_is_string(json_object_get(json_object_get(choice, "function"), "name"))) {
+                r->tool_mode = SRV_TOOLS_NAMED;
+                snprintf(r->tool_name, sizeof r->tool_name, "%s",
+                         json_string_value(json_object_get(json_object_get(choice, "function"),
+                                                           "name")));
+            } else {
+                return BAD("tool_choice", "'tool_choice' must be \"none\", \"auto\", "
+                           "\"required\" or {\"type\": \"function\", \"function\": "
+                           "{\"name\": ...}}");
+            }
+            if (r->tool_mode >= SRV_TOOLS_REQUIRED && !r->tools)
+                return BAD("tool_choice", "'tool_choice' asks for a tool but 'tools' is empty");
+        }
+        r->parallel_tool_calls = true;
+        if ((st = get_bool(body, "parallel_tool_calls", &r->parallel_tool_calls, err, errlen,
+                           param)))
+            return st;
         json_t *rf = json_object_get(body, "response_format");
         if (rf && !json_is_null(rf)) {
             json_t *type = json_object_get(rf, "type");
             if (!json_is_object(rf) || !json_is_string(type))
                 return BAD("response_format", "'response_format' must be an object with a type");
-            if (strcmp(json_string_value(type), "text"))
-                return UNSUP("response_format", "response_format '%s' is not available on this "
-                             "server yet", json_string_value(type));
+            const char *t = json_string_value(type);
+            if (strcmp(t, "text") && strcmp(t, "json_object") && strcmp(t, "json_schema"))
+                return BAD("response_format", "response_format type '%s' is not one of text, "
+                           "json_object, json_schema", t);
+            if (!strcmp(t, "json_schema") &&
+                !json_is_object(json_object_get(json_object_get(rf, "json_schema"), "schema")))
+                return BAD("response_format", "response_format json_schema needs "
+                           "json_schema.schema (an object)");
+            r->response_format = json_incref(rf);
         }
     } else {
         json_t *p = json_object_get(body, "prompt");
@@ -283,6 +323,8 @@ void srv_gen_request_free(struct srv_gen_request *r) {
     nx_free(r->model);
     for (int i = 0; i < r->n_stop; i++) nx_free(r->stop[i]);
     if (r->messages) json_decref(r->messages);
+    if (r->tools) json_decref(r->tools);
+    if (r->response_format) json_decref(r->response_format);
     memset(r, 0, sizeof *r);
 }
 
@@ -356,70 +398,6 @@ void srv_embed_request_free(struct srv_embed_request *r) {
     nx_free(r->texts);
     nx_free(r->model);
     memset(r, 0, sizeof *r);
-}
-
-/* ---- ChatML rendering ---- */
-
-struct sbuf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-};
-
-static void sb_add(struct sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = (b->cap ? b->cap * 2 : 256);
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = nx_realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-}
-static void sb_str(struct sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
-
-char *srv_render_chatml(json_t *messages, char *err, size_t errlen) {
-    struct sbuf b = {0};
-    size_t i;
-    json_t *m;
-    json_array_foreach(messages, i, m) {
-        const char *role = json_string_value(json_object_get(m, "role"));
-        if (!role) {
-            snprintf(err, errlen, "messages[%zu] has no role", i);
-            nx_free(b.p);
-            return NULL;
-        }
-        if (!strcmp(role, "developer")) role = "system";
-        sb_str(&b, "<|im_start|>");
-        sb_str(&b, role);
-        sb_str(&b, "\n");
-        json_t *c = json_object_get(m, "content");
-        if (json_is_string(c)) {
-            sb_add(&b, json_string_value(c), json_string_length(c));
-        } else if (json_is_array(c)) {
-            size_t k;
-            json_t *part;
-            json_array_foreach(c, k, part) {
-                json_t *t = json_object_get(part, "text");
-                sb_add(&b, json_string_value(t), json_string_length(t));
-            }
-        }
-        sb_str(&b, "<|im_end|>\n");
-    }
-    sb_str(&b, "<|im_start|>assistant\n");
-    if (b.oom) {
-        snprintf(err, errlen, "out of memory");
-        nx_free(b.p);
-        return NULL;
-    }
-    return b.p;
 }
 
 char *srv_error_json(const char *message, const char *type, const char *param,

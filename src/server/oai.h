@@ -16,7 +16,10 @@
 #include <stdint.h>
 
 #include "nexus.h"
-#include "server/textout.h"
+#include "server/constrain.h"
+
+#define SRV_MAX_STOP 4        /* OpenAI allows up to 4 stop sequences */
+#define SRV_STOP_MAX_LEN 256  /* bytes of one stop sequence */
 
 /* Limits a request is held to (srv_params fills them from flags). */
 struct srv_limits {
@@ -49,6 +52,11 @@ struct srv_gen_request {
                                 the policy of a session the request creates) */
     struct nx_kv_params kv;  /* kv.policy points at kv_policy */
     char kv_policy[32];
+    json_t *tools;           /* chat: the tools array (a reference) or NULL */
+    enum srv_tool_mode tool_mode; /* from tool_choice (auto when tools are given) */
+    char tool_name[128];     /* SRV_TOOLS_NAMED: the function */
+    bool parallel_tool_calls;
+    json_t *response_format; /* chat: a reference, or NULL */
 };
 
 /*
@@ -72,15 +80,6 @@ nx_status srv_parse_embed(json_t *body, const struct srv_limits *lim,
                           struct srv_embed_request *out, char *err, size_t errlen,
                           const char **param);
 void srv_embed_request_free(struct srv_embed_request *r);
-
-/*
- * Render a chat conversation into prompt text with the ChatML layout
- * ("<|im_start|>role\ncontent<|im_end|>\n" per message, then "<|im_start|>assistant\n").
- * Interim until the model's own Jinja template renders here (issue 12). Content may be a
- * string, null, or an array of {"type":"text","text":...} parts. Returns an owned string, or
- * NULL (err filled) for a message the layout cannot express.
- */
-char *srv_render_chatml(json_t *messages, char *err, size_t errlen);
 
 /* {"error": {"message", "type", "param", "code"}} as compact JSON (owned). */
 char *srv_error_json(const char *message, const char *type, const char *param,

@@ -36,6 +36,8 @@ struct srv_params {
     const char *api_key;      /* NULL: no authentication */
     const char *cors_origin;  /* NULL: no CORS headers */
     const char *model_name;   /* id in /v1/models and responses */
+    const char *chat_template; /* NULL: the model's own (ChatML when it has none); else a
+                                  built-in name (chatml, llama3, mistral) or a file */
     size_t max_body;          /* bytes (1 MiB) */
     int max_depth;            /* JSON nesting (64) */
     int max_conns;            /* concurrent connections (64) */

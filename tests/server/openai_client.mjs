@@ -92,6 +92,35 @@ try {
 } catch (e) {
   check(e instanceof OpenAI.AuthenticationError && e.status === 401, '401 AuthenticationError');
 }
+// tool calls: the client sees OpenAI's tool_calls shape; the arguments follow the full schema
+const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather',
+  parameters: { type: 'object', properties: { location: { type: 'string', maxLength: 16 },
+    unit: { type: 'string', enum: ['c', 'f'] } }, required: ['location', 'unit'] } } }];
+const tc = await client.chat.completions.create({ ...ask, max_tokens: 80, tools, tool_choice: 'required' });
+const call = tc.choices[0].message.tool_calls?.[0];
+const targs = call ? JSON.parse(call.function.arguments) : null;
+check(tc.choices[0].finish_reason === 'tool_calls' && call.type === 'function' &&
+      call.function.name === 'get_weather' && typeof targs.location === 'string' &&
+      ['c', 'f'].includes(targs.unit), 'tool call under the schema');
+// and the result goes back as a tool message for the next turn
+const follow = await client.chat.completions.create({ ...ask, messages: [...ask.messages,
+  tc.choices[0].message, { role: 'tool', tool_call_id: call.id, content: '12 degrees' }] });
+check(typeof follow.choices[0].message.content === 'string', 'tool result round trip');
+const ts = await client.chat.completions.create({ ...ask, max_tokens: 80, tools, tool_choice: 'required',
+  stream: true });
+let sname = '', sargs = '';
+for await (const ch of ts) {
+  for (const d of ch.choices[0]?.delta?.tool_calls ?? []) {
+    sname += d.function?.name ?? '';
+    sargs += d.function?.arguments ?? '';
+  }
+}
+check(sname === 'get_weather' && JSON.parse(sargs).unit !== undefined, 'streamed tool call');
+const js = await client.chat.completions.create({ ...ask, response_format: { type: 'json_schema',
+  json_schema: { name: 'r', schema: { type: 'object', properties: { n: { type: 'integer',
+    minimum: 0, maximum: 5 } }, required: ['n'] } } } });
+const jv = JSON.parse(js.choices[0].message.content);
+check(Number.isInteger(jv.n) && jv.n >= 0 && jv.n <= 5, 'json_schema output validates');
 // abort a stream half way: the server must stay usable
 const ctl = new AbortController();
 const s2 = await client.chat.completions.create({ ...ask, max_tokens: 200, stream: true },

@@ -25,7 +25,7 @@ static int usage(void) {
             "         [--max-messages N] [--max-conns N] [--timeout S] [--idle-timeout S]\n"
             "         [--kv-policy P] [--kv-density D] [--kv-budget N] [--kv-regime R]\n"
             "         [--kv-type f16|f32] [--mmap] [--sessions N] [--session-dir DIR]\n"
-            "         [--session-idle S] [--session-mem BYTES]\n"
+            "         [--session-idle S] [--session-mem BYTES] [--chat-template NAME|FILE]\n"
             "  the API key may also come from the environment variable NEXUS_API_KEY\n");
     return 2;
 }
@@ -81,6 +81,7 @@ int serve_main(int argc, char **argv) {
         else if (!strcmp(a, "--cors")) p.cors_origin = v;
         else if (!strcmp(a, "--name")) p.model_name = v;
         else if (!strcmp(a, "--session-dir")) p.engine.sessions.dir = v;
+        else if (!strcmp(a, "--chat-template")) p.chat_template = v;
         else if (!strcmp(a, "--kv-policy")) p.engine.ctx.kv.policy = v;
         else if (!strcmp(a, "--kv-regime")) {
             if (!strcmp(v, "prefill")) p.engine.ctx.kv.regime = NX_KV_REGIME_PREFILL;

@@ -1,0 +1,149 @@
+/* constrain.c - tools / tool_choice / response_format to a grammar (see constrain.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "core/json.h"
+#include "server/constrain.h"
+
+/* Any JSON object, compact or not (response_format json_object). */
+static const char k_json_object_gbnf[] =
+    "root ::= object\n"
+    "value ::= object | array | string | number | \"true\" | \"false\" | \"null\"\n"
+    "object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws \":\" ws value ws )* )? \"}\"\n"
+    "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
+    "string ::= \"\\\"\" ( [^\"\\\\\\x00-\\x1f] | \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} ) )* \"\\\"\"\n"
+    "number ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
+    "ws ::= [ \\t\\n]{0,2}\n";
+
+static nx_status compile_schema(json_t *schema, nx_grammar **g, char *err, size_t errlen) {
+    char *text = nx_json_dumps(schema, JSON_COMPACT);
+    if (!text) {
+        snprintf(err, errlen, "out of memory");
+        return NX_STATUS_NOMEM;
+    }
+    nx_status st = nx_grammar_from_json_schema(text, strlen(text), NULL, g, err, errlen);
+    nx_free(text);
+    return st;
+}
+
+/* The anyOf schema of one call body over the tools (only `name` when NAMED). */
+static nx_status call_schema(enum nx_tool_format family, json_t *tools, enum srv_tool_mode mode,
+                             const char *name, json_t **out, char *err, size_t errlen) {
+    const char *args_key = family == NX_TOOL_FORMAT_LLAMA3 ? "parameters" : "arguments";
+    json_t *any = json_array();
+    size_t i;
+    json_t *t;
+    bool found = false;
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        const char *type = json_string_value(json_object_get(t, "type"));
+        const char *fname = json_string_value(json_object_get(fn, "name"));
+        if (!json_is_object(t) || (type && strcmp(type, "function")) || !json_is_object(fn) ||
+            !fname || !fname[0]) {
+            json_decref(any);
+            snprintf(err, errlen, "tools[%zu] must be {\"type\": \"function\", \"function\": "
+                     "{\"name\": ..., \"parameters\": ...}}", i);
+            return NX_STATUS_INVALID_ARG;
+        }
+        if (mode == SRV_TOOLS_NAMED && strcmp(fname, name)) continue;
+        found = true;
+        json_t *params = json_object_get(fn, "parameters");
+        if (params && !json_is_object(params)) {
+            json_decref(any);
+            snprintf(err, errlen, "tools[%zu] (%s): parameters must be a JSON Schema object", i,
+                     fname);
+            return NX_STATUS_INVALID_ARG;
+        }
+        json_t *args = params ? json_deep_copy(params)
+                              : json_pack("{s:s, s:{}}", "type", "object", "properties");
+        json_t *one = json_pack("{s:s, s:{s:{s:s}, s:o}, s:[s, s]}", "type", "object",
+                                "properties", "name", "const", fname, args_key, args, "required",
+                                "name", args_key);
+        if (!one) {
+            json_decref(any);
+            snprintf(err, errlen, "out of memory");
+            return NX_STATUS_NOMEM;
+        }
+        json_array_append_new(any, one);
+    }
+    if (!found) {
+        json_decref(any);
+        snprintf(err, errlen, mode == SRV_TOOLS_NAMED ? "tool_choice names '%s', which is not "
+                 "among the tools" : "no tools given%s", mode == SRV_TOOLS_NAMED ? name : "");
+        return NX_STATUS_INVALID_ARG;
+    }
+    json_t *body = json_array_size(any) == 1 ? json_incref(json_array_get(any, 0))
+                                             : json_pack("{s:O}", "anyOf", any);
+    json_decref(any);
+    if (family == NX_TOOL_FORMAT_MISTRAL) {
+        json_t *arr = json_pack("{s:s, s:o, s:i, s:i}", "type", "array", "items", body,
+                                "minItems", 1, "maxItems", 1);
+        body = arr;
+    }
+    *out = body;
+    return body ? NX_STATUS_OK : NX_STATUS_NOMEM;
+}
+
+nx_status srv_constraint_build(enum nx_tool_format family, json_t *tools,
+                               enum srv_tool_mode mode, const char *name, json_t *rf,
+                               struct srv_constraint *c, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    c->prefill = "";
+    c->suffix = "";
+    /* a template that shows no tool calls gets the Hermes shape */
+    if (family == NX_TOOL_FORMAT_NONE || family == NX_TOOL_FORMAT_GENERIC)
+        family = NX_TOOL_FORMAT_HERMES;
+    c->format = family;
+    const char *rft = rf ? json_string_value(json_object_get(rf, "type")) : NULL;
+    bool json_rf = rft && strcmp(rft, "text");
+    bool with_tools = tools && json_array_size(tools) > 0 && mode != SRV_TOOLS_NONE;
+    if (with_tools && json_rf) {
+        snprintf(err, errlen, "tools and a JSON response_format cannot be combined");
+        return NX_STATUS_INVALID_ARG;
+    }
+    if (json_rf) {
+        if (!strcmp(rft, "json_object"))
+            return nx_grammar_from_gbnf(k_json_object_gbnf, sizeof k_json_object_gbnf - 1, NULL,
+                                        &c->grammar, err, errlen);
+        if (strcmp(rft, "json_schema")) {
+            snprintf(err, errlen, "response_format type '%s' is not one of text, json_object, "
+                     "json_schema", rft);
+            return NX_STATUS_INVALID_ARG;
+        }
+        json_t *js = json_object_get(rf, "json_schema");
+        json_t *schema = json_object_get(js, "schema");
+        if (!json_is_object(schema)) {
+            snprintf(err, errlen, "response_format.json_schema.schema must be a JSON Schema "
+                     "object");
+            return NX_STATUS_INVALID_ARG;
+        }
+        return compile_schema(schema, &c->grammar, err, errlen);
+    }
+    if (!with_tools) return NX_STATUS_OK;
+    c->tools = true;
+    bool lazy_ok = family == NX_TOOL_FORMAT_HERMES || family == NX_TOOL_FORMAT_MISTRAL;
+    if (mode == SRV_TOOLS_AUTO && !lazy_ok) return NX_STATUS_OK; /* free, parsed after */
+    json_t *body;
+    nx_status st = call_schema(family, tools, mode, name, &body, err, errlen);
+    if (st) return st;
+    st = compile_schema(body, &c->grammar, err, errlen);
+    json_decref(body);
+    if (st) return st;
+    const char *open = family == NX_TOOL_FORMAT_HERMES    ? "<tool_call>\n"
+                       : family == NX_TOOL_FORMAT_MISTRAL ? "[TOOL_CALLS]"
+                                                          : "";
+    if (family == NX_TOOL_FORMAT_HERMES) c->suffix = "\n</tool_call>";
+    if (mode == SRV_TOOLS_AUTO)
+        /* Hermes-trained models open a call with "<tool_call>\n": the grammar (compact JSON)
+           applies after that */
+        c->trigger = family == NX_TOOL_FORMAT_HERMES ? "<tool_call>\n" : "[TOOL_CALLS]";
+    else
+        c->prefill = open;
+    return NX_STATUS_OK;
+}
+
+void srv_constraint_free(struct srv_constraint *c) {
+    nx_grammar_free(c->grammar);
+    c->grammar = NULL;
+}

@@ -1,0 +1,53 @@
+/*
+ * constrain.h - what a chat request's `tools`, `tool_choice` and `response_format` ask of the
+ * output, turned into a grammar for the sampler (src/grammar), the text that starts the
+ * assistant's answer, and how to read tool calls back out.
+ *
+ * DESIGN: the shape of a call is the template family's (nx_chat_template_tool_format): Hermes /
+ * Qwen and templates that show no calls: <tool_call>{"name": N, "arguments": A}</tool_call>;
+ * Llama 3: {"name": N, "parameters": A}; Mistral: [TOOL_CALLS][{"name": N, "arguments": A}].
+ * The call body is compiled from one JSON Schema, an anyOf over the offered tools of
+ * {"name": {"const": N}, "arguments": <the tool's full parameters schema>} (a keyword the
+ * schema compiler does not support is refused by name: fail closed).
+ *  - tool_choice "required" or a named function: the family's opening text is put at the start
+ *    of the answer (part of the prompt) and the grammar applies from the first token, so the
+ *    output is always one valid call (named: the name is forced).
+ *  - "auto": for the families whose call has an opening tag (Hermes: "<tool_call>\n", as
+ *    Hermes-trained models write it; Mistral: "[TOOL_CALLS]"), the grammar is lazy: text is
+ *    free until the tag appears, then the call must be valid. Llama-3 and
+ *    DeepSeek calls have no such tag here: their output is free and parsed afterwards.
+ *  - response_format json_schema: the schema's grammar from the first token; json_object: any
+ *    JSON object.
+ * One call per answer under a grammar (parallel_tool_calls is honoured by producing one).
+ */
+#ifndef NX_SERVER_CONSTRAIN_H
+#define NX_SERVER_CONSTRAIN_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+#include "nexus.h"
+
+enum srv_tool_mode { SRV_TOOLS_NONE = 0, SRV_TOOLS_AUTO, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED };
+
+struct srv_constraint {
+    nx_grammar *grammar;   /* owned; NULL: free output */
+    const char *trigger;   /* static; NULL: the grammar applies from the start */
+    const char *prefill;   /* static text the answer starts with (already in the prompt) */
+    const char *suffix;    /* static text a finished call is closed with before parsing */
+    enum nx_tool_format format; /* how to parse tool calls out of the answer */
+    bool tools;            /* tool calls may appear in the answer */
+};
+
+/*
+ * Build the constraint. tools: the request's tools array (may be NULL), mode and name (for
+ * NAMED) from tool_choice; rf: response_format (may be NULL). Errors (err names the tool or
+ * keyword): INVALID_ARG (a malformed tool, an unknown named tool, tools together with a JSON
+ * response format), UNSUPPORTED (a schema keyword the compiler refuses), NOMEM.
+ */
+nx_status srv_constraint_build(enum nx_tool_format family, json_t *tools,
+                               enum srv_tool_mode mode, const char *name, json_t *rf,
+                               struct srv_constraint *out, char *err, size_t errlen);
+void srv_constraint_free(struct srv_constraint *c);
+
+#endif
