@@ -1,5 +1,5 @@
 /*
- * eval_efficiency.c - `nexus eval-efficiency`: what eviction saves at decode time.
+ * efficiency.c - the runner of `nexus eval-efficiency`: what eviction saves at decode time.
  *
  * DESIGN: per policy, one context sized for prompt + the longest length; a prompt of `prompt`
  * seeded random tokens is decoded (one multi-token call, untimed), then the longest length is

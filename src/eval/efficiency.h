@@ -1,4 +1,4 @@
-/* eval_efficiency.h - `nexus eval-efficiency`: decode speed, latency and KV memory of every
+/* efficiency.h - the runner of `nexus eval-efficiency`: decode speed, latency and KV memory of every
  * policy against dense, at several generated lengths from one long run per policy. */
 #ifndef NX_EVAL_EFFICIENCY_H
 #define NX_EVAL_EFFICIENCY_H

@@ -1,4 +1,5 @@
-/* eval.h - `nexus eval`: teacher-forced fidelity of KV policies against the dense model. */
+/* eval.h - the runner of `nexus eval` (fidelity.c: teacher-forced fidelity of KV policies against
+ * the dense model) and the helpers the eval runners share (sweep.c). */
 #ifndef NX_EVAL_H
 #define NX_EVAL_H
 #include <stdint.h>
@@ -25,7 +26,7 @@ struct eval_params {
 /* Runs every configuration; prints a Markdown table; 0 on success, 1 with a message on stderr. */
 int eval_run(const nx_model *m, const struct eval_params *p);
 
-/* ---- shared by the eval-* subcommands (eval_common.c) ---- */
+/* ---- shared by the eval runners (sweep.c) ---- */
 
 /* Splits a comma-separated list in place; returns the count (at most max). */
 int eval_split_list(char *s, char **items, int max);

@@ -1,5 +1,6 @@
 /*
- * eval.c - `nexus eval`: fidelity of KV eviction against the dense model, teacher-forced.
+ * fidelity.c - the runner of `nexus eval`: fidelity of KV eviction against the dense model,
+ * teacher-forced.
  *
  * DESIGN: streams are either text the model samples itself at temperature 1 from BOS with seed
  * seed + stream index, or consecutive pieces of a text file (--file; BOS, then stream_len - 1

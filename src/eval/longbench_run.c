@@ -1,5 +1,5 @@
 /*
- * eval_longbench.c - `nexus eval-longbench --data FILE.jsonl`.
+ * longbench_run.c - the runner of `nexus eval-longbench --data FILE.jsonl`.
  *
  * DESIGN: every record becomes prompt = template(context, input) (by default the context, a
  * blank line and the input: LongBench's per-dataset prompt wording is its own and is not

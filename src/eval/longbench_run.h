@@ -1,4 +1,4 @@
-/* eval_longbench.h - `nexus eval-longbench`: LongBench-format jsonl files (the user brings the
+/* longbench_run.h - the runner of `nexus eval-longbench`: LongBench-format jsonl files (the user brings the
  * data), greedy generation under each policy x density x regime, LongBench's per-dataset
  * metrics (src/eval/longbench.h). */
 #ifndef NX_EVAL_LONGBENCH_CLI_H

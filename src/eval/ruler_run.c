@@ -1,5 +1,5 @@
 /*
- * eval_ruler.c - `nexus eval-ruler`.
+ * ruler_run.c - the runner of `nexus eval-ruler`.
  *
  * DESIGN: every (task, sample) prompt is generated once (seed + sample index) with the model's
  * tokenizer so that prompt + generation fits the target length, then every configuration (policy

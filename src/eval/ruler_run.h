@@ -1,4 +1,4 @@
-/* eval_ruler.h - `nexus eval-ruler`: RULER-style synthetic tasks generated with the model's
+/* ruler_run.h - the runner of `nexus eval-ruler`: RULER-style synthetic tasks generated with the model's
  * own tokenizer at a target length, greedy generation under each policy x density x regime,
  * string-match scores (src/eval/ruler.h). */
 #ifndef NX_EVAL_RULER_CLI_H

@@ -1,4 +1,4 @@
-/* eval_common.c - helpers shared by `nexus eval`, `eval-ruler`, `eval-longbench` and
+/* sweep.c - helpers shared by `nexus eval`, `eval-ruler`, `eval-longbench` and
  * `eval-efficiency`: list parsing, tokenizing, reading files, greedy generation. */
 #include "eval/eval.h"
 
