@@ -225,7 +225,7 @@ int bench_grammar_main(int argc, char **argv) {
                     n_gens++;
                     n_forced_gens += forced;
                     n_incomplete += !ended;
-                    json_t *parsed = json_loadb(text, tn, JSON_DECODE_ANY, NULL);
+                    json_t *parsed = json_loadb(text, tn, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
                     if (!parsed) n_parse_fail++;
                     json_decref(parsed);
                     if (out) {
