@@ -453,4 +453,46 @@ TEST(sampler_trigger_lazy) {
     nx_grammar_free(g);
 }
 
+/* The budget holds even when a free token opens more than is left to close (optional
+ * properties with long minimums): every output ends with EOS within max_tokens. */
+TEST(sampler_budget_always_closes) {
+    if (!load_llama3()) FAILF("cannot load the Llama-3 vocabulary");
+    int32_t n = nx_model_n_vocab(g_vocab_model);
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},"
+                         "\"b\":{\"type\":\"string\",\"minLength\":400},\"c\":{\"type\":\"array\","
+                         "\"items\":{\"type\":\"string\",\"minLength\":20},\"minItems\":2}}}";
+    nx_grammar *g;
+    char err[256];
+    ASSERT_OK(nx_grammar_from_json_schema(schema, strlen(schema), NULL, &g, err, sizeof err));
+    struct nx_sampler_params p = nx_sampler_default_params();
+    p.temp = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0;
+    p.seed = 5;
+    nx_sampler *s;
+    ASSERT_OK(nx_sampler_init(&p, n, &s));
+    const int budget = 40;
+    ASSERT_OK(nx_sampler_set_grammar(s, g, g_gvocab, NULL, budget));
+    float *logits = calloc((size_t)n, sizeof *logits);
+    uint64_t x = 99;
+    for (int gen = 0; gen < 30; gen++) {
+        nx_sampler_grammar_reset(s);
+        bool ended = false;
+        for (int step = 0; step < budget && !ended; step++) {
+            for (int32_t i = 0; i < n; i++) logits[i] = (float)(rng_next(&x) % 1000) / 250.0f;
+            ended = nx_token_is_eog(g_vocab_model, nx_sampler_sample(s, logits));
+        }
+        if (!ended) {
+            free(logits);
+            nx_sampler_free(s);
+            nx_grammar_free(g);
+            FAILF("generation %d did not end within %d tokens", gen, budget);
+        }
+    }
+    free(logits);
+    nx_sampler_free(s);
+    nx_grammar_free(g);
+}
+
 TEST_MAIN

@@ -146,7 +146,7 @@ static void gen_cb(json_t *params, const char *name, const char *file, void *ud)
                 tn += (size_t)pn;
             }
         }
-        json_t *parsed = json_loadb(text, tn, JSON_DECODE_ANY, NULL);
+        json_t *parsed = json_loadb(text, tn, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
         if (!parsed || !nx_grammar_matcher_is_finished(m)) u->parse_fail++;
         json_decref(parsed);
         json_t *rec = json_pack("{s:s,s:s,s:O,s:s%}", "file", file, "function", name, "schema",

@@ -235,22 +235,11 @@ static int32_t cand_find(const struct cand *c, int32_t n, nx_token t) {
     return -1;
 }
 
-nx_token nx_sampler_sample(nx_sampler *s, const float *logits) {
+/* Choose a token from the logits (masked: only the tokens in s->gbits). */
+static nx_token pick(nx_sampler *s, const float *logits, bool masked) {
     int32_t n = s->n_vocab;
     struct cand *c = s->c;
-    bool masked = s->gm && s->g_active;
     if (masked) {
-        bool force = false;
-        if (s->g_max > 0) {
-            int64_t need = nx_grammar_matcher_completion_bytes(s->gm);
-            force = need >= 0 && (int64_t)(s->g_max - s->g_used) <= need + 1;
-        }
-        int32_t k = s->g_failed ? 0 : nx_grammar_matcher_mask(s->gm, s->gbits, force);
-        if (k <= 0) {
-            nx_token e = grammar_vocab_first_eog(s->gv);
-            if (e >= 0) nx_sampler_accept(s, e);
-            return e;
-        }
         int32_t m = 0;
         for (int32_t w = 0; w < (n + 63) / 64; w++) {
             uint64_t b = s->gbits[w];
@@ -339,12 +328,46 @@ nx_token nx_sampler_sample(nx_sampler *s, const float *logits) {
             }
         }
     }
-    nx_sampler_accept(s, out);
-    if (masked) {
-        if (nx_grammar_matcher_accept(s->gm, out) != NX_STATUS_OK) s->g_failed = true;
-        s->g_used++;
-    } else if (s->gm) {
-        grammar_watch(s, out);
+    return out;
+}
+
+nx_token nx_sampler_sample(nx_sampler *s, const float *logits) {
+    bool masked = s->gm && s->g_active;
+    if (!masked) {
+        nx_token out = pick(s, logits, false);
+        nx_sampler_accept(s, out);
+        if (s->gm) grammar_watch(s, out);
+        return out;
     }
+    bool force = false;
+    if (s->g_max > 0) {
+        int64_t need = nx_grammar_matcher_completion_bytes(s->gm);
+        force = need >= 0 && (int64_t)(s->g_max - s->g_used) <= need + 1;
+    }
+    int32_t k = s->g_failed ? 0 : nx_grammar_matcher_mask(s->gm, s->gbits, force);
+    if (k <= 0) {
+        nx_token e = grammar_vocab_first_eog(s->gv);
+        if (e >= 0) nx_sampler_accept(s, e);
+        return e;
+    }
+    nx_token out = pick(s, logits, true);
+    if (nx_grammar_matcher_accept(s->gm, out) != NX_STATUS_OK) {
+        s->g_failed = true;
+    } else if (s->g_max > 0 && !force) {
+        /* a free token may open more than the budget left can close (an optional property
+           with a long minimum, say): then undo it and take a token of the shortest completion,
+           which always shortens it, so need + 1 <= budget left holds at every step */
+        int64_t need = nx_grammar_matcher_completion_bytes(s->gm);
+        int64_t left = (int64_t)s->g_max - s->g_used - 1;
+        if (need < 0 || need + 1 > left) {
+            nx_grammar_matcher_rollback(s->gm, 1);
+            if (nx_grammar_matcher_mask(s->gm, s->gbits, true) > 0) {
+                out = pick(s, logits, true);
+                if (nx_grammar_matcher_accept(s->gm, out) != NX_STATUS_OK) s->g_failed = true;
+            }
+        }
+    }
+    s->g_used++;
+    nx_sampler_accept(s, out);
     return out;
 }

@@ -21,6 +21,8 @@
 #include "core/alloc.h"
 #include "core/nx_base.h"
 #include "core/readfile.h"
+#include "grammar/mask.h"
+#include <time.h>
 #include "grammar_cmd.h"
 #include "nexus.h"
 
@@ -49,6 +51,13 @@ nx_grammar *grammar_cmd_load(const char *schema_file, const char *gbnf_file) {
     return g;
 }
 
+/* This thread's CPU time: unlike wall time it leaves out time the thread was not running. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -71,6 +80,7 @@ int bench_grammar_main(int argc, char **argv) {
     const char *model_path = NULL, *bfcl = "../shared/data/bfcl", *out_path = NULL;
     const char *times_path = NULL;
     int n_gen = 20, max_tokens = 128, max_string = 16, shard = 0, n_shards = 1, threads = 1;
+    bool cpu_time = false;
     long limit = -1;
     uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
@@ -86,6 +96,7 @@ int bench_grammar_main(int argc, char **argv) {
         else if (!strcmp(a, "--limit") && v) limit = atol(argv[++i]);
         else if (!strcmp(a, "--seed") && v) seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(a, "-t") && v) threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--cpu-time")) cpu_time = true;
         else if (!strcmp(a, "--shard") && v) {
             if (sscanf(argv[++i], "%d/%d", &shard, &n_shards) != 2 || n_shards < 1 || shard < 0 ||
                 shard >= n_shards)
@@ -94,7 +105,7 @@ int bench_grammar_main(int argc, char **argv) {
             fprintf(stderr,
                     "usage: nexus bench-grammar -m MODEL.gguf [--bfcl DIR] [-n 20] [--max-tokens 128]\n"
                     "       [--max-string 16] [--limit N] [--seed S] [--shard I/N] [--out OUT.jsonl]\n"
-                    "       [--times TIMES.txt] [-t THREADS]\n");
+                    "       [--times TIMES.txt] [-t THREADS] [--cpu-time]\n");
             return 1;
         }
     }
@@ -120,7 +131,7 @@ int bench_grammar_main(int argc, char **argv) {
     FILE *tf = times_path ? fopen(times_path, "w") : NULL;
     if (times_path && !tf) gdie("%s: %s", times_path, strerror(errno));
     json_t *seen = json_object();
-    struct dvec times = {0};
+    struct dvec times = {0}, warm = {0}, fills = {0};
     long n_fn = 0, n_schema = 0, n_done = 0, n_gens = 0, n_parse_fail = 0, n_refused = 0;
     long n_tokens = 0, n_forced_gens = 0, n_incomplete = 0;
     const char *files[] = {"BFCL_v4_multiple.json", "BFCL_v4_live_multiple.json"};
@@ -188,10 +199,14 @@ int bench_grammar_main(int argc, char **argv) {
                         int64_t need = nx_grammar_matcher_completion_bytes(gm);
                         bool force = need >= 0 && (int64_t)(max_tokens - step) <= need + 1;
                         forced |= force;
-                        double a = nx_time_s();
+                        struct gmatcher_stats st0, st1;
+                        gmatcher_stats((struct gmatcher *)gm, &st0);
+                        double a = cpu_time ? cpu_now() : nx_time_s();
                         nx_grammar_matcher_mask(gm, bits, force);
-                        double us = (nx_time_s() - a) * 1e6;
+                        double us = ((cpu_time ? cpu_now() : nx_time_s()) - a) * 1e6;
+                        gmatcher_stats((struct gmatcher *)gm, &st1);
                         dpush(&times, us);
+                        dpush(st1.cache_misses > st0.cache_misses ? &fills : &warm, us);
                         if (tf) fprintf(tf, "%.3f\n", us);
                         t = nx_sampler_sample(s, nx_get_logits(ctx, -1));
                         n_tokens++;
@@ -210,7 +225,7 @@ int bench_grammar_main(int argc, char **argv) {
                     n_gens++;
                     n_forced_gens += forced;
                     n_incomplete += !ended;
-                    json_t *parsed = json_loadb(text, tn, JSON_DECODE_ANY, NULL);
+                    json_t *parsed = json_loadb(text, tn, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
                     if (!parsed) n_parse_fail++;
                     json_decref(parsed);
                     if (out) {
@@ -252,11 +267,22 @@ int bench_grammar_main(int argc, char **argv) {
     printf("mask per step (%zu steps, Llama-3 vocab %d tokens): median %.2f us, p90 %.2f us, p99 %.2f "
            "us, max %.0f us, mean %.2f us\n",
            times.n, n_vocab, med, p90, p99, mx, times.n ? sum / (double)times.n : 0);
+    qsort(warm.v, warm.n, sizeof *warm.v, cmp_double);
+    qsort(fills.v, fills.n, sizeof *fills.v, cmp_double);
+    if (warm.n)
+        printf("  steps served from the mask cache (%zu): median %.2f us, p99 %.2f us; steps that "
+               "filled a cache entry (%zu, first visit of a grammar position): median %.0f us, "
+               "p99 %.0f us\n",
+               warm.n, warm.v[warm.n / 2], warm.v[(size_t)(warm.n * 0.99)], fills.n,
+               fills.n ? fills.v[fills.n / 2] : 0, fills.n ? fills.v[(size_t)(fills.n * 0.99)] : 0);
+    printf("  times are %s\n", cpu_time ? "thread CPU time" : "wall time (include preemption)");
     printf("wall %.1f s\n", nx_time_s() - t_start);
     if (out) fclose(out);
     if (tf) fclose(tf);
     json_decref(seen);
     free(times.v);
+    free(warm.v);
+    free(fills.v);
     free(bits);
     nx_grammar_vocab_free(gv);
     nx_ctx_free(ctx);
