@@ -10,7 +10,8 @@
  * tests/test_fuzz_regress.c replays the files in tests/fuzz-regress/<name>/ through the very same entry.
  *
  * Targets initialise what they share across inputs (a vocabulary, a model) lazily, once, in
- * static storage; files they need come from the shared data (fuzz_shared_path), and a target
+ * static storage (the libFuzzer build triggers that before the first timed input), and must
+ * accept an empty input; files they need come from the shared data (fuzz_shared_path), and a target
  * whose files are missing returns without doing anything (fuzz_skipped() tells the tests).
  */
 #ifndef NX_FUZZ_H
@@ -31,8 +32,17 @@ extern struct nx_fuzz_entry nx_fuzz_table[NX_FUZZ_MAX];
 extern int nx_fuzz_n;
 
 #ifdef NX_LIBFUZZER
+/* LLVMFuzzerInitialize runs the target once on an empty input, so its lazy start-up (loading a
+ * vocabulary or a model) happens before libFuzzer's per-input timeout starts counting. */
 #define NX_FUZZ_TARGET(name) \
     int nx_fuzz_##name(const uint8_t *data, size_t size); \
+    int LLVMFuzzerInitialize(int *argc, char ***argv); \
+    int LLVMFuzzerInitialize(int *argc, char ***argv) { \
+        (void)argc; \
+        (void)argv; \
+        nx_fuzz_##name((const uint8_t *)"", 0); \
+        return 0; \
+    } \
     int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size); \
     int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) { \
         return nx_fuzz_##name(data, size); \

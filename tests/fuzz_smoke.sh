@@ -14,7 +14,7 @@ for t in $FUZZ_TABLE; do
     if [ ! -x "$bin" ]; then echo "FAIL fuzz_$name: $bin missing"; failed=$((failed + 1)); continue; fi
     dopt=""; [ "$dict" != "-" ] && dopt="-dict=fuzz/dict/$dict.dict"
     mkdir -p "$tmp/$name"
-    "$bin" $dopt -seed=1 -max_len="$maxlen" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
+    "$bin" $dopt -seed=1 -max_len="$maxlen" -max_total_time="$secs" -timeout=25 -rss_limit_mb=2048 \
         -artifact_prefix="$tmp/" "$tmp/$name" build-fuzz/seeds/"$name" > "$tmp/$name.log" 2>&1
     rc=$?
     if [ $rc -eq 0 ] && grep -q "^Done" "$tmp/$name.log"; then
