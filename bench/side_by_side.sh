@@ -8,9 +8,14 @@
 # the figures (the script records the load average before and after each model).
 #
 # Usage: bench/side_by_side.sh [MODEL.gguf ...]   (run from the repository root, after `make`)
-# Environment (defaults): LLAMA_BIN (/work/llama.cpp-build/bin), NEXUS (./build/nexus),
-#   THREADS (2), PP (512), TG (128), DEPTH (4096), REPS (3), OUT (bench/results/side_by_side.json),
-#   MODELS (/tmp/models/llama1b-q4km.gguf /tmp/models/llama1b-q8_0.gguf /tmp/models/llama1b-f16.gguf)
+# Environment (defaults): LLAMA_BIN (/work/llama.cpp-build/bin), LLAMA_LIB (unset: a directory put
+#   first in llama-bench's LD_LIBRARY_PATH, e.g. a libggml-cpu.so built without AMX where the
+#   native build's AMX path crashes), NEXUS (./build/nexus),
+#   THREADS (2), PP (512), TG (128), DEPTH (4096), REPS (3), REPS_DEPTH (REPS), OUT (bench/results/side_by_side.json),
+#   MODELS (/tmp/models/llama1b-q4km.gguf /tmp/models/llama1b-q8_0.gguf /tmp/models/llama1b-f16.gguf),
+#   DEPTHS ("0 $DEPTH": the depths to run), RAW (a directory that keeps every tool's raw output;
+#   default a temporary one). With RAW set, runs whose output is already there are skipped, so an
+#   interrupted run resumes, and REPORT_ONLY=1 only builds the table and JSON from RAW.
 # The models: `nexus mkmodel --preset llama-3.2-1b --type f16`, then llama.cpp's llama-quantize
 # to Q8_0 and Q4_K_M (so both engines read files written by llama.cpp's quantizer).
 set -euo pipefail
@@ -22,6 +27,7 @@ PP=${PP:-512}
 TG=${TG:-128}
 DEPTH=${DEPTH:-4096}
 REPS=${REPS:-3}
+REPS_DEPTH=${REPS_DEPTH:-$REPS} # repetitions of the depth runs (each llama-bench rep refills)
 OUT=${OUT:-bench/results/side_by_side.json}
 if [ $# -gt 0 ]; then MODELS="$*"; fi
 MODELS=${MODELS:-/tmp/models/llama1b-q4km.gguf /tmp/models/llama1b-q8_0.gguf /tmp/models/llama1b-f16.gguf}
@@ -30,19 +36,28 @@ for f in $MODELS; do [ -f "$f" ] || { echo "side_by_side: no model $f" >&2; exit
 [ -x "$LLAMA_BIN/llama-bench" ] || { echo "side_by_side: no $LLAMA_BIN/llama-bench" >&2; exit 1; }
 [ -x "$NEXUS" ] || { echo "side_by_side: no $NEXUS (run make)" >&2; exit 1; }
 
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+DEPTHS=${DEPTHS:-0 $DEPTH}
+if [ -n "${RAW:-}" ]; then
+    tmp=$RAW
+    mkdir -p "$tmp"
+else
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+fi
 i=0
 for f in $MODELS; do
-    for d in 0 "$DEPTH"; do
-        tag="$i.$d"
+    for d in $DEPTHS; do
+        [ "${REPORT_ONLY:-0}" = 1 ] && continue
+        tag="$(basename "$f").$d"
+        if [ -s "$tmp/llama.$tag.json" ] && [ -s "$tmp/nexus.$tag.json" ]; then continue; fi
         uptime > "$tmp/load_before.$tag"
+        r=$REPS; [ "$d" = 0 ] || r=$REPS_DEPTH
         run_llama() {
-            "$LLAMA_BIN/llama-bench" -m "$f" -t "$THREADS" -p "$PP" -n "$TG" -d "$d" -r "$REPS" -o json \
+            LD_LIBRARY_PATH="${LLAMA_LIB:+$LLAMA_LIB:}${LD_LIBRARY_PATH:-}" "$LLAMA_BIN/llama-bench" -m "$f" -t "$THREADS" -p "$PP" -n "$TG" -d "$d" -r "$r" -o json \
                 > "$tmp/llama.$tag.json" 2> "$tmp/llama.$tag.log"
         }
         run_nexus() {
-            "$NEXUS" bench -m "$f" -t "$THREADS" -p "$PP" -n "$TG" --depth "$d" -r "$REPS" --json \
+            "$NEXUS" bench -m "$f" -t "$THREADS" -p "$PP" -n "$TG" --depth "$d" -r "$r" --json \
                 > "$tmp/nexus.$tag.json" 2> "$tmp/nexus.$tag.log"
         }
         echo "== $(basename "$f") depth $d" >&2
@@ -52,12 +67,12 @@ for f in $MODELS; do
     i=$((i + 1))
 done
 
-python3 - "$tmp" "$OUT" "$THREADS" "$PP" "$TG" "$DEPTH" "$REPS" $MODELS <<'EOF'
+DEPTHS="$DEPTHS" python3 - "$tmp" "$OUT" "$THREADS" "$PP" "$TG" "$DEPTH" "$REPS/$REPS_DEPTH" $MODELS <<'EOF'
 import json, os, sys
 tmp, out, threads, pp, tg, depth, reps = sys.argv[1:8]
 models = sys.argv[8:]
 rows, doc = [], {"threads": int(threads), "pp": int(pp), "tg": int(tg), "depth": int(depth),
-                 "reps": int(reps), "host": os.uname().nodename, "results": []}
+                 "reps": reps, "host": os.uname().nodename, "results": []}
 def load_nexus(p):
     with open(p) as fh:
         for line in fh:
@@ -66,9 +81,14 @@ def load_nexus(p):
                 return json.loads(line)
     raise SystemExit("side_by_side: no JSON in " + p)
 for i, m in enumerate(models):
-    for d in (0, int(depth)):
-        tag = f"{i}.{d}"
-        ll = json.load(open(f"{tmp}/llama.{tag}.json"))
+    for d in [int(x) for x in os.environ["DEPTHS"].split()]:
+        tag = f"{os.path.basename(m)}.{d}"
+        if not (os.path.exists(f"{tmp}/llama.{tag}.json") and os.path.exists(f"{tmp}/nexus.{tag}.json")):
+            continue
+        try:
+            ll = json.load(open(f"{tmp}/llama.{tag}.json"))
+        except ValueError:
+            continue
         nx = load_nexus(f"{tmp}/nexus.{tag}.json")
         load = open(f"{tmp}/load_before.{tag}").read().strip().split("load average:")[-1].strip()
         for kind in ("pp", "tg"):
