@@ -65,7 +65,7 @@ def torch_acc(model, L, task, n, sink=None, window=None):
 
 
 def nexus_logits(nexus, gguf, seq, extra=()):
-    cmd = [nexus, "logits", "-m", gguf, "-t", "1", "--top", "1",
+    cmd = [nexus, "logits", "-m", gguf, "-t", "1", "--top", "1", "--kv-type", "f32",
            "--tokens", ",".join(str(int(t)) for t in seq)] + list(extra)
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     am, top = [], []
