@@ -4,6 +4,8 @@
  * exactly those floats, the metadata must be the template's plus the overrides, and every
  * malformed input must fail with a message and leave no output file.
  */
+#include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,6 +208,67 @@ TEST(import_rejects_malformed_files) {
     fclose(g);
     expect_fail(cut, tmpl, NULL, 0, NX_STATUS_FORMAT, "name length");
     free(b);
+}
+
+/*
+ * A committed trained model against torch (the oracle: the training script's own forward pass,
+ * which the engine never sees): every logit at every answer position within 1e-3 and the same
+ * argmax. ref is written by scripts/train/evaluate.py --write-ref.
+ */
+static void check_against_torch(const char *gguf, const char *ref) {
+    json_error_t je;
+    json_t *r = json_load_file(ref, 0, &je);
+    if (!r) FAILF("cannot read %s: %s", ref, je.text);
+    nx_model *m = NULL;
+    char emsg[256];
+    if (nx_model_load(gguf, NULL, &m, emsg, sizeof emsg)) {
+        json_decref(r);
+        FAILF("%s: %s", gguf, emsg);
+    }
+    json_t *seqs = json_object_get(r, "sequences");
+    int nv = nx_model_n_vocab(m), checked = 0, bad = 0;
+    double worst = 0;
+    for (size_t i = 0; i < json_array_size(seqs); i++) {
+        json_t *s = json_array_get(seqs, i);
+        json_t *toks = json_object_get(s, "tokens"), *pos = json_object_get(s, "check_pos");
+        json_t *am = json_object_get(s, "argmax"), *lg = json_object_get(s, "logits");
+        int n = (int)json_array_size(toks);
+        nx_token *t = malloc(sizeof *t * (size_t)n);
+        for (int k = 0; k < n; k++) t[k] = (nx_token)json_integer_value(json_array_get(toks, (size_t)k));
+        struct nx_ctx_params cp = nx_ctx_default_params();
+        cp.n_ctx = n;
+        cp.kv_type = NX_TYPE_F32;
+        nx_ctx *c = NULL;
+        if (nx_ctx_init(m, &cp, &c, emsg, sizeof emsg) || nx_decode(c, t, n, true)) {
+            bad++;
+        } else {
+            for (size_t j = 0; j < json_array_size(pos); j++) {
+                int p = (int)json_integer_value(json_array_get(pos, j));
+                const float *l = nx_get_logits(c, p);
+                json_t *row = json_array_get(lg, j);
+                int best = 0;
+                for (int v = 0; v < nv; v++) {
+                    double d = fabs(l[v] - json_real_value(json_array_get(row, (size_t)v)));
+                    worst = d > worst ? d : worst;
+                    if (l[v] > l[best]) best = v;
+                }
+                bad += best != (int)json_integer_value(json_array_get(am, j));
+                checked++;
+            }
+        }
+        nx_ctx_free(c);
+        free(t);
+    }
+    nx_model_free(m);
+    json_decref(r);
+    ASSERT_TRUE(checked >= 6);
+    ASSERT_EQ(bad, 0);
+    if (!(worst < 1e-3)) FAILF("%s: largest logit difference from torch %.3g", gguf, worst);
+}
+
+TEST(trained_retrieval_model_matches_torch) {
+    check_against_torch("models/nexus-retrieval/nexus-retrieval.gguf",
+                        "models/nexus-retrieval/torch_ref.json");
 }
 
 TEST_MAIN

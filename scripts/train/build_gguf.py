@@ -17,15 +17,26 @@ import nxmodel  # noqa: E402
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", required=True)
-    ap.add_argument("--curve", required=True)
+    ap.add_argument("--curve", default=None, help="curve JSON with the config (default: the "
+                    "checkpoint's)")
     ap.add_argument("--nexus", default="./build/nexus")
     ap.add_argument("--name", required=True)
     ap.add_argument("--ctx", type=int, required=True, help="context_length metadata")
     ap.add_argument("-o", "--out", required=True)
+    ap.add_argument("--curve-out", default=None,
+                    help="also write the checkpoint's training log as a curve JSON here")
+    ap.add_argument("--meta", default="{}", help="JSON object merged into the curve JSON")
     a = ap.parse_args()
-    cfg = nxmodel.Config(**json.load(open(a.curve))["config"])
+    st = torch.load(a.ckpt)
+    cfg = nxmodel.Config(**(json.load(open(a.curve))["config"] if a.curve else st["config"]))
     m = nxmodel.Model(cfg)
-    m.load_state_dict(torch.load(a.ckpt)["model"])
+    m.load_state_dict(st["model"])
+    if a.curve_out:
+        doc = {"config": cfg.as_dict(), "step": st["step"], "rows": st["log"]}
+        doc.update(json.loads(a.meta))
+        with open(a.curve_out + ".tmp", "w") as f:
+            json.dump(doc, f, indent=1)
+        os.replace(a.curve_out + ".tmp", a.curve_out)
     nxw = a.out + ".nxw"
     tmpl = a.out + ".template.gguf"
     nxmodel.export_nxw(m, nxw)

@@ -27,9 +27,10 @@ import tasks  # noqa: E402
 EVAL_TAG = 977
 
 
-def load(ckpt, cfg_dict):
-    m = nxmodel.Model(nxmodel.Config(**cfg_dict))
-    m.load_state_dict(torch.load(ckpt)["model"])
+def load(ckpt, cfg_dict=None):
+    st = torch.load(ckpt)
+    m = nxmodel.Model(nxmodel.Config(**(cfg_dict or st["config"])))
+    m.load_state_dict(st["model"])
     m.eval()
     return m
 
@@ -64,7 +65,7 @@ def torch_acc(model, L, task, n, sink=None, window=None):
 
 
 def nexus_logits(nexus, gguf, seq, extra=()):
-    cmd = [nexus, "logits", "-m", gguf, "-t", "1", "--top", "1",
+    cmd = [nexus, "logits", "-m", gguf, "-t", "1", "--top", "1", "--kv-type", "f32",
            "--tokens", ",".join(str(int(t)) for t in seq)] + list(extra)
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     am, top = [], []
@@ -129,7 +130,8 @@ def write_ref(model, path, L, n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", required=True)
-    ap.add_argument("--curve", required=True, help="curve JSON (holds the config)")
+    ap.add_argument("--curve", default=None, help="curve JSON with the config (default: the "
+                    "checkpoint's)")
     ap.add_argument("--lengths", default="512,1024,2048,4096")
     ap.add_argument("--n", type=int, default=64, help="sequences per task and length")
     ap.add_argument("--window", type=int, default=256)
@@ -147,15 +149,14 @@ def main():
     a = ap.parse_args()
     if a.write_ref:
         torch.set_num_threads(a.threads)
-        model = load(a.ckpt, json.load(open(a.curve))["config"])
+        model = load(a.ckpt, json.load(open(a.curve))["config"] if a.curve else None)
         write_ref(model, a.write_ref, int(a.lengths.split(",")[0]), a.n)
         return
     if a.write_tasks:
         write_tasks(a.write_tasks, int(a.lengths.split(",")[0]), a.n)
         return
     torch.set_num_threads(a.threads)
-    cfg = json.load(open(a.curve))["config"]
-    model = load(a.ckpt, cfg)
+    model = load(a.ckpt, json.load(open(a.curve))["config"] if a.curve else None)
     rep = {"window": a.window, "sink": a.sink, "n_per_cell": a.n, "dense": {}, "local": {}}
     for L in [int(s) for s in a.lengths.split(",")]:
         for task in tasks.TASKS:

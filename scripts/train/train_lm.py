@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """train_lm.py - a byte-level Llama language model on the King James Bible (public domain).
 
+STATUS: written but not trained yet (the first session's CPU time went to the retrieval model;
+the run was stopped before its first log line). Its schedule was sized for an idle machine.
+
 DESIGN
 - Text: `bible -f Gen1:1-Rev22:21` from Debian's bible-kjv + bible-kjv-text packages (the KJV
   text is public domain), verse references stripped, one verse per line. The SHA-256 of the

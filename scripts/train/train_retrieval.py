@@ -3,11 +3,20 @@
 
 DESIGN
 - Model: nxmodel.Model (the Llama architecture the engine runs), 2 layers, n_embd 64, 4 heads,
-  head_dim 16, partial RoPE (6 of 16 dims rotated, base 500: every rotated frequency completes
-  a period inside the shortest training context, and the 10 unrotated dims let a head match
-  content at any distance, so the model runs at 4x its longest training length).
-- Data: tasks.make_batch, a fresh seeded batch per step (no data set on disk). Loss on answer
-  tokens only (as in Zoology). Curriculum over context length at about 2K tokens per step.
+  head_dim 16, partial RoPE (8 of 16 dims rotated, base 100: wavelengths 6 to 200 tokens, so
+  every rotated frequency completes periods inside the training contexts, and the 8 unrotated
+  dims let a head match content at any distance, so the model can run at 8x its longest
+  training length). (6 dims at base 500 aliased distance 1 with distance 7: a sharp
+  previous-token head could not form.)
+- Data: tasks.make_batch, a fresh seeded batch per step (no data set on disk). Loss: cross
+  entropy on the answer tokens, plus --aux-prev x an auxiliary "name the previous token" loss
+  at every other position (the logits at t are trained to give token t - 1 there). Answer
+  losses alone left the model on the usual associative-recall plateau (it copied some value
+  but did not match keys: MQAR 15% after 1000 steps); the auxiliary target makes a
+  previous-token head form at once, which is half of the induction circuit recall needs, and
+  at a value position it writes the key in front of it into the residual stream. It changes
+  what the model predicts at filler positions (the previous token), never at answers.
+  Curriculum over context length at about 2K tokens per step.
 - Deterministic for --seed with torch.set_num_threads(--threads) (CPU only). Checkpoints every
   --ckpt-every steps (resumable with --resume); one JSON line per logged step to --log; the
   final weights go to OUT.nxw for `nexus import`.
@@ -28,9 +37,30 @@ import nxmodel  # noqa: E402
 import tasks  # noqa: E402
 
 # (context length, batch size, steps)
-STAGES = [(64, 32, 800), (128, 16, 800), (256, 8, 800), (512, 4, 700)]
+STAGES = [(64, 32, 400), (128, 16, 400), (256, 8, 400), (512, 4, 300)]
 CONFIG = dict(n_vocab=tasks.N_VOCAB, n_layer=2, n_embd=64, n_head=4, n_head_kv=4, n_ff=128,
-              n_rot=6, rope_base=500.0, rms_eps=1e-5)
+              n_rot=8, rope_base=100.0, rms_eps=1e-5)
+
+
+def structured_init(model, cfg, seed):
+    g = torch.Generator().manual_seed(seed + 12345)
+    u = torch.randn(cfg.n_embd, generator=g)
+    u = u / u.norm()
+    hd, nr = cfg.head_dim, cfg.n_rot
+    with torch.no_grad():
+        e = model.tok_embd.weight
+        e -= (e @ u)[:, None] * u[None, :]  # the same u-component for every token
+        e += 4.0 * u
+        b = model.blocks[0]
+        b.wq.weight[0:hd] = 0.0
+        b.wk.weight[0:hd] = 0.0
+        a = 2.3
+        for i in range(nr // 2):
+            th = cfg.rope_base ** (-2.0 * i / nr)
+            b.wq.weight[2 * i] = a * u
+            b.wk.weight[2 * i] = a * math.cos(th) * u
+            b.wk.weight[2 * i + 1] = a * math.sin(th) * u
+        # (head 0's remaining k rows keep zero: its score is positional at first)
 
 
 def lr_at(step, total, peak, warm=100):
@@ -64,11 +94,16 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--ckpt-every", type=int, default=100)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--aux-prev", type=float, default=0.2)
+    ap.add_argument("--stop-step", type=int, default=0,
+                    help="stop after this step (the schedule still spans every stage), so a run "
+                         "cut short can be reproduced exactly")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     cfg = nxmodel.Config(**CONFIG)
     model = nxmodel.Model(cfg)
+    structured_init(model, cfg, a.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.98), weight_decay=0.01)
     total = sum(n for _, _, n in STAGES)
     step, rows = 0, []
@@ -81,7 +116,8 @@ def main():
         print("resumed at step", step, flush=True)
     t0 = time.time()
     acc_sum = n_sum = loss_sum = 0.0
-    while step < total:
+    end = min(total, a.stop_step) if a.stop_step > 0 else total
+    while step < end:
         L, B = stage_at(step)
         # the batch depends on (seed, step) only, so a resumed run sees the same data
         rng = np.random.default_rng([a.seed, step])
@@ -91,9 +127,15 @@ def main():
         w = t >= 0
         for g in opt.param_groups:
             g["lr"] = lr_at(step, total, a.lr)
-        logits = model(x, where=w)
+        full = model(x)                      # (B, L, V)
+        logits = full[w]
         tgt = t[w]
         loss = F.cross_entropy(logits, tgt)
+        if a.aux_prev > 0:
+            aux = ~w
+            aux[:, 0] = False
+            prev = torch.roll(x, 1, dims=1)
+            loss = loss + a.aux_prev * F.cross_entropy(full[aux], prev[aux])
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -102,17 +144,17 @@ def main():
         loss_sum += loss.item()
         acc_sum += (logits.argmax(-1) == tgt).float().mean().item()
         n_sum += 1
-        if step % 25 == 0 or step == total:
+        if step % 25 == 0 or step == end:
             row = {"step": step, "ctx": L, "loss": loss_sum / n_sum, "token_acc": acc_sum / n_sum,
                    "lr": lr_at(step - 1, total, a.lr), "wall_s": round(time.time() - t0, 1)}
             rows.append(row)
             print(json.dumps(row), flush=True)
             acc_sum = n_sum = loss_sum = 0.0
-        if step % a.ckpt_every == 0 or step == total:
+        if step % a.ckpt_every == 0 or step == end:
             save_ckpt(ck, model, opt, step, rows)
     with open(a.out + ".curve.json.tmp", "w") as f:
         json.dump({"config": cfg.as_dict(), "stages": STAGES, "seed": a.seed, "lr": a.lr,
-                   "rows": rows}, f, indent=1)
+                   "aux_prev": a.aux_prev, "rows": rows}, f, indent=1)
     os.replace(a.out + ".curve.json.tmp", a.out + ".curve.json")
     nxmodel.export_nxw(model, a.out + ".nxw")
     print("done", flush=True)
