@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tools/cli/task_eval.h"
+#include "core/alloc.h"
+#include "support/cli.h"
 #include "support/tmpdir.h"
 #include "test.h"
 
@@ -42,7 +43,7 @@ static int write_tasks(const char *path, double *expect) {
                               toks, "prompt_len", first - 1, "answers", ans);
         char *line = json_dumps(o, JSON_COMPACT);
         fprintf(f, "%s\n", line);
-        free(line);
+        nx_free(line); /* jansson allocates through nx_malloc */
         json_decref(o);
     }
     fclose(f);
@@ -52,10 +53,9 @@ static int write_tasks(const char *path, double *expect) {
 }
 
 static int run(const char *tasks, const char *policies, const char *threads, const char *out) {
-    char *argv[] = {"task-eval", "-m", MODEL, "--tasks", (char *)tasks, "--policies",
-                    (char *)policies, "--densities", "0.2", "-t", (char *)threads, "--json",
-                    (char *)out, NULL};
-    return task_eval_main(13, argv);
+    const char *args[] = {"task-eval", "-m", MODEL, "--tasks", tasks, "--policies", policies,
+                          "--densities", "0.2", "-t", threads, "--json", out, NULL};
+    return test_cli(args, false, NULL);
 }
 
 /* accuracy of (policy, task "all") in a task-eval JSON file; -1 if absent */
