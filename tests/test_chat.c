@@ -173,7 +173,7 @@ TEST(snippets_match_jinja2) {
         size_t out_len = 0;
         if (st == NX_STATUS_OK) {
             json_t *msgs = json_object_get(vars, "messages");
-            char *m = msgs ? json_dumps(msgs, JSON_COMPACT) : strdup("[]");
+            char *m = msgs ? json_dumps(msgs, JSON_COMPACT) : nx_strdup("[]");
             char *x = json_dumps(vars, JSON_COMPACT);
             struct nx_chat_params p = nx_chat_default_params();
             p.messages_json = m;
