@@ -857,7 +857,9 @@ NX_API int64_t nx_grammar_matcher_completion_bytes(const nx_grammar_matcher *m);
  * contains trigger; the grammar then applies to the text after it (the rest of that token is
  * fed to it). max_tokens > 0: token budget from activation; when the remaining budget gets
  * down to the shortest completion (+1 for the end token), only tokens that begin that
- * completion are allowed, so the output is complete within the budget. g and v are borrowed
+ * completion are allowed, and a free token that would leave more to close than the budget
+ * allows is undone and replaced by one of them, so the output (given a budget above the
+ * grammar's shortest string) ends with an end token within max_tokens. g and v are borrowed
  * and must outlive the sampler or the next call. When no token is allowed (after the grammar
  * ended, or the text after a trigger was rejected) the sampler returns the vocabulary's first
  * end-of-generation token (or -1 when it has none). Errors: INVALID_ARG (vocabulary size is
