@@ -9,6 +9,7 @@
  */
 #include "args.h"
 
+#include <stdarg.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -167,4 +168,14 @@ int args_parse(const struct arg *const *tables, int argc, char **argv, int start
         if (a->seen) *a->seen = true;
     }
     return ARGS_OK;
+}
+
+void cli_die(const char *prefix, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: ", prefix);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
 }

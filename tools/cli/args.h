@@ -83,6 +83,10 @@ int args_parse(const struct arg *const *tables, int argc, char **argv, int start
 
 /* Single values, for flags whose value needs more than a table row (e.g. FILE@POS). */
 bool args_long(const char *v, long long lo, long long hi, long long *out);
+/* "PREFIX: message" on stderr (PREFIX e.g. "nexus" or "nexus chat"), then exit(1): the CLI's
+   one way to give up. */
+__attribute__((noreturn, format(printf, 2, 3))) void cli_die(const char *prefix,
+                                                              const char *fmt, ...);
 bool args_double(const char *v, double *out);
 
 /* A comma-separated list of integers in [lo, hi] (empty items are refused): the count, at

@@ -21,17 +21,10 @@
 
 #include "core/alloc.h"
 #include "chat_cmd.h"
+#include "args.h"
 #include "nexus.h"
 
-__attribute__((noreturn, format(printf, 1, 2))) static void chat_die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "nexus chat: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
+#define chat_die(...) cli_die("nexus chat", __VA_ARGS__)
 
 static long num_arg(const char *flag, const char *v, long lo, long hi) {
     char *end;

@@ -24,17 +24,10 @@
 #include "grammar/mask.h"
 #include <time.h>
 #include "grammar_cmd.h"
+#include "args.h"
 #include "nexus.h"
 
-__attribute__((noreturn, format(printf, 1, 2))) static void gdie(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "nexus: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
+#define gdie(...) cli_die("nexus", __VA_ARGS__)
 
 nx_grammar *grammar_cmd_load(const char *schema_file, const char *gbnf_file) {
     const char *path = schema_file ? schema_file : gbnf_file;

@@ -39,15 +39,7 @@
 #include "route.h"
 #include "serve_cmd.h"
 
-__attribute__((noreturn, format(printf, 1, 2))) static void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "nexus: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
+#define die(...) cli_die("nexus", __VA_ARGS__)
 
 /* ---- flag parsing (tools/cli/args.h) ---- */
 
