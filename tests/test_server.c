@@ -640,7 +640,11 @@ static char *turn(int port, const char *session, const char *prompt, int n, cons
                   int *cached) {
     json_t *b = json_pack("{s:s, s:i, s:i}", "prompt", prompt, "max_tokens", n, "temperature", 0);
     if (session) json_object_set_new(b, "session", json_string(session));
-    if (extra) json_object_update(b, json_loads(extra, 0, NULL));
+    if (extra) {
+        json_t *x = json_loads(extra, 0, NULL);
+        json_object_update(b, x);
+        json_decref(x);
+    }
     char *body = json_dumps(b, 0);
     json_decref(b);
     struct resp r = post(port, "/v1/completions", body);
