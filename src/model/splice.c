@@ -518,26 +518,10 @@ nx_status nx_seq_cp(nx_ctx *dst, const nx_ctx *src, nx_pos p0, nx_pos p1) {
         nx_free(vb);
         return ctx_set_error(dst, NX_STATUS_NOMEM, "seq_cp: out of memory");
     }
-    const bool same = skv->p.type == dkv->p.type;
     for (int ti = 0; ti < nt; ti++) {
         const struct kv_table *t = &skv->tables[ti];
-        int64_t i0 = lower_index(skv, t, p0), i1 = lower_index(skv, t, p1);
-        for (int64_t i = i0; i < i1; i++) {
-            int32_t blk = kv_slot_block(skv, t, i);
-            size_t slot = (size_t)(i % skv->p.block);
-            const unsigned char *k = kv_block_k(skv, blk) + slot * skv->row_bytes;
-            const unsigned char *v = kv_block_v(skv, blk) + slot * skv->row_bytes;
-            if (!same) {
-                kern_load_kv(skv->p.type, hd, k, tmp);
-                kern_store_kv(dkv->p.type, hd, tmp, kb);
-                kern_load_kv(skv->p.type, hd, v, tmp);
-                kern_store_kv(dkv->p.type, hd, tmp, vb);
-                k = kb;
-                v = vb;
-            }
-            kv_append_raw(dkv, &dkv->tables[ti], kv_block_pos(skv, blk)[slot], k, v,
-                          kv_block_pin(skv, blk)[slot]);
-        }
+        copy_rows(skv, t, lower_index(skv, t, p0), lower_index(skv, t, p1), dkv,
+                  &dkv->tables[ti], hd, tmp, kb, vb);
     }
     nx_free(tmp);
     nx_free(kb);
