@@ -723,27 +723,24 @@ static struct jnode *parse_not(struct parser *P) {
     }
     return parse_compare(P);
 }
-static struct jnode *parse_and(struct parser *P) {
-    struct jnode *l = parse_not(P);
-    while (tok_is_name(cur(P), "and")) {
-        struct jnode *n = node(P, E_AND, cur(P)->line);
+/* A left-associative chain `next (word next)*` of the boolean operator word (node kind k). */
+static struct jnode *parse_bool_chain(struct parser *P, const char *word, int k,
+                                      struct jnode *(*next)(struct parser *)) {
+    struct jnode *l = next(P);
+    while (tok_is_name(cur(P), word)) {
+        struct jnode *n = node(P, k, cur(P)->line);
         P->ti++;
         n->a = l;
-        n->b = parse_not(P);
+        n->b = next(P);
         l = n;
     }
     return l;
 }
+static struct jnode *parse_and(struct parser *P) {
+    return parse_bool_chain(P, "and", E_AND, parse_not);
+}
 static struct jnode *parse_or(struct parser *P) {
-    struct jnode *l = parse_and(P);
-    while (tok_is_name(cur(P), "or")) {
-        struct jnode *n = node(P, E_OR, cur(P)->line);
-        P->ti++;
-        n->a = l;
-        n->b = parse_and(P);
-        l = n;
-    }
-    return l;
+    return parse_bool_chain(P, "or", E_OR, parse_and);
 }
 static struct jnode *parse_expr(struct parser *P, bool condexpr) {
     enter(P);
