@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "core/alloc.h"
+#include "core/readfile.h"
 #include "core/nx_base.h"
 #include "nexus.h"
 #include "test.h"
@@ -22,18 +23,10 @@
 #define FIX "tests/fixtures/chat/"
 #define FIXED_NOW 1768473000 /* 2026-01-15 10:30:00 UTC, as the oracle's strftime_now */
 
+/* The whole file (NUL-ended, nx_free), or NULL. */
 static char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    size_t got = fread(b, 1, (size_t)sz, f);
-    fclose(f);
-    b[got] = 0;
-    if (n) *n = got;
-    return b;
+    char err[256];
+    return nx_read_file(path, NX_READ_FILE_MAX, n, err, sizeof err);
 }
 
 /* kind of a C error message "KIND: message" compared with the oracle's kind */
@@ -73,7 +66,7 @@ TEST(templates_match_jinja2) {
         if (!src) FAILF("cannot read %s", path);
         nx_chat_template *t = NULL;
         nx_status st = nx_chat_template_parse(src, n, &t, err, sizeof err);
-        free(src);
+        nx_free(src);
         if (st != NX_STATUS_OK) {
             n_refused++;
             printf("  refused %s: %s\n", tname, err);
@@ -229,15 +222,15 @@ TEST(live_oracle) {
     char *a = read_all(out1, &na), *b = read_all(FIX "expected.json", &nb);
     ASSERT_TRUE(a && b);
     bool same = na == nb && !memcmp(a, b, na);
-    free(a);
-    free(b);
+    nx_free(a);
+    nx_free(b);
     if (!same) FAILF("live jinja2 output differs from " FIX "expected.json: regenerate it");
     a = read_all(out2, &na);
     b = read_all(FIX "snippets.json", &nb);
     ASSERT_TRUE(a && b);
     same = na == nb && !memcmp(a, b, na);
-    free(a);
-    free(b);
+    nx_free(a);
+    nx_free(b);
     if (!same) FAILF("live jinja2 output differs from " FIX "snippets.json: regenerate it");
 }
 
@@ -390,7 +383,7 @@ TEST(alloc_failures) {
         nx_chat_template_free(t);
         ASSERT_EQ(nx_alloc_bytes(), base);
     }
-    free(src);
+    nx_free(src);
     ASSERT_TRUE(fails > 3);
 }
 

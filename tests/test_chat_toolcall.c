@@ -14,20 +14,6 @@
 #include "nexus.h"
 #include "test.h"
 
-static char *read_all(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long sz = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)sz + 1);
-    size_t got = fread(b, 1, (size_t)sz, f);
-    fclose(f);
-    b[got] = 0;
-    if (n) *n = got;
-    return b;
-}
-
 static nx_chat_template *open_tmpl(const char *name) {
     char path[1024], err[512];
     snprintf(path, sizeof path, "%s/data/chat-templates/%s", test_shared(), name);
@@ -278,7 +264,6 @@ TEST(detection_and_triggers) {
     ASSERT_OK(nx_chat_template_open("mistral", &t, err, sizeof err));
     ASSERT_EQ(nx_chat_template_tool_format(t), NX_TOOL_FORMAT_MISTRAL);
     nx_chat_template_free(t);
-    (void)read_all;
 }
 
 TEST_MAIN
