@@ -8,13 +8,22 @@ servers, so chat templates play no part):
               --prompt-words words and asking for --gen tokens; reports aggregate generated
               tokens/s over the wall time, and TTFT (request sent -> first streamed text)
               p50 / p99.
-  agent       --sessions conversations of --turns turns; each turn appends a tool result of
-              about --tool-words words and asks for --agent-gen tokens, so late turns carry
-              8K+ tokens of context; reports TTFT per turn and the server's KV bytes per
-              session where it tells (nexus: /metrics).
-Servers are started by this script (--nexus BIN and/or --llama-server BIN), one at a time, each
-with a fresh process; with --rounds R the two alternate R times and the figures are per round.
-Bounded: every request has a timeout, and the run stops after --max-seconds. Only 127.0.0.1.
+  agent       --sessions conversations of --turns turns, all at once; each turn appends a
+              tool result of about --tool-words words and the server's own previous answer,
+              and asks for --agent-gen tokens, so late turns carry 8K+ tokens of context;
+              reports TTFT per turn (median over sessions), late-turn TTFT (the last quarter),
+              the KV bytes one session holds (nexus: its /metrics gauges of the largest
+              session; llama-server: F16 bytes per token x the conversation's tokens, since a
+              slot keeps every token), and the share of answers equal to the reference
+              server's (--reference, the first --server by default), so the answers of a
+              session under eviction are reported next to the dense ones (each server goes
+              on with its own answers, as an agent would, so after a first differing answer
+              the conversations differ too).
+Servers (--server NAME=KIND:ARGS, repeatable; KIND nexus or llama) are started by this script
+one at a time, each a fresh process; with --rounds R they rotate R times, alternating the
+order, and the table gives medians over rounds. Bounded: every request has a timeout, and no
+new server is started after --max-seconds. Only 127.0.0.1. llama-server is run with
+LD_LIBRARY_PATH=--llama-lib (or $LLAMA_LIB). Writes OUT/serve_bench.json and OUT/serve_bench.md.
 """
 import argparse
 import http.client
@@ -37,8 +46,9 @@ def text_of(rng, n_words):
     return " ".join(rng.choice(WORDS) for _ in range(n_words))
 
 
-def stream_completion(port, prompt, n_gen, extra, timeout=600):
-    """Returns (ttft_s, total_s, n_tokens) for one streamed completion."""
+def stream_completion(port, prompt, n_gen, extra, timeout=600, detail=False):
+    """Returns (ttft_s, total_s, n_tokens) for one streamed completion; with detail, also the
+    text and the usage object."""
     body = {"prompt": prompt, "max_tokens": n_gen, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}
     body.update(extra)
@@ -49,7 +59,7 @@ def stream_completion(port, prompt, n_gen, extra, timeout=600):
     r = c.getresponse()
     if r.status != 200:
         raise RuntimeError(f"status {r.status}: {r.read()[:200]!r}")
-    ttft, n_chunks, usage = None, 0, None
+    ttft, n_chunks, usage, text = None, 0, None, []
     for raw in r:
         line = raw.decode(errors="replace").strip()
         if not line.startswith("data: "):
@@ -65,11 +75,14 @@ def stream_completion(port, prompt, n_gen, extra, timeout=600):
         for ch in j.get("choices", []):
             if ch.get("text"):
                 n_chunks += 1
+                text.append(ch["text"])
                 if ttft is None:
                     ttft = time.time() - t0
     total = time.time() - t0
     c.close()
     n = usage["completion_tokens"] if usage else n_chunks
+    if detail:
+        return (ttft if ttft is not None else total), total, n, "".join(text), usage
     return (ttft if ttft is not None else total), total, n
 
 
@@ -81,7 +94,8 @@ def pct(xs, p):
     return xs[k]
 
 
-def kv_bytes_per_slot(port):
+def metric(port, name):
+    """A gauge of nexus serve's /metrics (None when absent or unreachable)."""
     try:
         c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         c.request("GET", "/metrics")
@@ -89,38 +103,54 @@ def kv_bytes_per_slot(port):
         c.close()
     except OSError:
         return None
-    vals = [float(m.group(1)) for m in re.finditer(r'^nexus_kv_bytes\{slot="\d+"\} (\S+)$', body,
-                                                    re.M)]
-    return vals or None
+    m = re.search(r"^" + re.escape(name) + r" (\S+)$", body, re.M)
+    return float(m.group(1)) if m else None
 
 
-def start_server(kind, a):
+def kv_bytes_per_cell(out_dir):
+    """F16 KV bytes per token of one sequence (what llama-server's default cache holds):
+    2 (K and V) x layers x KV heads x head dim x 2 bytes, the shape read from the start-up
+    line of a nexus serve log in out_dir ('model llama 8L 512d 8h/2kv hd64 ...')."""
+    for fn in sorted(os.listdir(out_dir)):
+        if not fn.endswith(".log"):
+            continue
+        m = re.search(r"model \S+ (\d+)L \d+d \d+h/(\d+)kv hd(\d+)",
+                      open(os.path.join(out_dir, fn), errors="replace").read())
+        if m:
+            return 2 * int(m.group(1)) * int(m.group(2)) * int(m.group(3)) * 2
+    return None
+
+
+def start_server(name, kind, args, a):
     port = a.port
+    env = dict(os.environ)
     if kind == "nexus":
         cmd = [a.nexus, "serve", "-m", a.model, "--port", str(port), "-np", str(a.slots),
                "-c", str(a.ctx), "-t", str(a.threads), "--max-tokens", str(a.ctx)]
-        cmd += a.nexus_args.split() if a.nexus_args else []
     else:
         cmd = [a.llama_server, "-m", a.model, "--port", str(port), "--host", "127.0.0.1",
                "-np", str(a.slots), "-c", str(a.ctx * a.slots), "-t", str(a.threads),
                "-tb", str(a.threads), "--no-webui"]
-        cmd += a.llama_args.split() if a.llama_args else []
-    log = open(f"{a.out}/{kind}.log", "a")
-    p = subprocess.Popen(cmd, stdout=log, stderr=log)
+        if a.llama_lib:
+            env["LD_LIBRARY_PATH"] = a.llama_lib
+    cmd += args.split() if args else []
+    log_path = f"{a.out}/{name}.log"
+    log = open(log_path, "w")
+    p = subprocess.Popen(cmd, stdout=log, stderr=log, env=env)
     deadline = time.time() + 300
     while time.time() < deadline:
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
             c.request("GET", "/health")
             if c.getresponse().status == 200:
-                return p
+                return p, log_path
         except OSError:
             pass
         if p.poll() is not None:
-            raise RuntimeError(f"{kind} exited: see {a.out}/{kind}.log")
+            raise RuntimeError(f"{name} exited: see {log_path}")
         time.sleep(0.3)
     p.kill()
-    raise RuntimeError(f"{kind} did not become healthy")
+    raise RuntimeError(f"{name} did not become healthy")
 
 
 def throughput(kind, a, clients):
@@ -153,38 +183,107 @@ def throughput(kind, a, clients):
             "ttft_p50": pct([r[0] for r in res], 50), "ttft_p99": pct([r[0] for r in res], 99)}
 
 
-def agent(kind, a):
+def agent(name, kind, a):
+    """The agent workload: --sessions conversations of --turns turns, all at once."""
     rng = random.Random(a.seed + 1)
     system = "You are an agent. Tools return results; answer briefly.\n" + text_of(rng, 200)
-    turns = [[] for _ in range(a.sessions)]
+    results = [[] for _ in range(a.sessions)]  # per session: (ttft, answer, prompt_tokens)
     errs = []
+    tool_texts = [[text_of(rng, a.tool_words) for _ in range(a.turns)] for _ in range(a.sessions)]
 
     def session(s):
         convo = system
         for t in range(a.turns):
-            convo += f"\nTool result {t}: " + text_of(rng, a.tool_words) + "\nQuestion: what next?\n"
+            convo += f"\nTool result {t}: " + tool_texts[s][t] + "\nQuestion: what next?\n"
             extra = {"ignore_eos": True} if kind == "llama" else {}
             if kind == "nexus" and a.nexus_session:
                 extra["session"] = f"bench-{s}"
             try:
-                ttft, total, n = stream_completion(a.port, convo, a.agent_gen, extra)
-                turns[s].append(ttft)
-            except Exception as e:  # noqa: BLE001
-                errs.append(repr(e))
+                ttft, total, n, text, usage = stream_completion(a.port, convo, a.agent_gen,
+                                                                extra, detail=True)
+            except Exception as e:  # noqa: BLE001 - reported, not hidden
+                errs.append(f"session {s} turn {t}: {e!r}")
                 return
-            convo += " answer" * 4
+            results[s].append((ttft, text, (usage or {}).get("prompt_tokens", 0) + n))
+            # the conversation goes on with the server's own answer, as an agent's would
+            convo += text
 
     th = [threading.Thread(target=session, args=(s,)) for s in range(a.sessions)]
     for t in th:
         t.start()
     for t in th:
         t.join()
-    per_turn = [statistics.median(x[t] for x in turns if len(x) > t)
-                for t in range(min((len(x) for x in turns), default=0))]
-    kv = kv_bytes_per_slot(a.port) if kind == "nexus" else None
-    return {"server": kind, "ttft_per_turn": per_turn, "errors": errs[:5],
-            "late_ttft": statistics.median(per_turn[-max(1, len(per_turn) // 4):])
-            if per_turn else float("nan"), "kv_bytes_per_slot": kv}
+    n_turns = min((len(x) for x in results), default=0)
+    per_turn = [statistics.median(x[t][0] for x in results) for t in range(n_turns)]
+    late = per_turn[-max(1, n_turns // 4):]
+    tokens = max((x[-1][2] for x in results if x), default=0)
+    if kind == "nexus":
+        kv_now = metric(a.port, "nexus_session_kv_bytes_max")
+        kv_peak = metric(a.port, "nexus_session_kv_peak_bytes_max")
+    else:
+        cell = kv_bytes_per_cell(a.out)
+        # a slot holds every token of its conversation: bytes per cell x tokens
+        kv_now = kv_peak = cell * tokens if cell else None
+    return {"server": name, "kind": kind, "workload": "agent", "ttft_per_turn": per_turn,
+            "errors": errs[:5], "late_ttft": statistics.median(late) if late else float("nan"),
+            "conversation_tokens": tokens, "kv_bytes_session": kv_now,
+            "kv_bytes_session_peak": kv_peak,
+            "answers": [[r[1] for r in x] for x in results]}
+
+
+def parse_servers(a):
+    """--server NAME=KIND:ARGS entries (kind nexus or llama), plus the defaults."""
+    out = []
+    for spec in a.server:
+        name, rest = spec.split("=", 1)
+        kind, _, args = rest.partition(":")
+        if kind not in ("nexus", "llama"):
+            raise SystemExit(f"--server {spec}: kind must be nexus or llama")
+        out.append((name, kind, args))
+    if not out:
+        out.append(("nexus", "nexus", a.nexus_args))
+        if a.llama_server:
+            out.append(("llama", "llama", a.llama_args))
+    return out
+
+
+def agreement(answers, ref):
+    """Share of (session, turn) answers equal to the reference run's, and their count."""
+    pairs = [(x, y) for sa, sr in zip(answers, ref) for x, y in zip(sa, sr)]
+    return (sum(x == y for x, y in pairs) / len(pairs) if pairs else float("nan")), len(pairs)
+
+
+def write_table(path, results, servers):
+    rows = ["| server | workload | clients | agg tok/s | TTFT p50 ms | TTFT p99 ms | errors |",
+            "|---|---|---:|---:|---:|---:|---:|"]
+    for name, _, _ in servers:
+        for c in sorted({r["clients"] for r in results if r.get("clients")}):
+            rs = [r for r in results if r["server"] == name and r.get("clients") == c]
+            if not rs:
+                continue
+            rows.append(f"| {name} | throughput | {c} | "
+                        f"{statistics.median(r['agg_tps'] for r in rs):.1f} | "
+                        f"{statistics.median(r['ttft_p50'] for r in rs) * 1e3:.0f} | "
+                        f"{statistics.median(r['ttft_p99'] for r in rs) * 1e3:.0f} | "
+                        f"{sum(len(r['errors']) for r in rs)} |")
+    rows += ["", "| server | late-turn TTFT ms | conversation tokens | KV per session MiB "
+                 "(peak) | answers equal to the reference | errors |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, _, _ in servers:
+        rs = [r for r in results if r["server"] == name and r.get("workload") == "agent"]
+        if not rs:
+            continue
+        kv = [r["kv_bytes_session_peak"] for r in rs if r["kv_bytes_session_peak"]]
+        agr = [r["agreement"] for r in rs if r.get("agreement") is not None]
+        rows.append(f"| {name} | {statistics.median(r['late_ttft'] for r in rs) * 1e3:.0f} | "
+                    f"{max(r['conversation_tokens'] for r in rs)} | "
+                    + (f"{statistics.median(kv) / 1048576:.1f}" if kv else "n/a") + " | "
+                    + (f"{statistics.median(agr):.2f}" if agr else "reference") + " | "
+                    f"{sum(len(r['errors']) for r in rs)} |")
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(rows) + "\n")
+    os.replace(path + ".tmp", path)
+    return "\n".join(rows)
 
 
 def main():
@@ -194,6 +293,15 @@ def main():
     ap.add_argument("--llama-server", default=None)
     ap.add_argument("--nexus-args", default="")
     ap.add_argument("--llama-args", default="")
+    ap.add_argument("--server", action="append", default=[],
+                    help="NAME=KIND:ARGS (KIND nexus or llama); repeatable; replaces the default "
+                         "pair (nexus with --nexus-args, llama with --llama-args)")
+    ap.add_argument("--reference", default=None,
+                    help="the server whose agent answers the others are compared with (first)")
+    ap.add_argument("--llama-lib", default=os.environ.get("LLAMA_LIB"),
+                    help="LD_LIBRARY_PATH for llama-server (default: $LLAMA_LIB)")
+    ap.add_argument("--max-seconds", type=float, default=3600,
+                    help="start no new server after this many seconds")
     ap.add_argument("--nexus-session", action="store_true",
                     help="bind each agent conversation to a nexus session")
     ap.add_argument("--port", type=int, default=18950)
@@ -213,35 +321,48 @@ def main():
     ap.add_argument("--out", default="bench/results/serve")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    kinds = ["nexus"] + (["llama"] if a.llama_server else [])
+    servers = parse_servers(a)
     results = []
+    t_start = time.time()
     for rnd in range(a.rounds):
-        for kind in (kinds if rnd % 2 == 0 else kinds[::-1]):
-            p = start_server(kind, a)
+        for name, kind, args in (servers if rnd % 2 == 0 else servers[::-1]):
+            if time.time() - t_start > a.max_seconds:
+                print(f"stopping: --max-seconds {a.max_seconds} reached", flush=True)
+                break
+            p, _ = start_server(name, kind, args, a)
             try:
                 for c in [int(x) for x in a.clients.split(",") if x]:
                     r = throughput(kind, a, c)
-                    r["round"] = rnd
+                    r["server"], r["kind"], r["round"] = name, kind, rnd
                     results.append(r)
-                    print(f"round {rnd} {kind:5s} clients {c}: {r['agg_tps']:.1f} tok/s, "
+                    print(f"round {rnd} {name:12s} clients {c}: {r['agg_tps']:.1f} tok/s, "
                           f"TTFT p50 {r['ttft_p50'] * 1e3:.0f} ms p99 {r['ttft_p99'] * 1e3:.0f} ms"
                           f"{'  ERRORS ' + str(r['errors']) if r['errors'] else ''}", flush=True)
                 if a.sessions:
-                    r = agent(kind, a)
+                    r = agent(name, kind, a)
                     r["round"] = rnd
                     results.append(r)
-                    print(f"round {rnd} {kind:5s} agent: late-turn TTFT {r['late_ttft'] * 1e3:.0f}"
-                          f" ms; per turn " + " ".join(f"{x * 1e3:.0f}" for x in
-                                                       r["ttft_per_turn"]) +
-                          (f"; KV per slot {r['kv_bytes_per_slot']}" if r["kv_bytes_per_slot"]
-                           else "") + (f"  ERRORS {r['errors']}" if r["errors"] else ""),
-                          flush=True)
+                    kv = r["kv_bytes_session_peak"]
+                    print(f"round {rnd} {name:12s} agent: late-turn TTFT {r['late_ttft'] * 1e3:.0f}"
+                          f" ms, {r['conversation_tokens']} tokens, KV per session "
+                          + (f"{kv / 1048576:.1f} MiB" if kv else "n/a") + "; per turn "
+                          + " ".join(f"{x * 1e3:.0f}" for x in r["ttft_per_turn"])
+                          + (f"  ERRORS {r['errors']}" if r["errors"] else ""), flush=True)
             finally:
                 p.terminate()
                 try:
                     p.wait(timeout=30)
                 except subprocess.TimeoutExpired:
                     p.kill()
+    ref = a.reference or servers[0][0]
+    for r in results:
+        if r.get("workload") != "agent":
+            continue
+        refs = [x for x in results if x.get("workload") == "agent" and x["server"] == ref
+                and x["round"] == r["round"]]
+        if r["server"] != ref and refs:
+            r["agreement"], r["agreement_n"] = agreement(r["answers"], refs[0]["answers"])
+    print(write_table(os.path.join(a.out, "serve_bench.md"), results, servers))
     path = os.path.join(a.out, "serve_bench.json")
     with open(path + ".tmp", "w") as f:
         json.dump({"args": vars(a), "results": results}, f, indent=1)

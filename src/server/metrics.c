@@ -159,6 +159,11 @@ char *srv_metrics_render(const struct srv_engine_stats *es) {
                 "nexus_sessions{state=\"parked\"} %lld\n"
                 "# HELP nexus_session_kv_bytes KV bytes of the resident sessions.\n"
                 "# TYPE nexus_session_kv_bytes gauge\nnexus_session_kv_bytes %lld\n"
+                "# HELP nexus_session_kv_bytes_max KV bytes of the largest resident session.\n"
+                "# TYPE nexus_session_kv_bytes_max gauge\nnexus_session_kv_bytes_max %lld\n"
+                "# HELP nexus_session_kv_peak_bytes_max The most KV bytes one session has held.\n"
+                "# TYPE nexus_session_kv_peak_bytes_max gauge\n"
+                "nexus_session_kv_peak_bytes_max %lld\n"
                 "# HELP nexus_session_events_total Sessions parked, restored, forgotten.\n"
                 "# TYPE nexus_session_events_total counter\n"
                 "nexus_session_events_total{event=\"park\"} %lld\n"
@@ -166,7 +171,8 @@ char *srv_metrics_render(const struct srv_engine_stats *es) {
                 "nexus_session_events_total{event=\"forget\"} %lld\n"
                 "nexus_session_events_total{event=\"restore_failure\"} %lld\n",
             (long long)es->sessions.resident, (long long)es->sessions.parked,
-            (long long)es->sessions.resident_bytes, (long long)es->sessions.parks,
+            (long long)es->sessions.resident_bytes, (long long)es->sessions.largest_bytes,
+            (long long)es->sessions.largest_peak, (long long)es->sessions.parks,
             (long long)es->sessions.restores, (long long)es->sessions.forgotten,
             (long long)es->sessions.restore_failures);
         put(&o, "# HELP nexus_kv_evictions_total Eviction rounds over all slots.\n"

@@ -29,7 +29,7 @@ struct srv_sessions {
     struct srv_session **owner; /* (max_resident) session holding sequence seq0 + i, or NULL */
     nx_token **hist;           /* (max_resident) history buffers, one per sequence */
     atomic_llong n_resident, n_parked, parks, restores, forgotten, restore_failures,
-        resident_bytes;
+        resident_bytes, largest_bytes, largest_peak;
 };
 
 bool srv_session_id_valid(const char *id) {
@@ -94,14 +94,18 @@ static void file_of(const struct srv_sessions *S, const struct srv_session *s, c
 }
 
 static void update_bytes(struct srv_sessions *S, nx_ctx *ctx) {
-    int64_t total = 0;
+    int64_t total = 0, largest = 0, peak = atomic_load(&S->largest_peak);
     for (int i = 0; i < S->p.max_resident; i++)
         if (S->owner[i]) {
             struct nx_kv_stats ks;
             nx_seq_kv_stats(ctx, S->owner[i]->si.seq, &ks);
             total += (int64_t)ks.bytes_current;
+            largest = NX_MAX(largest, (int64_t)ks.bytes_current);
+            peak = NX_MAX(peak, (int64_t)ks.bytes_peak);
         }
     atomic_store(&S->resident_bytes, total);
+    atomic_store(&S->largest_bytes, largest);
+    atomic_store(&S->largest_peak, peak);
 }
 
 /* Give up s's sequence: write it to disk (or forget it without a directory). */
@@ -261,4 +265,6 @@ void srv_sessions_stats(const struct srv_sessions *S, struct srv_sessions_stats 
     out->forgotten = atomic_load(&m->forgotten);
     out->restore_failures = atomic_load(&m->restore_failures);
     out->resident_bytes = atomic_load(&m->resident_bytes);
+    out->largest_bytes = atomic_load(&m->largest_bytes);
+    out->largest_peak = atomic_load(&m->largest_peak);
 }

@@ -74,6 +74,8 @@ void srv_sessions_tick(struct srv_sessions *S, nx_ctx *ctx);
 struct srv_sessions_stats {
     int64_t resident, parked, parks, restores, forgotten, restore_failures;
     int64_t resident_bytes;
+    int64_t largest_bytes; /* KV bytes of the largest resident session now */
+    int64_t largest_peak;  /* the most KV bytes any session has held since the start */
 };
 void srv_sessions_stats(const struct srv_sessions *S, struct srv_sessions_stats *out);
 
