@@ -13,11 +13,14 @@
 #include <unistd.h>
 
 #include "agent/exec.h"
+#include "agent/sidecar.h"
 #include "agent/surrogate.h"
 #include "agent/toolset.h"
 #include "core/alloc.h"
 #include "core/nx_base.h"
+#include "core/json.h"
 #include "core/readfile.h"
+#include "support/cli.h"
 #include "support/tmpdir.h"
 #include "test.h"
 
@@ -301,6 +304,202 @@ TEST(exec_crashing_and_hanging_server_are_tool_errors) {
     ag_exec_free(ex);
     mcp_config_free(cfg);
     ag_toolset_free(ts);
+}
+
+/* ---- the sidecar on stories260K ---- */
+
+static const char *k_model = "../shared/models/stories260K/stories260K.gguf";
+
+/* Next-token logits after prompt + X on sequence 0, with or without a sidecar in between. */
+TEST(sidecar_restores_the_main_session_bit_for_bit_and_splices_exactly) {
+    char cfg[PATH_MAX], root[PATH_MAX], err[600];
+    if (!fs_config(cfg, sizeof cfg, root, sizeof root)) FAILF("server-filesystem missing");
+    ag_toolset *ts = NULL;
+    if (ag_toolset_open(NULL, 0, cfg, NULL, &ts, err, sizeof err)) FAILF("open: %s", err);
+    const rt_registry *reg = ag_toolset_registry(ts);
+    int w = rt_registry_find(reg, "write_file");
+    nx_model *m = NULL;
+    ASSERT_OK(nx_model_load(k_model, NULL, &m, err, sizeof err));
+    struct nx_ctx_params cp = nx_ctx_default_params();
+    cp.n_ctx = 1024;
+    cp.n_seq_max = 2;
+    nx_ctx *ctx = NULL;
+    ASSERT_OK(nx_ctx_init(m, &cp, &ctx, err, sizeof err));
+    ag_sidecar *sc = NULL;
+    struct ag_sidecar_params sp = {.window_tokens = 64, .max_tokens = 96};
+    ASSERT_OK(ag_sidecar_new(m, reg, &sp, &sc, err, sizeof err));
+    nx_token prompt[40], x = 300;
+    for (int i = 0; i < 40; i++) prompt[i] = 1 + (i * 37) % 500;
+    int nv = nx_model_n_vocab(m);
+    float *ref = nx_malloc((size_t)nv * sizeof *ref);
+    ASSERT_OK(nx_decode(ctx, prompt, 40, false));
+    ASSERT_OK(nx_decode(ctx, &x, 1, false));
+    memcpy(ref, nx_get_logits(ctx, -1), (size_t)nv * sizeof *ref);
+
+    nx_ctx_reset(ctx);
+    ASSERT_OK(nx_decode(ctx, prompt, 40, false));
+    struct ag_sidecar_result r1, r2;
+    ASSERT_OK(ag_sidecar_args(sc, ctx, w, "User: write hello to notes.txt", &r1, err, sizeof err));
+    ASSERT_TRUE(r1.compiled_now);
+    ASSERT_EQ(nx_seq_n_past(ctx, 0), 40);
+    ASSERT_EQ(nx_seq_n_past(ctx, 1), 0);
+    /* the second use splices the block at its anchor: the same arguments, token for token */
+    ASSERT_OK(ag_sidecar_args(sc, ctx, w, "User: write hello to notes.txt", &r2, err, sizeof err));
+    ASSERT_TRUE(!r2.compiled_now);
+    ASSERT_STR_EQ(r1.arguments, r2.arguments);
+    ASSERT_TRUE(r2.json_object && r2.grammar_complete && !r2.grammar_fallback);
+    ASSERT_TRUE(r2.t_first > 0 && r2.t_first <= r2.t_total);
+    char *bt = ag_sidecar_block_text(&reg->tools[w]);
+    ASSERT_CONTAINS(bt, "Tool: write_file\n");
+    nx_free(bt);
+    ASSERT_TRUE(r2.n_block > 20 && r2.n_window > 0 && r2.n_prefix > 0);
+    ASSERT_OK(nx_decode(ctx, &x, 1, false));
+    ASSERT_TRUE(!memcmp(ref, nx_get_logits(ctx, -1), (size_t)nv * sizeof *ref));
+    nx_free(r1.arguments);
+    nx_free(r2.arguments);
+    /* a context with one sequence is refused with a message */
+    nx_ctx *one = NULL;
+    cp.n_seq_max = 1;
+    ASSERT_OK(nx_ctx_init(m, &cp, &one, err, sizeof err));
+    ASSERT_EQ(ag_sidecar_args(sc, one, w, "", &r1, err, sizeof err), NX_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(err, "second sequence");
+    nx_ctx_free(one);
+    nx_free(ref);
+    ag_sidecar_free(sc);
+    nx_ctx_free(ctx);
+    nx_model_free(m);
+    ag_toolset_free(ts);
+}
+
+/* ---- `nexus agent` end to end ---- */
+
+/* Validates arguments (JSON text) against tool's input schema with python3-jsonschema. */
+static bool schema_valid(const struct rt_tool *t, const char *arguments) {
+    char sp[PATH_MAX], ap[PATH_MAX];
+    test_tmp_path("schema.json", sp, sizeof sp);
+    test_tmp_path("args.json", ap, sizeof ap);
+    char *schema = nx_json_dumps(t->schema, JSON_COMPACT);
+    write_text(sp, schema);
+    nx_free(schema);
+    write_text(ap, arguments);
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c 'import json, sys, jsonschema; "
+             "jsonschema.validate(json.load(open(sys.argv[2])), json.load(open(sys.argv[1])))' %s %s",
+             sp, ap);
+    return system(cmd) == 0;
+}
+
+/* Runs one `nexus agent` turn; returns its parsed trace (NULL on failure). */
+static json_t *agent_turn(const char *cfg, const char *trace, const char *k, const char *task) {
+    const char *args[] = {"agent", "-m", k_model, "--mcp", cfg, "--steps", "1", "--tool-choice",
+                          "required", "-k", k, "--budget", "200", "--trace", trace, task, NULL};
+    char *out = NULL;
+    int rc = test_cli(args, true, &out);
+    if (rc != 0) fprintf(stderr, "  nexus agent exited %d: %s\n", rc, out ? out : "");
+    free(out);
+    if (rc != 0) return NULL;
+    return json_load_file(trace, 0, NULL);
+}
+
+TEST(agent_turn_writes_then_reads_through_server_filesystem) {
+    char cfg[PATH_MAX], root[PATH_MAX], err[600], tr[PATH_MAX];
+    if (!fs_config(cfg, sizeof cfg, root, sizeof root)) FAILF("server-filesystem missing");
+    ag_toolset *ts = NULL;
+    if (ag_toolset_open(NULL, 0, cfg, NULL, &ts, err, sizeof err)) FAILF("open: %s", err);
+    const rt_registry *reg = ag_toolset_registry(ts);
+    test_tmp_path("trace1.json", tr, sizeof tr);
+    json_t *t = agent_turn(cfg, tr, "1", "write_file: create a new file with some content");
+    ASSERT_TRUE(t != NULL);
+    json_t *s1 = json_array_get(json_object_get(t, "steps"), 0);
+    json_t *call = json_object_get(s1, "call"), *res = json_object_get(s1, "result");
+    ASSERT_STR_EQ(json_string_value(json_object_get(call, "name")), "write_file");
+    const char *a = json_string_value(json_object_get(call, "arguments"));
+    ASSERT_TRUE(schema_valid(&reg->tools[rt_registry_find(reg, "write_file")], a));
+    ASSERT_TRUE(json_real_value(json_object_get(json_object_get(s1, "sidecar"), "ttfa_ms")) > 0);
+    ASSERT_TRUE(json_integer_value(json_object_get(s1, "prompt_tokens")) > 0);
+    ASSERT_STR_EQ(json_string_value(json_object_get(t, "stop")), "step_limit");
+    /* independent check: what the server did on disk is what the arguments asked */
+    json_t *aj = json_loads(a, 0, NULL);
+    const char *path = json_string_value(json_object_get(aj, "path"));
+    const char *content = json_string_value(json_object_get(aj, "content"));
+    char full[2 * PATH_MAX];
+    snprintf(full, sizeof full, path[0] == '/' ? "%.0s%s" : "%s/%s", root, path);
+    size_t n = 0;
+    char *disk = nx_read_file(full, 1 << 20, &n, err, sizeof err);
+    if (json_is_true(json_object_get(res, "is_error"))) {
+        ASSERT_TRUE(disk == NULL); /* a refused write wrote nothing */
+        fprintf(stderr, "  note: the write was refused: %s\n",
+                json_string_value(json_object_get(res, "surrogate")));
+    } else {
+        ASSERT_TRUE(disk != NULL);
+        ASSERT_STR_EQ(disk, content);
+    }
+    json_decref(t);
+
+    /* a second turn reads the written file back: the task names it, and reading it must
+     * return exactly its bytes (or, when the model names another path, a tool error) */
+    char task[2 * PATH_MAX];
+    snprintf(task, sizeof task, "read_text_file: read the file %s", path);
+    test_tmp_path("trace2.json", tr, sizeof tr);
+    t = agent_turn(cfg, tr, "1", task);
+    ASSERT_TRUE(t != NULL);
+    s1 = json_array_get(json_object_get(t, "steps"), 0);
+    call = json_object_get(s1, "call");
+    res = json_object_get(s1, "result");
+    const char *rname = json_string_value(json_object_get(call, "name"));
+    ASSERT_TRUE(!strcmp(rname, "read_text_file") || !strcmp(rname, "read_file")); /* read_file: the
+                                                                   server's deprecated alias */
+    const char *a2 = json_string_value(json_object_get(call, "arguments"));
+    ASSERT_TRUE(schema_valid(&reg->tools[rt_registry_find(reg, rname)], a2));
+    json_t *a2j = json_loads(a2, 0, NULL);
+    const char *p2 = json_string_value(json_object_get(a2j, "path"));
+    if (disk && !strcmp(p2, path)) {
+        ASSERT_TRUE(!json_is_true(json_object_get(res, "is_error")));
+        if (strlen(disk) <= 200) ASSERT_STR_EQ(json_string_value(json_object_get(res, "surrogate")), disk);
+    } else {
+        fprintf(stderr, "  note: the read asked for '%s' (written: '%s')\n", p2, path);
+        ASSERT_TRUE(json_integer_value(json_object_get(res, "surrogate_bytes")) <= 200);
+    }
+    json_decref(a2j);
+    nx_free(disk);
+    json_decref(aj);
+    json_decref(t);
+    ag_toolset_free(ts);
+}
+
+TEST(agent_turn_survives_a_crashing_server) {
+    char py[PATH_MAX], cfg[PATH_MAX], tr[PATH_MAX];
+    test_tmp_path("bad_server.py", py, sizeof py);
+    write_text(py, k_bad_server);
+    test_tmp_path("bad.json", cfg, sizeof cfg);
+    char text[2 * PATH_MAX];
+    snprintf(text, sizeof text,
+             "{\"mcpServers\": {\"bad\": {\"command\": \"/usr/bin/python3\", \"args\": [\"%s\"], "
+             "\"timeoutMs\": 1500}}}", py);
+    write_text(cfg, text);
+    test_tmp_path("trace3.json", tr, sizeof tr);
+    json_t *t = agent_turn(cfg, tr, "1", "boom: make it explode");
+    ASSERT_TRUE(t != NULL);
+    json_t *s1 = json_array_get(json_object_get(t, "steps"), 0);
+    ASSERT_STR_EQ(json_string_value(json_object_get(json_object_get(s1, "call"), "name")), "boom");
+    json_t *res = json_object_get(s1, "result");
+    ASSERT_TRUE(json_is_true(json_object_get(res, "is_error")));
+    ASSERT_STR_EQ(json_string_value(json_object_get(res, "status")), "NX_STATUS_CLOSED");
+    ASSERT_TRUE(json_object_get(t, "answer") != NULL);
+    json_decref(t);
+}
+
+TEST(agent_cli_errors) {
+    const char *a1[] = {"agent", "--mcp", "x.json", "task", NULL};
+    char *out = NULL;
+    ASSERT_EQ(test_cli(a1, true, &out), 2);
+    ASSERT_CONTAINS(out, "no model");
+    free(out);
+    const char *a2[] = {"agent", "-m", k_model, "--mcp", "/nonexistent.json", "task", NULL};
+    ASSERT_EQ(test_cli(a2, true, &out), 1);
+    ASSERT_CONTAINS(out, "nonexistent.json");
+    free(out);
 }
 
 TEST_MAIN

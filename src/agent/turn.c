@@ -144,7 +144,7 @@ static nx_status main_generate(struct turn *t, json_t *messages, const char *ext
     struct nx_sampler_params spp = nx_sampler_default_params();
     spp.temp = 0;
     if (nx_sampler_init(&spp, nx_model_n_vocab(t->m), &smp) ||
-        (g && nx_sampler_set_grammar(smp, g, gv, trigger, 0))) {
+        (g && nx_sampler_set_grammar(smp, g, gv, trigger, max))) {
         nx_sampler_free(smp);
         nx_free(prompt);
         return nx_err_set(&t->e, NX_STATUS_NOMEM, "out of memory");
@@ -199,7 +199,7 @@ nx_status ag_turn_run(const nx_model *m, nx_ctx *ctx, const nx_chat_template *tm
     struct ag_turn_params p = pp ? *pp : (struct ag_turn_params){0};
     if (p.steps <= 0) p.steps = 4;
     if (p.answer_tokens <= 0) p.answer_tokens = 64;
-    if (p.decide_tokens <= 0) p.decide_tokens = 48;
+    if (p.decide_tokens <= 0) p.decide_tokens = 128;
     struct turn t = {.m = m, .ctx = ctx, .tmpl = tmpl, .ts = ts};
     nx_ctx_reset(ctx);
     const rt_registry *reg = ag_toolset_registry(ts);
@@ -243,7 +243,7 @@ nx_status ag_turn_run(const nx_model *m, nx_ctx *ctx, const nx_chat_template *tm
         int32_t n_total = 0, n_pre = 0;
         double t0 = nx_time_s();
         st = main_generate(&t, messages, forced ? trigger : NULL, g, gv, forced ? NULL : trigger,
-                           forced ? 16 : p.decide_tokens, &text, &n_total, &n_pre);
+                           p.decide_tokens, &text, &n_total, &n_pre);
         if (st) break;
         json_object_set_new(js, "prompt_tokens", json_integer(n_total));
         json_object_set_new(js, "prefilled_tokens", json_integer(n_pre));

@@ -49,7 +49,8 @@ struct ag_turn_params {
     int steps;                 /* tool calls at most (0: 4) */
     enum ag_tool_choice choice;
     int32_t answer_tokens;     /* tokens of the answer (0: 64) */
-    int32_t decide_tokens;     /* tokens the model may write before choosing (auto; 0: 48) */
+    int32_t decide_tokens;     /* tokens of the choice, free text before the trigger included
+                                  (0: 128) */
 };
 
 /*
