@@ -347,7 +347,7 @@ TEST(sidecar_restores_the_main_session_bit_for_bit_and_splices_exactly) {
     ASSERT_OK(ag_sidecar_args(sc, ctx, w, "User: write hello to notes.txt", &r2, err, sizeof err));
     ASSERT_TRUE(!r2.compiled_now);
     ASSERT_STR_EQ(r1.arguments, r2.arguments);
-    ASSERT_TRUE(r2.json_object && r2.grammar_complete && !r2.grammar_fallback);
+    ASSERT_TRUE(r2.json_object && r2.schema_valid && r2.grammar_complete && !r2.grammar_fallback);
     ASSERT_TRUE(r2.t_first > 0 && r2.t_first <= r2.t_total);
     char *bt = ag_sidecar_block_text(&reg->tools[w]);
     ASSERT_CONTAINS(bt, "Tool: write_file\n");

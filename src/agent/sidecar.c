@@ -1,6 +1,8 @@
 /* sidecar.c - argument generation in a sidecar sequence (sidecar.h). */
 #include "agent/sidecar.h"
 
+#include "agent/argcheck.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -163,6 +165,59 @@ static void restore_main(nx_ctx *ctx, nx_seq_id park, bool parked) {
     }
 }
 
+nx_status ag_sidecar_generate(ag_sidecar *sc, nx_ctx *ctx, int i, const nx_token *prompt,
+                              int32_t n, double t0, struct ag_sidecar_result *out, char *err,
+                              size_t errlen) {
+    if (i < 0 || i >= sc->reg->n) {
+        snprintf(err, errlen, "sidecar: tool %d out of range", i);
+        return NX_STATUS_INVALID_ARG;
+    }
+    nx_status st = grammar_for(sc, i, err, errlen);
+    if (st) return st;
+    out->grammar_fallback = sc->fallback[i];
+    struct nx_err e = {{0}};
+    struct first_tok ft = {t0, -1};
+    nx_sampler *smp = NULL;
+    struct nx_sampler_params spp = nx_sampler_default_params();
+    spp.temp = 0;
+    if (nx_sampler_init(&spp, nx_model_n_vocab(sc->m), &smp))
+        st = nx_err_set(&e, NX_STATUS_NOMEM, "sidecar: out of memory");
+    if (!st && nx_sampler_set_grammar(smp, sc->gram[i], sc->gv, NULL, sc->p.max_tokens))
+        st = nx_err_set(&e, NX_STATUS_NOMEM, "sidecar: grammar");
+    struct nx_gen_result res = {0};
+    if (!st) {
+        struct nx_gen_params gp = nx_gen_default_params();
+        gp.max_tokens = sc->p.max_tokens;
+        gp.sampler = smp;
+        gp.on_text = on_text;
+        gp.user = &ft;
+        gp.keep_text = true;
+        st = nx_generate(sc->m, ctx, prompt, n, &gp, &res, &e);
+    }
+    out->t_first = ft.t_first;
+    out->t_total = nx_time_s() - t0;
+    if (!st) {
+        nx_grammar_matcher *gm = nx_sampler_grammar_matcher(smp);
+        out->grammar_complete = nx_grammar_matcher_is_finished(gm) || nx_grammar_matcher_can_end(gm);
+        out->arguments = res.text ? res.text : nx_strdup("");
+        res.text = NULL;
+        out->n_generated = res.n_generated;
+        if (!out->arguments) st = nx_err_set(&e, NX_STATUS_NOMEM, "sidecar: out of memory");
+    }
+    if (!st) {
+        json_error_t je;
+        bool oom = false;
+        json_t *j = nx_json_loads(out->arguments, 0, &je, &oom);
+        out->json_object = j && json_is_object(j);
+        out->schema_valid = ag_args_check(sc->reg->tools[i].schema, out->arguments, NULL, 0);
+        json_decref(j);
+    }
+    nx_free(res.text);
+    nx_sampler_free(smp);
+    if (st) snprintf(err, errlen, "%s", e.msg);
+    return st;
+}
+
 nx_status ag_sidecar_args(ag_sidecar *sc, nx_ctx *ctx, int i, const char *window,
                           struct ag_sidecar_result *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
@@ -184,7 +239,7 @@ nx_status ag_sidecar_args(ag_sidecar *sc, nx_ctx *ctx, int i, const char *window
         }
     }
     nx_kv_seq_rm(ctx, 0, -1, -1);
-    struct first_tok ft = {nx_time_s(), -1};
+    double ft_t0 = nx_time_s();
     /* 2. the block at its anchor */
     if (!sc->blk[i]) {
         out->compiled_now = true;
@@ -196,7 +251,7 @@ nx_status ag_sidecar_args(ag_sidecar *sc, nx_ctx *ctx, int i, const char *window
         st = nx_ctx_splice(ctx, sc->blk[i], &sp, NULL);
         if (st) snprintf(err, errlen, "sidecar: splice: %s", nx_ctx_last_error(ctx));
     }
-    out->t_splice = nx_time_s() - ft.t0;
+    out->t_splice = nx_time_s() - ft_t0;
     if (st) {
         restore_main(ctx, sc->p.park, parked);
         return st;
@@ -208,45 +263,10 @@ nx_status ag_sidecar_args(ag_sidecar *sc, nx_ctx *ctx, int i, const char *window
     int32_t n_tail = 0;
     st = tail_tokens(sc, window, sc->reg->tools[i].name, &tail, &n_tail, &out->n_window,
                      &out->n_prefix, &e);
-    nx_sampler *smp = NULL;
-    struct nx_sampler_params spp = nx_sampler_default_params();
-    spp.temp = 0;
-    if (!st && nx_sampler_init(&spp, nx_model_n_vocab(sc->m), &smp))
-        st = nx_err_set(&e, NX_STATUS_NOMEM, "sidecar: out of memory");
-    if (!st && nx_sampler_set_grammar(smp, sc->gram[i], sc->gv, NULL, sc->p.max_tokens))
-        st = nx_err_set(&e, NX_STATUS_NOMEM, "sidecar: grammar");
-    struct nx_gen_result res = {0};
-    if (!st) {
-        struct nx_gen_params gp = nx_gen_default_params();
-        gp.max_tokens = sc->p.max_tokens;
-        gp.sampler = smp;
-        gp.on_text = on_text;
-        gp.user = &ft;
-        gp.keep_text = true;
-        st = nx_generate(sc->m, ctx, tail, n_tail, &gp, &res, &e);
-    }
-    out->t_first = ft.t_first;
-    out->t_total = nx_time_s() - ft.t0;
-    if (!st) {
-        out->grammar_complete = nx_grammar_matcher_is_finished(nx_sampler_grammar_matcher(smp)) ||
-                                nx_grammar_matcher_can_end(nx_sampler_grammar_matcher(smp));
-        out->arguments = res.text ? res.text : nx_strdup("");
-        res.text = NULL;
-        out->n_generated = res.n_generated;
-        if (!out->arguments) st = nx_err_set(&e, NX_STATUS_NOMEM, "sidecar: out of memory");
-    }
-    if (!st) {
-        json_error_t je;
-        bool oom = false;
-        json_t *j = nx_json_loads(out->arguments, 0, &je, &oom);
-        out->json_object = j && json_is_object(j);
-        json_decref(j);
-    }
-    nx_free(res.text);
+    if (st) snprintf(err, errlen, "%s", e.msg);
+    if (!st) st = ag_sidecar_generate(sc, ctx, i, tail, n_tail, ft_t0, out, err, errlen);
     nx_free(tail);
-    nx_sampler_free(smp);
     /* 5. end the sidecar, restore the main session */
     restore_main(ctx, sc->p.park, parked);
-    if (st) snprintf(err, errlen, "%s", e.msg);
     return st;
 }

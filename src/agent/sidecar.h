@@ -62,12 +62,21 @@ char *ag_sidecar_block_text(const struct rt_tool *t);
 struct ag_sidecar_result {
     char *arguments;       /* the generated JSON text (nx_free) */
     bool json_object;      /* it parses as a JSON object (jansson) */
+    bool schema_valid;     /* it passes ag_args_check against the tool's schema */
     bool grammar_complete; /* the grammar reached its end (the object is closed) */
     bool grammar_fallback; /* the schema was refused; "any JSON object" was used */
     bool compiled_now;     /* the block was compiled in this call */
     int32_t n_block, n_window, n_prefix, n_generated;
     double t_first, t_total, t_splice;
 };
+
+/* Step 4 alone, for callers that build their own prompt (the evaluation's arms): decodes
+ * prompt[0..n) onto sequence 0 as it stands and generates tool i's arguments under its grammar;
+ * t_first and t_total count from t0 (nx_time_s). Fills arguments, json_object, schema_valid,
+ * grammar_complete, grammar_fallback, n_generated, t_first, t_total. Errors as below. */
+nx_status ag_sidecar_generate(ag_sidecar *sc, nx_ctx *ctx, int tool, const nx_token *prompt,
+                              int32_t n, double t0, struct ag_sidecar_result *out, char *err,
+                              size_t errlen);
 
 /* Generates tool i's arguments (steps 1-5 above); window: the recent turns' text (may be "").
  * Errors: INVALID_ARG (bad tool index, context without a second sequence), the decode's

@@ -260,9 +260,10 @@ nx_status ag_turn_run(const nx_model *m, nx_ctx *ctx, const nx_chat_template *tm
         struct ag_sidecar_result sr;
         st = ag_sidecar_args(sc, ctx, tool, window, &sr, t.e.msg, sizeof t.e.msg);
         if (st) break;
-        json_object_set_new(js, "call", json_pack("{s:s, s:s, s:b, s:b, s:b}", "name", rt->name,
+        json_object_set_new(js, "call", json_pack("{s:s, s:s, s:b, s:b, s:b, s:b}", "name", rt->name,
                                                   "arguments", sr.arguments, "json_object",
-                                                  sr.json_object, "grammar_complete",
+                                                  sr.json_object, "schema_valid", sr.schema_valid,
+                                                  "grammar_complete",
                                                   sr.grammar_complete, "grammar_fallback",
                                                   sr.grammar_fallback));
         json_object_set_new(js, "sidecar",

@@ -27,7 +27,7 @@
  * Trace (the JSON object ag_turn_run returns): {"task", "tool_choice", "steps": [{"step",
  * "route": {"hits": [{"name", "score"}], "chosen", "margin", "gate", "abstain", "ms"},
  * "prompt_tokens", "prefilled_tokens", "decide_ms", "call": {"name", "arguments",
- * "json_object", "grammar_complete", "grammar_fallback"}, "sidecar": {"block_tokens",
+ * "json_object", "schema_valid" (agent/argcheck.h), "grammar_complete", "grammar_fallback"}, "sidecar": {"block_tokens",
  * "window_tokens", "prefix_tokens", "generated_tokens", "compiled_now", "ttfa_ms",
  * "total_ms"}, "result": {"is_error", "status", "bytes", "surrogate_bytes", "id", "ms",
  * "surrogate"}}], "answer", "stop": "answered" | "step_limit" | "abstained", "main_tokens"}.
