@@ -34,6 +34,7 @@
 #include "grammar_cmd.h"
 #include "mcp_cmd.h"
 #include "import_cmd.h"
+#include "agent_cmd.h"
 #include "mkmodel_cmd.h"
 #include "task_eval.h"
 #include "route.h"
@@ -617,6 +618,8 @@ static void usage(void) {
             "  nexus eval-longbench -m MODEL --data FILE.jsonl[,FILE2] [--policies ...]\n"
             "            [--densities 0.2] [--regimes prefill] [--max-len N] [--max-new N]\n"
             "            [--limit N] [--template '{context} ... {input}'] [--json OUT]\n"
+            "  nexus agent -m MODEL --mcp CONFIG [--steps N] [--trace OUT.json] \"task\" (--help)\n"
+            "  nexus eval-toolpath -m MODEL [--sizes 10,50,100,250] [--json OUT] [--svg FILE] (--help)\n"
             "  nexus route (--tools FILE | --mcp CONFIG) [--embedder bm25|dense|hybrid] \"query\"\n"
             "  nexus signatures --tools FILE... -m VOCAB.gguf [--json OUT]\n"
             "  nexus eval-routing [--embedders bm25,hybrid] [--embed-model PATH] [--json OUT]\n"
@@ -646,6 +649,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "eval-ruler")) return cmd_eval_ruler(argc, argv);
     if (!strcmp(cmd, "eval-longbench")) return cmd_eval_longbench(argc, argv);
     if (!strcmp(cmd, "mkmodel")) return mkmodel_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "agent")) return agent_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "eval-toolpath")) return eval_toolpath_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "import")) return import_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "task-eval")) return task_eval_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "mcp")) return mcp_cmd_main(argc - 1, argv + 1);
