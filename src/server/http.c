@@ -19,12 +19,15 @@
 #include "server/metrics.h"
 #include "server/server.h"
 #include "server/sessions.h"
+#include "server/tools.h"
+#include "route/signature.h"
 
 struct srv_server {
     struct srv_params p;
     const nx_model *model;
     const nx_model *embed_model;
     struct srv_engine *engine; /* NULL when only embeddings are served */
+    struct srv_tools *tools;   /* --mcp: server-side tools; NULL when off */
     nx_chat_template *tmpl;    /* the model's chat template, or a built-in */
     enum nx_tool_format tool_fmt;
     char bos[64], eos[64];     /* the model's BOS / EOS token texts for templates */
@@ -554,15 +557,83 @@ static json_t *messages_for_template(json_t *msgs) {
     return out;
 }
 
-/* The chat prompt: the template over the messages (and the tools when they are offered), with
-   the generation prompt, then the constraint's prefill. Owned, or NULL with err. */
+/* The chat prompt: the template over the messages (and the tools when they are offered: shown
+   when given, else the request's), with the generation prompt, then the constraint's prefill.
+   Owned, or NULL with err. */
+/* For templates that show no tools: a system message listing each tool as its signature
+   (its description when that is a signature already, as for the server's routed tools) and
+   how a call is written, merged into the first system message or put before the others. */
+static bool add_tools_message(json_t *msgs, json_t *tools, bool described) {
+    size_t cap = 256, n = 0;
+    char *txt = nx_malloc(cap);
+    if (!txt) return false;
+    n = (size_t)snprintf(txt, cap, "You can call these tools:\n");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        char *sig = described ? nx_strdup(json_string_value(json_object_get(fn, "description")))
+                              : rt_signature_of(name, json_object_get(fn, "parameters"));
+        if (!sig) {
+            nx_free(txt);
+            return false;
+        }
+        size_t need = n + strlen(sig) + 8;
+        if (need > cap) {
+            char *q = nx_realloc(txt, cap = need * 2);
+            if (!q) {
+                nx_free(sig);
+                nx_free(txt);
+                return false;
+            }
+            txt = q;
+        }
+        n += (size_t)snprintf(txt + n, cap - n, "- %s\n", sig);
+        nx_free(sig);
+    }
+    const char *how = "To call one, answer with <tool_call>{\"name\": NAME, \"arguments\": "
+                      "{...}}</tool_call>.";
+    json_t *first = json_array_get(msgs, 0);
+    const char *role = json_string_value(json_object_get(first, "role"));
+    bool ok;
+    if (role && !strcmp(role, "system") && json_is_string(json_object_get(first, "content"))) {
+        const char *c = json_string_value(json_object_get(first, "content"));
+        size_t lc = strlen(c), lh = strlen(how);
+        char *all = nx_malloc(lc + n + lh + 2);
+        ok = all != NULL;
+        if (ok) {
+            sprintf(all, "%s\n%s%s", c, txt, how);
+            ok = !json_object_set_new(first, "content", json_string(all));
+            nx_free(all);
+        }
+    } else {
+        char *all = nx_malloc(n + strlen(how) + 1);
+        ok = all != NULL;
+        if (ok) {
+            sprintf(all, "%s%s", txt, how);
+            ok = !json_array_insert_new(msgs, 0, json_pack("{s:s, s:s}", "role", "system",
+                                                           "content", all));
+            nx_free(all);
+        }
+    }
+    nx_free(txt);
+    return ok;
+}
+
 static char *render_chat(struct srv_server *S, const struct srv_gen_request *req,
-                         const struct srv_constraint *con, char *err, size_t errlen) {
+                         const struct srv_constraint *con, json_t *shown, char *err,
+                         size_t errlen) {
     json_t *msgs = messages_for_template(req->messages);
+    json_t *offered = shown ? shown : req->tools;
+    if (msgs && offered && req->tool_mode != SRV_TOOLS_NONE &&
+        S->tool_fmt == NX_TOOL_FORMAT_NONE && !add_tools_message(msgs, offered, shown != NULL)) {
+        json_decref(msgs);
+        msgs = NULL;
+    }
     char *mj = msgs ? nx_json_dumps(msgs, JSON_COMPACT) : NULL;
-    char *tj = req->tools && req->tool_mode != SRV_TOOLS_NONE
-                   ? nx_json_dumps(req->tools, JSON_COMPACT)
-                   : NULL;
+    char *tj = offered && req->tool_mode != SRV_TOOLS_NONE ? nx_json_dumps(offered, JSON_COMPACT)
+                                                           : NULL;
     if (msgs) json_decref(msgs);
     char *out = NULL;
     if (mj) {
@@ -613,31 +684,35 @@ static json_t *load_body(struct conn *cs, enum MHD_Result *ret) {
     return body;
 }
 
-static enum MHD_Result handle_gen(struct conn *cs) {
+/* Parse body as a generation request, build its constraint and prompt (chat: the template,
+   with the tools `shown` in the prompt when given), create its job and queue it. Returns the
+   job, or NULL after queueing the error response into *ret. */
+static struct srv_job *start_job(struct conn *cs, json_t *body, json_t *shown,
+                                 enum MHD_Result *ret) {
     struct srv_server *S = cs->S;
-    if (!S->engine) return send_error(cs, 400, "model", "model_not_found",
-                                      "this server runs an embedding model only");
     char err[512] = "";
-    enum MHD_Result bad;
-    json_t *body = load_body(cs, &bad);
-    if (!body) return bad;
     struct srv_gen_request req;
     const char *param = NULL;
-    cs->kind = cs->ep == SRV_EP_CHAT ? SRV_KIND_CHAT : SRV_KIND_COMPLETION;
     nx_status st = srv_parse_gen(body, cs->kind, &S->p.lim, &req, err, sizeof err, &param);
-    json_decref(body);
     const char *hsid = MHD_lookup_connection_value(cs->c, MHD_HEADER_KIND, "X-Session-Id");
     if (!st && hsid && !req.session[0]) {
         if (!srv_session_id_valid(hsid)) {
             srv_gen_request_free(&req);
-            return send_error(cs, 400, "X-Session-Id", NULL,
+            *ret = send_error(cs, 400, "X-Session-Id", NULL,
                               "X-Session-Id must be 1-64 characters of A-Z a-z 0-9 - _");
+            return NULL;
         }
         snprintf(req.session, sizeof req.session, "%s", hsid);
     }
-    if (st == NX_STATUS_NOMEM) return send_error(cs, 500, NULL, NULL, "out of memory");
-    if (st) return send_error(cs, 400, param, st == NX_STATUS_UNSUPPORTED ? "unsupported" : NULL,
-                              "%s", err);
+    if (st == NX_STATUS_NOMEM) {
+        *ret = send_error(cs, 500, NULL, NULL, "out of memory");
+        return NULL;
+    }
+    if (st) {
+        *ret = send_error(cs, 400, param, st == NX_STATUS_UNSUPPORTED ? "unsupported" : NULL,
+                          "%s", err);
+        return NULL;
+    }
     struct srv_constraint con = {0};
     char *prompt = NULL;
     if (cs->kind == SRV_KIND_CHAT) {
@@ -646,42 +721,277 @@ static enum MHD_Result handle_gen(struct conn *cs) {
         if (st) {
             const char *what = req.response_format ? "response_format" : "tools";
             srv_gen_request_free(&req);
-            if (st == NX_STATUS_NOMEM) return send_error(cs, 500, NULL, NULL, "out of memory");
-            return send_error(cs, 400, what, st == NX_STATUS_UNSUPPORTED ? "unsupported" : NULL,
-                              "%s", err);
+            *ret = st == NX_STATUS_NOMEM
+                       ? send_error(cs, 500, NULL, NULL, "out of memory")
+                       : send_error(cs, 400, what,
+                                    st == NX_STATUS_UNSUPPORTED ? "unsupported" : NULL, "%s",
+                                    err);
+            return NULL;
         }
-        prompt = render_chat(S, &req, &con, err, sizeof err);
+        prompt = render_chat(S, &req, &con, shown, err, sizeof err);
     } else {
         prompt = nx_strdup(req.prompt);
     }
     if (!prompt) {
         srv_gen_request_free(&req);
         srv_constraint_free(&con);
-        return send_error(cs, 400, "messages", NULL, "%s", err[0] ? err : "out of memory");
+        *ret = send_error(cs, 400, "messages", NULL, "%s", err[0] ? err : "out of memory");
+        return NULL;
     }
-    cs->model = nx_strdup(req.model ? req.model : S->p.model_name);
-    bool stream = req.stream;
+    if (!cs->model) cs->model = nx_strdup(req.model ? req.model : S->p.model_name);
     struct srv_job *j;
     st = srv_job_create(S->engine, &req, &con, prompt, S->p.request_timeout_s, &j, err,
                         sizeof err);
     nx_free(prompt);
     srv_gen_request_free(&req);
     srv_constraint_free(&con);
-    if (st == NX_STATUS_INVALID_ARG)
-        return send_error(cs, 400, "messages", "context_length_exceeded", "%s", err);
+    if (st == NX_STATUS_INVALID_ARG) {
+        *ret = send_error(cs, 400, "messages", "context_length_exceeded", "%s", err);
+        return NULL;
+    }
     if (st || !cs->model) {
         if (!st) srv_job_unref(j);
-        return send_error(cs, 500, NULL, NULL, "out of memory");
+        *ret = send_error(cs, 500, NULL, NULL, "out of memory");
+        return NULL;
     }
-    snprintf(cs->id, sizeof cs->id, "%s-%llx%08lx", cs->kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
-             (long long)atomic_fetch_add(&S->id_ctr, 1), (unsigned long)(nx_time_s() * 1e6));
-    cs->created = (long long)time(NULL);
+    if (!cs->id[0]) {
+        snprintf(cs->id, sizeof cs->id, "%s-%llx%08lx",
+                 cs->kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
+                 (long long)atomic_fetch_add(&S->id_ctr, 1), (unsigned long)(nx_time_s() * 1e6));
+        cs->created = (long long)time(NULL);
+    }
     if (srv_engine_submit(S->engine, j)) {
         srv_job_unref(j);
-        return send_error(cs, 429, NULL, "queue_full",
+        *ret = send_error(cs, 429, NULL, "queue_full",
                           "the server's queue is full (%d requests waiting); retry later",
                           S->p.engine.queue_max);
+        return NULL;
     }
+    return j;
+}
+
+/* Wait for job j to finish; false (the job cancelled) when the client went away first. */
+static bool wait_job(struct conn *cs, struct srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    while (j->state != SRV_JOB_DONE) {
+        job_wait(j, 100);
+        if (j->state != SRV_JOB_DONE && client_gone(cs->c)) {
+            srv_job_cancel(j);
+            pthread_mutex_unlock(&j->mu);
+            cs->status = 499; /* nginx's "client closed request", for metrics only */
+            return false;
+        }
+    }
+    pthread_mutex_unlock(&j->mu);
+    return true;
+}
+
+/* The error response of a finished job that failed. */
+static enum MHD_Result job_error(struct conn *cs, struct srv_job *j) {
+    if (j->error == NX_STATUS_ABORTED) return send_error(cs, 503, NULL, NULL, "%s", j->errmsg);
+    if (j->error == NX_STATUS_INVALID_ARG)
+        return send_error(cs, 400, "session", NULL, "%s", j->errmsg);
+    if (j->error == NX_STATUS_KV_FULL)
+        return send_error(cs, 429, NULL, "too_many_sessions", "%s", j->errmsg);
+    return send_error(cs, 500, NULL, NULL, "%s", j->errmsg);
+}
+
+/* A finished job's chunks as one complete SSE body (the answer after server-side tool steps
+   is known whole before the first byte goes out). */
+static enum MHD_Result send_sse_whole(struct conn *cs, struct srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    bool ok = sse_build(cs, j);
+    pthread_mutex_unlock(&j->mu);
+    if (!ok) return send_error(cs, 500, NULL, NULL, "out of memory");
+    struct MHD_Response *r = MHD_create_response_from_buffer(cs->n_pend, cs->pend,
+                                                             MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    add_cors(cs->S, r);
+    enum MHD_Result ret = MHD_queue_response(cs->c, 200, r);
+    MHD_destroy_response(r);
+    cs->status = 200;
+    return ret;
+}
+
+/* The text of the conversation's last user message ("" when there is none). */
+static const char *last_user_text(json_t *msgs, char *buf, size_t cap) {
+    buf[0] = 0;
+    for (size_t i = json_array_size(msgs); i-- > 0;) {
+        json_t *m = json_array_get(msgs, i);
+        if (strcmp(json_string_value(json_object_get(m, "role")) ?: "", "user")) continue;
+        json_t *c = json_object_get(m, "content");
+        if (json_is_string(c)) return json_string_value(c);
+        size_t k, n = 0;
+        json_t *part;
+        json_array_foreach(c, k, part) {
+            const char *t = json_string_value(json_object_get(part, "text"));
+            if (t) n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? " " : "", t);
+            if (n >= cap) break;
+        }
+        return buf;
+    }
+    return buf;
+}
+
+/* Whether a chat request gets the server's tools: --mcp is on, the request brings no tools of
+   its own (those go back to the client) and does not turn tools off. */
+static bool wants_server_tools(struct srv_server *S, json_t *body) {
+    if (!S->tools) return false;
+    json_t *t = json_object_get(body, "tools");
+    if (t && !json_is_null(t) && !(json_is_array(t) && json_array_size(t) == 0)) return false;
+    json_t *c = json_object_get(body, "tool_choice");
+    return !(json_is_string(c) && !strcmp(json_string_value(c), "none"));
+}
+
+/*
+ * A chat request served with the server's tools: each step routes the last user message to
+ * the top-k tools (their signatures in the prompt, their full schemas in the grammar), runs
+ * the model, and when it calls tools, executes them and appends the call and the results'
+ * surrogates to the conversation; the answer of the first step without a call (or the step
+ * after the limit, run without tools) is the response, with the steps under "nexus" and the
+ * usage summed over the steps. A named or required tool_choice applies to the first step.
+ */
+static enum MHD_Result chat_with_tools(struct conn *cs, json_t *body) {
+    struct srv_server *S = cs->S;
+    enum MHD_Result ret = MHD_NO;
+    json_t *msgs = json_deep_copy(json_object_get(body, "messages"));
+    json_t *steps = json_array(), *routes = json_array();
+    bool stream = json_is_true(json_object_get(body, "stream"));
+    long long used_prompt = 0, used_gen = 0, used_cached = 0;
+    char qbuf[2048];
+    if (!msgs || !steps || !routes) {
+        ret = send_error(cs, 500, NULL, NULL, "out of memory");
+        goto out;
+    }
+    for (int step = 0;; step++) {
+        bool last = step == srv_tools_max_steps(S->tools);
+        json_t *b = json_copy(body), *full = NULL, *shown = NULL, *route = NULL;
+        if (!b || json_object_set(b, "messages", msgs) ||
+            json_object_set_new(b, "stream", json_false())) {
+            json_decref(b);
+            ret = send_error(cs, 500, NULL, NULL, "out of memory");
+            goto out;
+        }
+        if (!json_is_array(msgs) || !json_array_size(msgs)) {
+            json_decref(b);
+            ret = send_error(cs, 400, "messages", NULL, "'messages' must be a non-empty array");
+            goto out;
+        }
+        if (step > 0) json_object_del(b, "tool_choice");
+        if (last) {
+            json_object_del(b, "tools");
+            json_object_del(b, "tool_choice");
+        } else {
+            char err[300];
+            json_t *tc = step == 0 ? json_object_get(body, "tool_choice") : NULL;
+            const char *must = json_string_value(
+                json_object_get(json_object_get(tc, "function"), "name"));
+            nx_status st = srv_tools_offer(S->tools, last_user_text(msgs, qbuf, sizeof qbuf),
+                                           must, &full, &shown, &route, err, sizeof err);
+            if (st) {
+                json_decref(b);
+                ret = st == NX_STATUS_NOT_FOUND || st == NX_STATUS_UNSUPPORTED
+                          ? send_error(cs, 400, "tool_choice", NULL, "%s", err)
+                          : send_error(cs, 500, NULL, NULL, "routing the tools failed: %s", err);
+                goto out;
+            }
+            json_object_set_new(b, "tools", full);
+            json_array_append_new(routes, route);
+        }
+        struct srv_job *j = start_job(cs, b, shown, &ret);
+        json_decref(b);
+        json_decref(shown);
+        if (!j) goto out;
+        cs->job = j;
+        if (!wait_job(cs, j)) {
+            ret = MHD_NO;
+            goto out;
+        }
+        if (j->error) {
+            ret = job_error(cs, j);
+            goto out;
+        }
+        used_prompt += j->n_prompt;
+        used_gen += j->n_gen;
+        used_cached += j->n_cached;
+        int n_calls = 0;
+        json_t *msg = last ? NULL : tool_answer(j, &n_calls);
+        if (!last && !msg) {
+            ret = send_error(cs, 500, NULL, NULL, "out of memory");
+            goto out;
+        }
+        if (n_calls == 0) {
+            json_decref(msg);
+            /* the response of the final job, with the steps and the usage of them all */
+            j->n_prompt = (int32_t)used_prompt;
+            j->n_gen = (int32_t)used_gen;
+            j->n_cached = (int32_t)used_cached;
+            if (stream) {
+                ret = send_sse_whole(cs, j);
+                goto out;
+            }
+            json_t *resp = final_json(cs, j);
+            if (resp)
+                json_object_set_new(resp, "nexus", json_pack("{s:O, s:O}", "tool_steps", steps,
+                                                             "routes", routes));
+            ret = send_json(cs, 200, resp);
+            goto out;
+        }
+        /* the call enters the conversation as the assistant's message, each result as a tool
+           message holding its surrogate */
+        json_object_set_new(msg, "role", json_string("assistant"));
+        json_t *calls = json_object_get(msg, "tool_calls");
+        json_array_append(msgs, msg);
+        size_t k;
+        json_t *tc;
+        json_array_foreach(calls, k, tc) {
+            json_t *fn = json_object_get(tc, "function");
+            char *sur = NULL;
+            json_t *info = NULL;
+            if (srv_tools_call(S->tools, json_string_value(json_object_get(fn, "name")),
+                               json_string_value(json_object_get(fn, "arguments")), &sur,
+                               &info)) {
+                json_decref(msg);
+                ret = send_error(cs, 500, NULL, NULL, "out of memory");
+                goto out;
+            }
+            json_object_set_new(info, "step", json_integer(step));
+            json_array_append_new(steps, info);
+            json_array_append_new(msgs, json_pack("{s:s, s:O, s:s}", "role", "tool",
+                                                  "tool_call_id", json_object_get(tc, "id"),
+                                                  "content", sur));
+            nx_free(sur);
+        }
+        json_decref(msg);
+        srv_job_unref(j);
+        cs->job = NULL;
+    }
+out:
+    json_decref(msgs);
+    json_decref(steps);
+    json_decref(routes);
+    return ret;
+}
+
+static enum MHD_Result handle_gen(struct conn *cs) {
+    struct srv_server *S = cs->S;
+    if (!S->engine) return send_error(cs, 400, "model", "model_not_found",
+                                      "this server runs an embedding model only");
+    enum MHD_Result ret;
+    json_t *body = load_body(cs, &ret);
+    if (!body) return ret;
+    cs->kind = cs->ep == SRV_EP_CHAT ? SRV_KIND_CHAT : SRV_KIND_COMPLETION;
+    if (cs->kind == SRV_KIND_CHAT && json_is_object(body) && wants_server_tools(S, body)) {
+        ret = chat_with_tools(cs, body);
+        json_decref(body);
+        return ret;
+    }
+    bool stream = json_is_object(body) && json_is_true(json_object_get(body, "stream"));
+    struct srv_job *j = start_job(cs, body, NULL, &ret);
+    json_decref(body);
+    if (!j) return ret;
     cs->job = j;
     if (stream) {
         struct MHD_Response *r =
@@ -690,29 +1000,13 @@ static enum MHD_Result handle_gen(struct conn *cs) {
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         add_cors(S, r);
-        enum MHD_Result ret = MHD_queue_response(cs->c, 200, r);
+        ret = MHD_queue_response(cs->c, 200, r);
         MHD_destroy_response(r);
         cs->status = 200;
         return ret;
     }
-    pthread_mutex_lock(&j->mu);
-    while (j->state != SRV_JOB_DONE) {
-        job_wait(j, 100);
-        if (j->state != SRV_JOB_DONE && client_gone(cs->c)) {
-            srv_job_cancel(j);
-            pthread_mutex_unlock(&j->mu);
-            cs->status = 499; /* nginx's "client closed request", for metrics only */
-            return MHD_NO;
-        }
-    }
-    pthread_mutex_unlock(&j->mu);
-    if (j->error == NX_STATUS_ABORTED)
-        return send_error(cs, 503, NULL, NULL, "%s", j->errmsg);
-    if (j->error == NX_STATUS_INVALID_ARG)
-        return send_error(cs, 400, "session", NULL, "%s", j->errmsg);
-    if (j->error == NX_STATUS_KV_FULL)
-        return send_error(cs, 429, NULL, "too_many_sessions", "%s", j->errmsg);
-    if (j->error) return send_error(cs, 500, NULL, NULL, "%s", j->errmsg);
+    if (!wait_job(cs, j)) return MHD_NO;
+    if (j->error) return job_error(cs, j);
     return send_json(cs, 200, final_json(cs, j));
 }
 
@@ -967,7 +1261,10 @@ nx_status srv_start(const nx_model *model, const nx_model *embed_model,
         k = eos >= 0 ? nx_token_to_piece(model, eos, S->eos, sizeof S->eos - 1, true) : 0;
         S->eos[k > 0 ? k : 0] = 0;
         nx_status st = srv_engine_init(model, &p->engine, &S->engine, err, errlen);
+        if (!st && p->tools.mcp_config)
+            st = srv_tools_open(&p->tools, &S->tools, err, errlen);
         if (st) {
+            srv_engine_free(S->engine);
             nx_chat_template_free(S->tmpl);
             nx_free(S);
             return st;
@@ -983,6 +1280,7 @@ nx_status srv_start(const nx_model *model, const nx_model *embed_model,
                             MHD_OPTION_END);
     if (!S->d) {
         snprintf(err, errlen, "cannot listen on %s:%d: %s", p->host, p->port, strerror(errno));
+        srv_tools_free(S->tools);
         srv_engine_free(S->engine);
         nx_chat_template_free(S->tmpl);
         nx_free(S);
@@ -1003,6 +1301,7 @@ void srv_stop(struct srv_server *S) {
        connection threads, then free the engine nobody can reach any more */
     if (S->engine) srv_engine_halt(S->engine);
     MHD_stop_daemon(S->d);
+    srv_tools_free(S->tools);
     srv_engine_free(S->engine);
     nx_chat_template_free(S->tmpl);
     nx_free(S);

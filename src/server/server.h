@@ -29,6 +29,7 @@
 #include "nexus.h"
 #include "server/engine.h"
 #include "server/oai.h"
+#include "server/tools.h"
 
 struct srv_params {
     const char *host;         /* address to bind ("127.0.0.1") */
@@ -46,6 +47,7 @@ struct srv_params {
     double request_timeout_s; /* a generation ends (finish "length") after this; 0: never */
     struct srv_limits lim;
     struct srv_engine_params engine;
+    struct srv_tools_params tools; /* tools.mcp_config NULL: no server-side tools */
 };
 
 /* Defaults as documented above (engine: 1 slot, queue 64, n_ctx 0 = model's, 2 threads). */

@@ -26,6 +26,8 @@ static int usage(void) {
             "         [--kv-policy P] [--kv-density D] [--kv-budget N] [--kv-regime R]\n"
             "         [--kv-type f16|f32] [--mmap] [--sessions N] [--session-dir DIR]\n"
             "         [--session-idle S] [--session-mem BYTES] [--chat-template NAME|FILE]\n"
+            "         [--mcp CONFIG [--mcp-k 5] [--mcp-steps 4] [--mcp-budget BYTES]\n"
+            "          [--mcp-timeout MS]]   (server-side tools of the config's MCP servers)\n"
             "  the API key may also come from the environment variable NEXUS_API_KEY\n");
     return 2;
 }
@@ -82,6 +84,7 @@ int serve_main(int argc, char **argv) {
         else if (!strcmp(a, "--name")) p.model_name = v;
         else if (!strcmp(a, "--session-dir")) p.engine.sessions.dir = v;
         else if (!strcmp(a, "--chat-template")) p.chat_template = v;
+        else if (!strcmp(a, "--mcp")) p.tools.mcp_config = v;
         else if (!strcmp(a, "--kv-policy")) p.engine.ctx.kv.policy = v;
         else if (!strcmp(a, "--kv-regime")) {
             if (!strcmp(v, "prefill")) p.engine.ctx.kv.regime = NX_KV_REGIME_PREFILL;
@@ -108,7 +111,9 @@ int serve_main(int argc, char **argv) {
                         {"--max-conns", 1, 1 << 16}, {"--timeout", 0, 1e6},
                         {"--idle-timeout", 1, 1e6},  {"--kv-density", 0, 1},
                         {"--kv-budget", 1, INT32_MAX}, {"--sessions", 0, 4096},
-                        {"--session-idle", 0, 1e9},  {"--session-mem", 0, 1e15}};
+                        {"--session-idle", 0, 1e9},  {"--session-mem", 0, 1e15},
+                        {"--mcp-k", 1, 16},          {"--mcp-steps", 1, 64},
+                        {"--mcp-budget", 96, 1 << 24}, {"--mcp-timeout", 1, 1e7}};
             size_t k = 0;
             while (k < sizeof nums / sizeof nums[0] && strcmp(a, nums[k].flag)) k++;
             if (k == sizeof nums / sizeof nums[0]) {
@@ -132,7 +137,11 @@ int serve_main(int argc, char **argv) {
             case 12: p.engine.ctx.kv.budget = (int32_t)x; break;
             case 13: p.engine.sessions.max_resident = (int)x; break;
             case 14: p.engine.sessions.idle_s = x; break;
-            default: p.engine.sessions.max_resident_bytes = (int64_t)x; break;
+            case 15: p.engine.sessions.max_resident_bytes = (int64_t)x; break;
+            case 16: p.tools.k = (int)x; break;
+            case 17: p.tools.max_steps = (int)x; break;
+            case 18: p.tools.budget = (size_t)x; break;
+            default: p.tools.timeout_ms = (int)x; break;
             }
         }
     }
