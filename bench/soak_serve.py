@@ -7,11 +7,18 @@ seconds (and at most --max-requests requests in all). Each client loops over a r
     the same (prompt, seed): determinism under load;
   - a streamed request the client abandons after a few chunks (a disconnect mid-stream);
   - a malformed or hostile request (bad JSON, wrong types, huge body, deep nesting, unknown path,
-    wrong method, bad auth) that must get its exact 4xx status and an OpenAI error body.
+    wrong method, bad auth) that must get its exact 4xx status and an OpenAI error body;
+  - a turn of one of --sessions conversations bound to a server session (the KV stays with it);
+  - with --mcp CONFIG (server-side tools): a request whose named tool the server must call,
+    either "echo" (server-everything) or "explode" (tests/server/crashing_mcp.py, a server that
+    dies in the middle of every call); explode must come back as a tool error, echo as a result
+    unless its server was just killed: every --kill-every seconds the soak SIGKILLs the server's
+    mcp-server-everything process, mid-call or not, and the next call must start it again.
 Every 5 s it samples /metrics (resident memory, busy slots, queue). At the end it checks: no
 connection errors on well-formed requests, every status as expected, every seeded answer stable,
-slots idle and queue empty, and resident memory flat after warm-up (the max of the second half
-within --rss-slack of the max of the first half). Prints a table; --json writes the figures.
+slots idle and queue empty, the KV pool holding exactly what the slots and sessions hold (no
+leaked block), and resident memory flat after warm-up (the max of the second half within
+--rss-slack of the max of the first half). Prints a table; --json writes the figures.
 Only 127.0.0.1 is ever contacted.
 """
 import argparse
@@ -49,6 +56,8 @@ def metrics(port, key):
         m = re.match(r"^(nexus_[a-z_]+)(\{[^}]*\})? ([0-9.e+-]+)$", line)
         if m and not m.group(2):
             vals[m.group(1)] = float(m.group(3))
+        elif m and m.group(1) == "nexus_kv_bytes":
+            vals["slot_kv_sum"] = vals.get("slot_kv_sum", 0) + float(m.group(3))
     return vals
 
 
@@ -62,6 +71,7 @@ class Soak:
         self.n_requests = 0
         self.stop_at = time.time() + a.duration
         self.auth = {"Authorization": "Bearer " + a.api_key}
+        self.kills = []
 
     def count(self, kind, ok, detail=""):
         with self.lock:
@@ -97,6 +107,58 @@ class Soak:
         with self.lock:
             first = self.answers.setdefault(key, text)
         self.count("seeded", first == text, f"{key}: {first!r} != {text!r}")
+
+    def session_turn(self, rng, idx):
+        sid = f"soak-{(idx * 7 + rng.randrange(4)) % self.a.sessions}"
+        body = {"messages": [{"role": "user", "content": rng.choice(PROMPTS)}], "max_tokens": 8,
+                "temperature": 0, "session": sid}
+        st, out = request(self.a.port, "POST", "/v1/chat/completions", body, self.auth)
+        # 429: every resident session busy / too many sessions; both are the documented answer
+        self.count("session", st in (200, 429), f"{sid}: status {st}: {out[:160]!r}")
+
+    def tool(self, rng):
+        name = rng.choice(["echo", "explode"])
+        body = {"messages": [{"role": "user", "content": f"{name} this"}], "max_tokens": 48,
+                "temperature": 0,
+                "tool_choice": {"type": "function", "function": {"name": name}}}
+        t0 = time.time()
+        st, out = request(self.a.port, "POST", "/v1/chat/completions", body, self.auth,
+                          timeout=120)
+        if st != 200:
+            self.count(f"tool-{name}", False, f"status {st}: {out[:200]!r}")
+            return
+        steps = json.loads(out).get("nexus", {}).get("tool_steps", [])
+        if not steps or steps[0]["name"] != name:
+            self.count(f"tool-{name}", False, f"steps {steps!r:.200}")
+        elif name == "explode":
+            self.count("tool-explode", steps[0]["is_error"], f"{steps[0]!r:.200}")
+        elif steps[0]["is_error"]:
+            with self.lock:
+                killed = any(t0 - 1 <= k <= time.time() for k in self.kills)
+            self.count("tool-echo-killed", killed, f"echo failed with no kill: {steps[0]!r:.200}")
+        else:
+            self.count("tool-echo", True)
+
+    def killer(self, srv_pid):
+        """SIGKILL the server's mcp-server-everything every --kill-every seconds."""
+        while time.time() < self.stop_at:
+            time.sleep(self.a.kill_every)
+            for pid in os.listdir("/proc"):
+                if not pid.isdigit():
+                    continue
+                try:
+                    stat = open(f"/proc/{pid}/stat").read()
+                    ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                    cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+                except (OSError, ValueError, IndexError):
+                    continue
+                if ppid == srv_pid and b"mcp-server-everything" in cmd:
+                    try:
+                        os.kill(int(pid), 9)
+                        with self.lock:
+                            self.kills.append(time.time())
+                    except OSError:
+                        pass
 
     def disconnect(self, rng):
         s = socket.create_connection(("127.0.0.1", self.a.port), timeout=30)
@@ -155,10 +217,14 @@ class Soak:
         while self.take():
             r = rng.random()
             try:
-                if r < 0.6:
+                if r < 0.5:
                     self.seeded(rng)
-                elif r < 0.75:
+                elif r < 0.6:
                     self.disconnect(rng)
+                elif r < 0.7 and self.a.sessions:
+                    self.session_turn(rng, idx)
+                elif r < 0.75 and self.a.mcp:
+                    self.tool(rng)
                 else:
                     self.hostile(rng)
             except (OSError, http.client.HTTPException, ValueError) as e:
@@ -179,12 +245,32 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rss-slack", type=float, default=0.10)
     ap.add_argument("--api-key", default="soak-key")
+    ap.add_argument("--sessions", type=int, default=64,
+                    help="conversations bound to server sessions (0: none)")
+    ap.add_argument("--mcp", help="MCP config for the server's --mcp (server-side tools); "
+                    "'auto': server-everything from build-npm/ and tests/server/crashing_mcp.py")
+    ap.add_argument("--kill-every", type=float, default=7,
+                    help="seconds between SIGKILLs of the server's mcp-server-everything")
     ap.add_argument("--json")
     a = ap.parse_args()
+    import tempfile
+    a.session_dir = tempfile.mkdtemp(prefix="nexus-soak-sessions-") if a.sessions else None
+    if a.mcp == "auto":
+        a.mcp = os.path.join(tempfile.mkdtemp(prefix="nexus-soak-mcp-"), "mcp.json")
+        here = os.getcwd()
+        with open(a.mcp, "w") as f:
+            json.dump({"mcpServers": {
+                "everything": {"command": f"{here}/build-npm/node_modules/.bin/"
+                                          "mcp-server-everything"},
+                "crashing": {"command": "/usr/bin/python3",
+                             "args": [f"{here}/tests/server/crashing_mcp.py"]}}}, f)
     srv = subprocess.Popen([a.nexus, "serve", "-m", a.model, "--port", str(a.port), "-np",
                             str(a.slots), "--queue", str(4 * a.clients), "-c", "512", "-t", str(a.threads),
                             "--api-key", a.api_key, "--max-body", str(a.max_body),
-                            "--max-conns", str(4 * a.clients)],
+                            "--max-conns", str(4 * a.clients)]
+                           + (["--sessions", str(max(1, a.slots // 2)), "--session-dir",
+                               a.session_dir] if a.sessions else [])
+                           + (["--mcp", a.mcp, "--mcp-steps", "1"] if a.mcp else []),
                            stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(100):
@@ -199,6 +285,8 @@ def main():
         t0 = time.time()
         for t in threads:
             t.start()
+        if a.mcp:
+            threading.Thread(target=soak.killer, args=(srv.pid,), daemon=True).start()
         samples = []
         while any(t.is_alive() for t in threads):
             time.sleep(min(5, max(0.2, a.duration / 20)))
@@ -226,6 +314,9 @@ def main():
         "every request as expected": not soak.failures,
         "slots idle at the end": end.get("nexus_slots_busy", -1) == 0,
         "queue empty at the end": end.get("nexus_queue_length", -1) == 0,
+        "KV pool holds what slots and sessions hold (no leaked block)":
+            end.get("nexus_kv_pool_bytes_in_use", -1) ==
+            end.get("slot_kv_sum", 0) + end.get("nexus_session_kv_bytes", 0),
         f"RSS flat after warm-up (+{a.rss_slack:.0%})": rss2 <= rss1 * (1 + a.rss_slack),
     }
     print(f"{'kind':<16} {'ok':>8} {'failed':>8}")
@@ -233,7 +324,8 @@ def main():
         print(f"{k:<16} {ok:>8} {bad:>8}")
     print(f"requests {soak.n_requests} in {time.time() - t0:.0f} s, {a.clients} clients; "
           f"RSS first half max {rss1 / 2**20:.1f} MiB, second half max {rss2 / 2**20:.1f} MiB; "
-          f"tokens generated {end.get('nexus_generated_tokens_total', 0):.0f}")
+          f"tokens generated {end.get('nexus_generated_tokens_total', 0):.0f}; "
+          f"MCP server kills {len(soak.kills)}")
     for f in soak.failures[:10]:
         print("  FAIL", f)
     for k, v in checks.items():
@@ -243,6 +335,7 @@ def main():
             json.dump({"requests": soak.n_requests, "clients": a.clients,
                        "duration_s": a.duration, "counts": soak.counts,
                        "rss_first_half_max": rss1, "rss_second_half_max": rss2,
+                       "mcp_kills": len(soak.kills), "end_metrics": end,
                        "checks": checks, "failures": soak.failures}, f, indent=1)
         os.replace(a.json + ".tmp", a.json)
     sys.exit(0 if all(checks.values()) else 1)

@@ -82,6 +82,11 @@ static bool do_call(ag_exec *ex, const struct rt_tool *t, const char *arguments,
         return true;
     }
     nx_status st = NX_STATUS_OK;
+    if (ex->cl[i] && mcp_poll(ex->cl[i], 0, err, sizeof err) != NX_STATUS_OK) {
+        /* the server died (or broke) while idle: start it again rather than fail this call */
+        mcp_close(ex->cl[i]);
+        ex->cl[i] = NULL;
+    }
     if (!ex->cl[i]) st = mcp_config_open(ex->cfg, i, ex->p.timeout_ms, &ex->cl[i], err, sizeof err);
     json_t *r = NULL;
     if (!st) st = mcp_call_tool(ex->cl[i], t->call_name, args, &r, err, sizeof err);

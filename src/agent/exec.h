@@ -11,7 +11,8 @@
  *   joined by newlines (mcp_result_text; structuredContent as compact JSON when there is no
  *   text); isError: true, a JSON-RPC error, a server that cannot start, exits, breaks the
  *   protocol or times out give is_error = true with payload "error: <message>" (a broken
- *   server is closed and restarted on the next call). Arguments that are not a JSON object give
+ *   server is closed and restarted on the next call; one found dead before a call, having
+ *   exited while idle, is started again for that call). Arguments that are not a JSON object give
  *   an error result without contacting the server.
  * - The surrogate is ag_surrogate(payload, id, budget); the payload is kept under its id.
  * Errors of the functions themselves: NOMEM, INVALID_ARG (a tool with no server in the config)

@@ -52,6 +52,7 @@ struct srv_engine {
     uint64_t seed_ctr;   /* seeds for requests without one */
 
     atomic_llong prompt_tokens, prompt_cached, gen_tokens;
+    atomic_llong pool_in_use, pool_bytes; /* the context's KV pool (engine thread writes) */
 };
 
 /* ---- jobs ---- */
@@ -496,6 +497,10 @@ static void engine_step(struct srv_engine *e) {
         atomic_store(&e->slots[i].kv_bytes, (long long)ks.bytes_current);
         atomic_store(&e->slots[i].evictions, (long long)ks.evictions);
     }
+    struct nx_kv_stats ps;
+    nx_ctx_kv_stats(e->ctx, &ps);
+    atomic_store(&e->pool_in_use, (long long)ps.bytes_current);
+    atomic_store(&e->pool_bytes, (long long)ps.bytes_pool);
 }
 
 static void *engine_main(void *arg) {
@@ -646,6 +651,8 @@ void srv_engine_stats(struct srv_engine *e, struct srv_engine_stats *out) {
     out->prompt_tokens = atomic_load(&e->prompt_tokens);
     out->prompt_tokens_cached = atomic_load(&e->prompt_cached);
     out->gen_tokens = atomic_load(&e->gen_tokens);
+    out->kv_pool_in_use = atomic_load(&e->pool_in_use);
+    out->kv_pool_bytes = atomic_load(&e->pool_bytes);
 }
 
 const nx_model *srv_engine_model(const struct srv_engine *e) { return e->model; }

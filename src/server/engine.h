@@ -106,6 +106,8 @@ struct srv_engine_stats {
     int64_t prompt_tokens, prompt_tokens_cached, gen_tokens;
     int64_t kv_bytes[64];   /* per slot (first 64) */
     int64_t evictions;
+    int64_t kv_pool_in_use, kv_pool_bytes; /* the KV pool's bytes in use and allocated, as
+                                              of the last step */
     struct srv_sessions_stats sessions;
 };
 void srv_engine_stats(struct srv_engine *e, struct srv_engine_stats *out);

@@ -175,6 +175,11 @@ char *srv_metrics_render(const struct srv_engine_stats *es) {
             (long long)es->sessions.largest_peak, (long long)es->sessions.parks,
             (long long)es->sessions.restores, (long long)es->sessions.forgotten,
             (long long)es->sessions.restore_failures);
+        put(&o, "# HELP nexus_kv_pool_bytes_in_use KV pool bytes held by any sequence.\n"
+                "# TYPE nexus_kv_pool_bytes_in_use gauge\nnexus_kv_pool_bytes_in_use %lld\n"
+                "# HELP nexus_kv_pool_bytes KV pool bytes allocated.\n"
+                "# TYPE nexus_kv_pool_bytes gauge\nnexus_kv_pool_bytes %lld\n",
+            (long long)es->kv_pool_in_use, (long long)es->kv_pool_bytes);
         put(&o, "# HELP nexus_kv_evictions_total Eviction rounds over all slots.\n"
                 "# TYPE nexus_kv_evictions_total counter\nnexus_kv_evictions_total %lld\n",
             (long long)es->evictions);
