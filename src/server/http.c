@@ -30,6 +30,7 @@ struct srv_server {
     struct srv_tools *tools;   /* --mcp: server-side tools; NULL when off */
     nx_chat_template *tmpl;    /* the model's chat template, or a built-in */
     enum nx_tool_format tool_fmt;
+    bool shows_tools;          /* the template puts the tools it is given into the prompt */
     char bos[64], eos[64];     /* the model's BOS / EOS token texts for templates */
     struct MHD_Daemon *d;
     int port;
@@ -560,6 +561,29 @@ static json_t *messages_for_template(json_t *msgs) {
 /* The chat prompt: the template over the messages (and the tools when they are offered: shown
    when given, else the request's), with the generation prompt, then the constraint's prefill.
    Owned, or NULL with err. */
+/* Whether template t puts the tools it is given into the prompt: a probe conversation
+   rendered with one tool and without differ. */
+static bool template_shows_tools(const nx_chat_template *t) {
+    struct nx_chat_params cp = nx_chat_default_params();
+    cp.messages_json = "[{\"role\":\"user\",\"content\":\"hi\"}]";
+    cp.add_generation_prompt = true;
+    char *a = NULL, *b = NULL;
+    size_t la = 0, lb = 0;
+    char err[200];
+    bool shows = false;
+    if (nx_chat_render(t, &cp, &a, &la, err, sizeof err) == NX_STATUS_OK) {
+        cp.tools_json = "[{\"type\":\"function\",\"function\":{\"name\":\"probe_tool_x\","
+                        "\"description\":\"d\",\"parameters\":{\"type\":\"object\","
+                        "\"properties\":{}}}}]";
+        /* a template that refuses tools shows none */
+        if (nx_chat_render(t, &cp, &b, &lb, err, sizeof err) == NX_STATUS_OK)
+            shows = la != lb || memcmp(a, b, la);
+    }
+    nx_chat_free_string(a);
+    nx_chat_free_string(b);
+    return shows;
+}
+
 /* For templates that show no tools: a system message listing each tool as its signature
    (its description when that is a signature already, as for the server's routed tools) and
    how a call is written, merged into the first system message or put before the others. */
@@ -627,7 +651,7 @@ static char *render_chat(struct srv_server *S, const struct srv_gen_request *req
     json_t *msgs = messages_for_template(req->messages);
     json_t *offered = shown ? shown : req->tools;
     if (msgs && offered && req->tool_mode != SRV_TOOLS_NONE &&
-        S->tool_fmt == NX_TOOL_FORMAT_NONE && !add_tools_message(msgs, offered, shown != NULL)) {
+        !S->shows_tools && !add_tools_message(msgs, offered, shown != NULL)) {
         json_decref(msgs);
         msgs = NULL;
     }
@@ -1255,6 +1279,7 @@ nx_status srv_start(const nx_model *model, const nx_model *embed_model,
             return ts;
         }
         S->tool_fmt = nx_chat_template_tool_format(S->tmpl);
+        S->shows_tools = template_shows_tools(S->tmpl);
         nx_token bos = nx_token_bos(model), eos = nx_token_eos(model);
         int32_t k = bos >= 0 ? nx_token_to_piece(model, bos, S->bos, sizeof S->bos - 1, true) : 0;
         S->bos[k > 0 ? k : 0] = 0;
