@@ -408,6 +408,22 @@ TEST(server_seeded_output_independent_of_load) {
     srv_stop(s);
 }
 
+/* The KV pool holds exactly what the slots' and sessions' sequences hold (no leaked block):
+   the /metrics gauges after the last step. */
+static bool pool_matches_sequences(int port) {
+    struct resp r = req(port, "GET", "/metrics", "", NULL);
+    long long in_use = -1, held = 0;
+    const char *g = strstr(r.body, "\nnexus_kv_pool_bytes_in_use ");
+    if (g) in_use = atoll(g + strlen("\nnexus_kv_pool_bytes_in_use "));
+    for (const char *q = r.body; (q = strstr(q, "\nnexus_kv_bytes{slot=")) != NULL; q++)
+        held += atoll(strchr(q, '}') + 2);
+    g = strstr(r.body, "\nnexus_session_kv_bytes ");
+    if (g) held += atoll(g + strlen("\nnexus_session_kv_bytes "));
+    if (in_use != held) fprintf(stderr, "  pool in use %lld, sequences hold %lld\n", in_use, held);
+    resp_free(&r);
+    return in_use >= 0 && in_use == held;
+}
+
 TEST(server_bad_requests_get_4xx_and_server_keeps_serving) {
     struct srv_params p = params();
     p.max_body = 4096;
@@ -489,6 +505,7 @@ TEST(server_bad_requests_get_4xx_and_server_keeps_serving) {
     r = post(port, "/v1/completions", "{\"prompt\":\"Once\",\"max_tokens\":3}");
     ASSERT_EQ(r.status, 200);
     resp_free(&r);
+    ASSERT_TRUE(pool_matches_sequences(port));
     srv_stop(s);
 }
 
@@ -551,6 +568,7 @@ TEST(server_disconnect_frees_slot) {
     fprintf(stderr, "  tokens generated before and after the disconnect: %lld\n", gen);
     ASSERT_TRUE(gen >= 2 && gen < 4000);
     resp_free(&r);
+    ASSERT_TRUE(pool_matches_sequences(port));
     srv_stop(s);
 }
 
