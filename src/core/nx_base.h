@@ -54,5 +54,9 @@ struct nx_err {
 };
 nx_status nx_err_set(struct nx_err *err, nx_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same for the (char *err, size_t errlen) convention of the public API: writes the
+ * message when err is non-NULL and errlen > 0, returns st. */
+nx_status nx_errf(char *err, size_t errlen, nx_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -180,16 +180,14 @@ int route_main(int argc, char **argv) {
     nx_model *chat = NULL;
     int rc = 1;
     if (p.mode != RT_MODE_BM25) {
-        emb = rt_embedder_open(embed_model, err, sizeof err);
-        if (!emb) {
+        if (rt_embedder_open(embed_model, &emb, err, sizeof err) != NX_STATUS_OK) {
             fprintf(stderr, "nexus route: %s\n", err);
             goto done;
         }
         p.embedder = emb;
     }
     if (rerank_model) {
-        rr = rt_reranker_open(rerank_model, err, sizeof err);
-        if (!rr) {
+        if (rt_reranker_open(rerank_model, &rr, err, sizeof err) != NX_STATUS_OK) {
             fprintf(stderr, "nexus route: %s\n", err);
             goto done;
         }
@@ -202,8 +200,7 @@ int route_main(int argc, char **argv) {
             goto done;
         }
         if (!rr) {
-            rr = rt_reranker_chat_open(chat, err, sizeof err);
-            if (!rr) {
+            if (rt_reranker_chat_open(chat, &rr, err, sizeof err) != NX_STATUS_OK) {
                 fprintf(stderr, "nexus route: %s\n", err);
                 goto done;
             }
@@ -469,8 +466,8 @@ int bench_slb_main(int argc, char **argv) {
     uint64_t st = (uint64_t)seed;
     for (int i = 0; i < 64; i++) rand_unit(&st, q + (size_t)i * dim, dim);
     for (int si = 0; si < ns; si++) {
-        rt_slb *s = rt_slb_new(dim, err, sizeof err);
-        if (!s) {
+        rt_slb *s;
+        if (rt_slb_new(dim, &s, err, sizeof err) != NX_STATUS_OK) {
             fprintf(stderr, "nexus bench-slb: %s\n", err);
             rc = 1;
             goto done;
@@ -845,9 +842,10 @@ static int ensure_vecs(struct eval_ctx *c, const int *defs, int n, char *err, si
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        int rc = c->emb->embed(c->emb, doc, RT_DOCUMENT, c->dvec + (size_t)d * dim, err, errlen);
+        nx_status rc =
+            c->emb->embed(c->emb, doc, RT_DOCUMENT, c->dvec + (size_t)d * dim, err, errlen);
         nx_free(doc);
-        if (rc) return -1;
+        if (rc != NX_STATUS_OK) return -1;
         c->dhave[d] = 1;
     }
     return 0;
@@ -857,7 +855,8 @@ static const float *query_vec(struct eval_ctx *c, int qi, char *err, size_t errl
     if (!c->emb) return NULL;
     float *v = c->qvec + (size_t)qi * c->emb->dim;
     if (!c->qhave[qi]) {
-        if (c->emb->embed(c->emb, c->q[qi].text, RT_QUERY, v, err, errlen)) return NULL;
+        if (c->emb->embed(c->emb, c->q[qi].text, RT_QUERY, v, err, errlen) != NX_STATUS_OK)
+            return NULL;
         c->qhave[qi] = 1;
     }
     return v;
@@ -1332,8 +1331,7 @@ static int eval_bfcl(const struct eval_opts *o) {
                 ok = 0;
                 break;
             }
-            c.emb = rt_embedder_open(o->embed_model, err, sizeof err);
-            if (!c.emb) {
+            if (rt_embedder_open(o->embed_model, &c.emb, err, sizeof err) != NX_STATUS_OK) {
                 fprintf(stderr, "nexus eval-routing: %s\n", err);
                 ok = 0;
                 break;
@@ -1427,8 +1425,7 @@ static int eval_custom(const struct eval_opts *o) {
             fprintf(stderr, "nexus eval-routing: --embedder %s needs --embed-model PATH\n", o->embedders[0]);
             goto done;
         }
-        emb = rt_embedder_open(o->embed_model, err, sizeof err);
-        if (!emb) {
+        if (rt_embedder_open(o->embed_model, &emb, err, sizeof err) != NX_STATUS_OK) {
             fprintf(stderr, "nexus eval-routing: %s\n", err);
             goto done;
         }
