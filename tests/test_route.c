@@ -13,6 +13,7 @@
 
 #include "core/alloc.h"
 #include "core/readfile.h"
+#include "eval/routing_run.h"
 #include "nexus.h"
 #include "route/bm25.h"
 #include "route/registry.h"
@@ -781,6 +782,37 @@ TEST(eval_routing_custom) {
     ASSERT_EQ(RUN(eval_routing_main, e), 1); /* needs --embed-model */
     const char *f[] = {"eval-routing", "--tools", FX "no-such.json", "--queries", FX "queries.jsonl", NULL};
     ASSERT_EQ(RUN(eval_routing_main, f), 1);
+}
+
+/* The library runner directly: the status names each failure (the CLI maps it to 0 / 1). */
+TEST(eval_routing_run_statuses) {
+    struct routing_eval_params p = {.embedders = {"bm25"},
+                                    .n_emb = 1,
+                                    .sizes = {10},
+                                    .n_sizes = 1,
+                                    .seed = 1,
+                                    .gate_pct = 20,
+                                    .tools = {FX "tools.json", FX "functions.json"},
+                                    .n_tools = 2,
+                                    .queries = FX "queries.jsonl"};
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_OK);
+    p.queries = FX "bad_queries.jsonl";
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_FORMAT);
+    p.queries = FX "unknown_tool.jsonl";
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_INVALID_ARG);
+    p.queries = FX "no-such.jsonl";
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_IO);
+    p.queries = FX "queries.jsonl";
+    p.embedders[0] = "dense"; /* no embed_model */
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_INVALID_ARG);
+    p.embedders[0] = "nosuch";
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_INVALID_ARG);
+    p.embedders[0] = "bm25";
+    p.queries = NULL; /* tools without queries */
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_INVALID_ARG);
+    p.n_tools = 0;
+    p.bfcl_dir = FX "no-such-dir";
+    ASSERT_TRUE(eval_routing_run(&p) != NX_STATUS_OK);
 }
 
 TEST(eval_routing_bfcl_mini) {
