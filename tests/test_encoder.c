@@ -436,7 +436,8 @@ TEST(route_embedder_and_reranker) {
     char err[512];
     float a[E_DIM], b[E_DIM];
     /* bert: the text as is */
-    rt_embedder *e = rt_embedder_open(bert, err, sizeof err);
+    rt_embedder *e = NULL;
+    rt_embedder_open(bert, &e, err, sizeof err);
     if (!e) FAILF("rt_embedder_open: %s", err);
     ASSERT_STR_EQ(e->name, "bert");
     ASSERT_EQ(e->dim, E_DIM);
@@ -448,7 +449,7 @@ TEST(route_embedder_and_reranker) {
     nx_model_free(m);
     rt_embedder_free(e);
     /* nomic-bert: task prefixes */
-    e = rt_embedder_open(nomic, err, sizeof err);
+    rt_embedder_open(nomic, &e, err, sizeof err);
     if (!e) FAILF("rt_embedder_open: %s", err);
     ASSERT_STR_EQ(e->name, "nomic-bert");
     m = load(nomic);
@@ -462,7 +463,8 @@ TEST(route_embedder_and_reranker) {
     nx_model_free(m);
     rt_embedder_free(e);
     /* the reranker */
-    rt_reranker *r = rt_reranker_open(rr, err, sizeof err);
+    rt_reranker *r = NULL;
+    rt_reranker_open(rr, &r, err, sizeof err);
     if (!r) FAILF("rt_reranker_open: %s", err);
     m = load(rr);
     ASSERT_TRUE(m != NULL);
@@ -474,13 +476,18 @@ TEST(route_embedder_and_reranker) {
     nx_model_free(m);
     rt_reranker_free(r);
     /* wrong roles are refused with a message */
-    ASSERT_TRUE(rt_embedder_open(rr, err, sizeof err) == NULL);
+    rt_embedder *no_e = NULL;
+    rt_reranker *no_r = NULL;
+    ASSERT_EQ(rt_embedder_open(rr, &no_e, err, sizeof err), NX_STATUS_INVALID_ARG);
+    ASSERT_TRUE(no_e == NULL);
     ASSERT_TRUE(strstr(err, "reranker") != NULL);
-    ASSERT_TRUE(rt_reranker_open(bert, err, sizeof err) == NULL);
+    ASSERT_EQ(rt_reranker_open(bert, &no_r, err, sizeof err), NX_STATUS_INVALID_ARG);
+    ASSERT_TRUE(no_r == NULL);
     ASSERT_TRUE(strstr(err, "classification head") != NULL);
     char llama[512];
     snprintf(llama, sizeof llama, "%s/models/stories260K/stories260K.gguf", test_shared());
-    ASSERT_TRUE(rt_embedder_open(llama, err, sizeof err) == NULL);
+    ASSERT_EQ(rt_embedder_open(llama, &no_e, err, sizeof err), NX_STATUS_UNSUPPORTED);
+    ASSERT_TRUE(no_e == NULL);
     ASSERT_TRUE(strstr(err, "not an encoder") != NULL);
 }
 

@@ -38,7 +38,7 @@ TEST(eval_small_run_writes_json) {
     ASSERT_STR_EQ(json_string_value(json_object_get(nex, "regime")), "stream");
     json_decref(root);
     ep.densities = "1.5";
-    ASSERT_EQ(eval_run(m, &ep), 1);
+    ASSERT_EQ(eval_run(m, &ep), NX_STATUS_INVALID_ARG);
     nx_model_free(m);
 }
 
@@ -149,13 +149,13 @@ TEST(eval_file_streams_and_svg) {
     fclose(f);
     ep.json_path = NULL;
     ep.svg_dir = NULL;
-    ASSERT_EQ(eval_run(m, &ep), 1);
+    ASSERT_EQ(eval_run(m, &ep), NX_STATUS_INVALID_ARG);
     ep.text_file = "/nonexistent/nx_eval.txt";
-    ASSERT_EQ(eval_run(m, &ep), 1);
+    ASSERT_EQ(eval_run(m, &ep), NX_STATUS_IO);
     unlink(txt);
     ep.text_file = NULL;
     ep.policies = "nosuch";
-    ASSERT_EQ(eval_run(m, &ep), 1);
+    ASSERT_EQ(eval_run(m, &ep), NX_STATUS_INVALID_ARG);
     nx_model_free(m);
 }
 
@@ -215,12 +215,12 @@ TEST(eval_efficiency_checkpoints) {
     rmdir(dir);
     ep.json_path = ep.svg_dir = NULL;
     ep.lengths = "64,16";
-    ASSERT_EQ(eval_efficiency_run(m, &ep), 1);
+    ASSERT_EQ(eval_efficiency_run(m, &ep), NX_STATUS_INVALID_ARG);
     ep.lengths = "16,x";
-    ASSERT_EQ(eval_efficiency_run(m, &ep), 1);
+    ASSERT_EQ(eval_efficiency_run(m, &ep), NX_STATUS_INVALID_ARG);
     ep.lengths = "16";
     ep.density = 0;
-    ASSERT_EQ(eval_efficiency_run(m, &ep), 1);
+    ASSERT_EQ(eval_efficiency_run(m, &ep), NX_STATUS_INVALID_ARG);
     nx_model_free(m);
 }
 

@@ -172,7 +172,7 @@ TEST(eval_longbench_end_to_end) {
     json_decref(root);
     lp.json_path = NULL;
     lp.data = FIX "lb_bad_answers.jsonl";
-    ASSERT_EQ(eval_longbench_run(m, &lp), 1);
+    ASSERT_EQ(eval_longbench_run(m, &lp), NX_STATUS_FORMAT);
     nx_model_free(m);
 }
 

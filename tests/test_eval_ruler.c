@@ -243,7 +243,7 @@ TEST(eval_ruler_end_to_end) {
     json_decref(root);
     rp.json_path = NULL;
     rp.tasks = "qa_1";
-    ASSERT_EQ(eval_ruler_run(m, &rp), 1);
+    ASSERT_EQ(eval_ruler_run(m, &rp), NX_STATUS_INVALID_ARG);
 }
 
 TEST(zz_free_model) {

@@ -70,7 +70,8 @@ static int expect_st_error(const char *header, size_t dlen, const char *want) {
     char path[PATH_MAX + 32], err[512] = "";
     snprintf(path, sizeof path, "%s/bad.safetensors", test_tmpdir());
     if (write_st(path, strlen(header), header, NULL, dlen) != 0) return 0;
-    st_file *f = st_open(path, err, sizeof err);
+    st_file *f = NULL;
+    st_open(path, &f, err, sizeof err);
     if (f) {
         st_close(f);
         fprintf(stderr, "  accepted corrupt header %s\n", header);
@@ -88,7 +89,8 @@ static int expect_st_error(const char *header, size_t dlen, const char *want) {
 TEST(st_fixture_header) {
     char path[PATH_MAX], err[512] = "";
     snprintf(path, sizeof path, "%s/model.safetensors", fixture_dir());
-    st_file *f = st_open(path, err, sizeof err);
+    st_file *f = NULL;
+    st_open(path, &f, err, sizeof err);
     if (!f) FAILF("%s", err);
     /* header.txt: weights F64 [29524] [0,236192]; embeddings F32 [128,64] [236192,268960];
      * mapping I32 [29524] [268960,387056] */
@@ -151,7 +153,8 @@ TEST(st_dtypes_and_values) {
     char path[PATH_MAX + 32], err[512] = "";
     snprintf(path, sizeof path, "%s/ok.safetensors", test_tmpdir());
     ASSERT_OK(write_st(path, strlen(hdr), hdr, data, o));
-    st_file *f = st_open(path, err, sizeof err);
+    st_file *f = NULL;
+    st_open(path, &f, err, sizeof err);
     if (!f) FAILF("%s", err);
     ASSERT_EQ(st_n_tensors(f), 9);
     ASSERT_STR_EQ(st_tensor_at(f, 0)->name, "a"); /* header order kept */
@@ -172,27 +175,29 @@ TEST(st_dtypes_and_values) {
 
 TEST(st_corrupt_files) {
     char path[PATH_MAX + 32], err[512] = "";
+    st_file *f = NULL;
     const char *T = "{\"t\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
     /* empty file and a file shorter than the length field */
     snprintf(path, sizeof path, "%s/short.safetensors", test_tmpdir());
     ASSERT_OK(write_file(path, "", 0));
-    ASSERT_TRUE(st_open(path, err, sizeof err) == NULL);
+    ASSERT_EQ(st_open(path, &f, err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "too short") != NULL);
     ASSERT_OK(write_file(path, "\x10\0\0", 3));
-    ASSERT_TRUE(st_open(path, err, sizeof err) == NULL);
+    ASSERT_EQ(st_open(path, &f, err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "too short") != NULL);
     /* header length past EOF, and a 2^64-1 one (no overflow in the check) */
     ASSERT_OK(write_st(path, 1000000, T, NULL, 8));
-    ASSERT_TRUE(st_open(path, err, sizeof err) == NULL);
+    ASSERT_EQ(st_open(path, &f, err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "past the end of the file") != NULL);
     ASSERT_OK(write_st(path, UINT64_MAX, T, NULL, 8));
-    ASSERT_TRUE(st_open(path, err, sizeof err) == NULL);
+    ASSERT_EQ(st_open(path, &f, err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "past the end of the file") != NULL);
     /* the error names the file */
     ASSERT_TRUE(strstr(err, "short.safetensors") != NULL);
     /* the good one is accepted (the helpers are right) */
     ASSERT_OK(write_st(path, strlen(T), T, NULL, 8));
-    st_file *ok = st_open(path, err, sizeof err);
+    st_file *ok = NULL;
+    st_open(path, &ok, err, sizeof err);
     if (!ok) FAILF("%s", err);
     st_close(ok);
 
@@ -238,8 +243,8 @@ TEST(st_corrupt_files) {
     const size_t cuts[] = {0, 7, 8, 100, 300, 1000, 236200, 387287};
     for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
         ASSERT_OK(write_file(path, buf, cuts[i]));
-        st_file *f = st_open(path, err, sizeof err);
-        if (f) {
+        f = NULL;
+        if (st_open(path, &f, err, sizeof err) != NX_STATUS_FORMAT || f) {
             st_close(f);
             free(buf);
             FAILF("truncated to %zu bytes accepted", cuts[i]);
@@ -247,8 +252,10 @@ TEST(st_corrupt_files) {
     }
     /* a flipped length byte */
     buf[2] ^= 0x40;
-    st_file *f2 = st_open_mem(buf, n, err, sizeof err);
+    st_file *f2 = NULL;
+    nx_status st = st_open_mem(buf, n, &f2, err, sizeof err);
     free(buf);
+    ASSERT_EQ(st, NX_STATUS_FORMAT);
     ASSERT_TRUE(f2 == NULL);
     ASSERT_TRUE(strstr(err, "past the end") != NULL);
 }
@@ -258,7 +265,8 @@ TEST(st_corrupt_files) {
 static hf_tok *load_fixture_tok(void) {
     char path[PATH_MAX], err[512] = "";
     snprintf(path, sizeof path, "%s/tokenizer.json", fixture_dir());
-    hf_tok *t = hf_tok_load(path, err, sizeof err);
+    hf_tok *t = NULL;
+    hf_tok_load(path, &t, err, sizeof err);
     if (!t) fprintf(stderr, "  %s\n", err);
     return t;
 }
@@ -362,7 +370,8 @@ TEST(tok_bad_files) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ASSERT_OK(write_file(path, cases[i].json, strlen(cases[i].json)));
-        hf_tok *t = hf_tok_load(path, err, sizeof err);
+        hf_tok *t = NULL;
+        hf_tok_load(path, &t, err, sizeof err);
         if (t) {
             hf_tok_free(t);
             FAILF("accepted: %s", cases[i].json);
@@ -372,14 +381,15 @@ TEST(tok_bad_files) {
     /* no unk_id and an uncovered character: a clear error, not a crash */
     const char *j = "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", -1], [\"b\", -2]]}}";
     ASSERT_OK(write_file(path, j, strlen(j)));
-    hf_tok *t = hf_tok_load(path, err, sizeof err);
+    hf_tok *t = NULL;
+    hf_tok_load(path, &t, err, sizeof err);
     if (!t) FAILF("%s", err);
     int32_t *ids;
     ASSERT_EQ(hf_tok_encode(t, "ab", 2, &ids, err, sizeof err), 2);
     ASSERT_EQ(ids[0], 0);
     ASSERT_EQ(ids[1], 1);
     nx_free(ids);
-    ASSERT_EQ(hf_tok_encode(t, "ac", 2, &ids, err, sizeof err), -1);
+    ASSERT_EQ(hf_tok_encode(t, "ac", 2, &ids, err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "no unk_id") != NULL);
     hf_tok_free(t);
 }
@@ -393,7 +403,8 @@ TEST(tok_viterbi_and_byte_fallback) {
                     " \"vocab\": [[\"<unk>\", 0], [\"a\", -1], [\"b\", -1], [\"ab\", -1.5],"
                     " [\"abc\", -5], [\"c\", -1], [\"<0xC3>\", -9], [\"<0xA9>\", -9]]}}";
     ASSERT_OK(write_file(path, j, strlen(j)));
-    hf_tok *t = hf_tok_load(path, err, sizeof err);
+    hf_tok *t = NULL;
+    hf_tok_load(path, &t, err, sizeof err);
     if (!t) FAILF("%s", err);
     ASSERT_TRUE(ids_equal(t, "abc", (int32_t[]){3, 5}, 2));
     ASSERT_TRUE(ids_equal(t, "cab", (int32_t[]){5, 3}, 2));
@@ -438,7 +449,8 @@ TEST(tok_pretokenizer_variants) {
                  "\"unk_id\": 0, \"vocab\": [[\"<unk>\", 0], [\"a\", -1]]}}",
                  cases[i].norm, cases[i].pre);
         ASSERT_OK(write_file(path, json, strlen(json)));
-        hf_tok *t = hf_tok_load(path, err, sizeof err);
+        hf_tok *t = NULL;
+        hf_tok_load(path, &t, err, sizeof err);
         if (!t) FAILF("case %zu: %s", i, err);
         char *got = hf_tok_debug_pretokenize(t, cases[i].in, err, sizeof err);
         hf_tok_free(t);
@@ -465,7 +477,8 @@ TEST(tok_wordpiece) {
     char path[PATH_MAX + 32], err[512] = "";
     snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
     ASSERT_OK(write_file(path, WP_JSON, strlen(WP_JSON)));
-    hf_tok *t = hf_tok_load(path, err, sizeof err);
+    hf_tok *t = NULL;
+    hf_tok_load(path, &t, err, sizeof err);
     if (!t) FAILF("%s", err);
     ASSERT_EQ(hf_tok_n_vocab(t), 12);
     ASSERT_EQ(hf_tok_unk_id(t), 0);
@@ -500,7 +513,8 @@ TEST(tok_wordpiece) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         ASSERT_OK(write_file(path, bad[i][0], strlen(bad[i][0])));
-        hf_tok *b = hf_tok_load(path, err, sizeof err);
+        hf_tok *b = NULL;
+        hf_tok_load(path, &b, err, sizeof err);
         if (b) {
             hf_tok_free(b);
             FAILF("accepted %s", bad[i][0]);
@@ -555,7 +569,8 @@ TEST(st_random_header_corruption) {
             b[at] = (uint8_t)(at < 8 ? (s >> 20) : (uint8_t)digits[(s >> 20) % (sizeof digits - 1)]);
         }
         char err[512] = "";
-        st_file *f = st_open_mem(b, n, err, sizeof err);
+        st_file *f = NULL;
+        st_open_mem(b, n, &f, err, sizeof err);
         if (!f) {
             if (!err[0]) FAILF("trial %d: refused without a message", trial);
             refused++;
@@ -584,7 +599,9 @@ TEST(m2v_reference_hello_x1000) {
     json_t *row = json_array_get(ref, 0);
     ASSERT_EQ(json_array_size(row), 64);
 
-    rt_embedder *e = rt_embedder_open(fixture_dir(), err, sizeof err);
+    rt_embedder *e = NULL;
+
+    rt_embedder_open(fixture_dir(), &e, err, sizeof err);
     if (!e) {
         json_decref(ref);
         FAILF("%s", err);
@@ -628,7 +645,8 @@ TEST(m2v_reference_hello_x1000) {
 
 TEST(m2v_truncation_cuts_text_then_ids) {
     char err[512] = "";
-    rt_embedder *e = rt_embedder_open(fixture_dir(), err, sizeof err);
+    rt_embedder *e = NULL;
+    rt_embedder_open(fixture_dir(), &e, err, sizeof err);
     if (!e) FAILF("%s", err);
     /* 600 x "hello world": the 512 ids are 256 x (▁hello, ▁world), the rest is cut */
     char *text = malloc(600 * 12 + 1);
@@ -715,7 +733,8 @@ TEST(m2v_pooling_weights_mapping) {
                          {"weights", "F64", "[29524]", w, sizeof w}};
     ASSERT_OK(write_model(test_tmpdir(), ts, 3));
     char err[512] = "";
-    rt_embedder *e = rt_embedder_open(test_tmpdir(), err, sizeof err);
+    rt_embedder *e = NULL;
+    rt_embedder_open(test_tmpdir(), &e, err, sizeof err);
     if (!e) FAILF("%s", err);
     ASSERT_EQ(e->dim, 2);
     double mean[2];
@@ -734,7 +753,7 @@ TEST(m2v_pooling_weights_mapping) {
 
     /* no mapping: rows must equal the vocabulary */
     ASSERT_OK(write_model(test_tmpdir(), ts, 1));
-    e = rt_embedder_open(test_tmpdir(), err, sizeof err);
+    rt_embedder_open(test_tmpdir(), &e, err, sizeof err);
     ASSERT_TRUE(e == NULL);
     ASSERT_TRUE(strstr(err, "2 embedding rows for 29524 tokens") != NULL);
 }
@@ -756,7 +775,8 @@ TEST(m2v_wordpiece_model) {
     }
     struct tspec ts[] = {{"embeddings", "F32", "[12,2]", emb, sizeof emb}};
     ASSERT_OK(write_model(test_tmpdir(), ts, 1));
-    rt_embedder *e = rt_embedder_open(test_tmpdir(), err, sizeof err);
+    rt_embedder *e = NULL;
+    rt_embedder_open(test_tmpdir(), &e, err, sizeof err);
     if (!e) FAILF("%s", err);
     double mean[2];
     int norm = 1;
@@ -793,7 +813,8 @@ TEST(m2v_bad_models) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ASSERT_OK(write_model(test_tmpdir(), cases[i].t, cases[i].n));
-        rt_embedder *e = rt_embedder_open(test_tmpdir(), err, sizeof err);
+        rt_embedder *e = NULL;
+        rt_embedder_open(test_tmpdir(), &e, err, sizeof err);
         if (e) {
             rt_embedder_free(e);
             FAILF("case %zu accepted", i);
@@ -801,11 +822,12 @@ TEST(m2v_bad_models) {
         if (!strstr(err, cases[i].want)) FAILF("case %zu: \"%s\" lacks \"%s\"", i, err, cases[i].want);
     }
     /* a mapping row out of range */
+    rt_embedder *e = NULL;
     map[77] = 2;
     struct tspec t2[] = {{"embeddings", "F32", "[2,2]", emb, sizeof emb},
                          {"mapping", "I32", "[29524]", map, sizeof map}};
     ASSERT_OK(write_model(test_tmpdir(), t2, 2));
-    ASSERT_TRUE(rt_embedder_open(test_tmpdir(), err, sizeof err) == NULL);
+    ASSERT_EQ(rt_embedder_open(test_tmpdir(), &e, err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "token 77 maps to row 2") != NULL);
     map[77] = 0;
     /* a NaN in the embeddings */
@@ -813,27 +835,29 @@ TEST(m2v_bad_models) {
     struct tspec t3[] = {{"embeddings", "F32", "[2,2]", bad, sizeof bad},
                          {"mapping", "I32", "[29524]", map, sizeof map}};
     ASSERT_OK(write_model(test_tmpdir(), t3, 2));
-    ASSERT_TRUE(rt_embedder_open(test_tmpdir(), err, sizeof err) == NULL);
+    ASSERT_EQ(rt_embedder_open(test_tmpdir(), &e, err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "not finite") != NULL);
     /* config.json that is not an object, then a missing model.safetensors */
     ASSERT_OK(setup_model_dir("[true]"));
-    ASSERT_TRUE(rt_embedder_open(test_tmpdir(), err, sizeof err) == NULL);
+    ASSERT_EQ(rt_embedder_open(test_tmpdir(), &e, err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "config.json") != NULL);
     ASSERT_OK(setup_model_dir("{}"));
     char p[PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/model.safetensors", test_tmpdir());
     unlink(p);
-    ASSERT_TRUE(rt_embedder_open(test_tmpdir(), err, sizeof err) == NULL);
+    ASSERT_EQ(rt_embedder_open(test_tmpdir(), &e, err, sizeof err), NX_STATUS_NOT_FOUND);
+    ASSERT_TRUE(e == NULL);
     ASSERT_TRUE(strstr(err, "model.safetensors") != NULL && strstr(err, "cannot open") != NULL);
     /* a directory without tokenizer.json */
-    ASSERT_TRUE(rt_embedder_open("/", err, sizeof err) == NULL);
+    ASSERT_EQ(rt_embedder_open("/", &e, err, sizeof err), NX_STATUS_NOT_FOUND);
     ASSERT_TRUE(strstr(err, "tokenizer.json") != NULL);
 }
 
 TEST(m2v_latency_preliminary) {
     /* informational (a busy shared machine): embedding a short query end to end */
     char err[512] = "";
-    rt_embedder *e = rt_embedder_open(fixture_dir(), err, sizeof err);
+    rt_embedder *e = NULL;
+    rt_embedder_open(fixture_dir(), &e, err, sizeof err);
     if (!e) FAILF("%s", err);
     float out[64];
     const int reps = 2000;

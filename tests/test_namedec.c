@@ -493,7 +493,8 @@ TEST(rr_chat_score_matches_reference) {
     nx_model *m = load_model(STORIES);
     ASSERT_TRUE(m != NULL);
     char err[512] = "";
-    rt_reranker *r = rt_reranker_chat_open(m, err, sizeof err);
+    rt_reranker *r = NULL;
+    rt_reranker_chat_open(m, &r, err, sizeof err);
     if (!r) FAILF("%s", err);
     ASSERT_STR_EQ(r->name, "chat-relevance");
     const char *q = "what is the weather in Paris?";
@@ -518,7 +519,8 @@ TEST(rr_chat_score_matches_reference) {
                ((double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6) / 10);
     }
     /* a second instance gives the same scores */
-    rt_reranker *r2 = rt_reranker_chat_open(m, err, sizeof err);
+    rt_reranker *r2 = NULL;
+    rt_reranker_chat_open(m, &r2, err, sizeof err);
     ASSERT_TRUE(r2 != NULL);
     float a, b;
     ASSERT_OK(r->score(r, q, docs[0], &a, err, sizeof err));
@@ -535,7 +537,8 @@ TEST(rr_chat_long_inputs_truncated) {
     char err[512] = "";
     struct rt_chat_rerank_params p = rt_chat_rerank_default_params();
     p.n_ctx = 96;
-    rt_reranker *r = rt_reranker_chat_open_ex(m, &p, err, sizeof err);
+    rt_reranker *r = NULL;
+    rt_reranker_chat_open_ex(m, &p, &r, err, sizeof err);
     if (!r) FAILF("%s", err);
     /* two documents that differ only far past what fits: same score */
     size_t n = 20000;
@@ -553,7 +556,8 @@ TEST(rr_chat_long_inputs_truncated) {
     ASSERT_OK(r->score(r, d1, "get_weather: weather", &s1, err, sizeof err));
     ASSERT_TRUE(isfinite(s1));
     /* the default context also takes a 20 KB document */
-    rt_reranker *rd = rt_reranker_chat_open(m, err, sizeof err);
+    rt_reranker *rd = NULL;
+    rt_reranker_chat_open(m, &rd, err, sizeof err);
     ASSERT_TRUE(rd != NULL);
     ASSERT_OK(rd->score(rd, "weather?", d1, &s1, err, sizeof err));
     ASSERT_TRUE(isfinite(s1));
@@ -563,15 +567,16 @@ TEST(rr_chat_long_inputs_truncated) {
     rt_reranker_free(r);
     /* a context too small for the template: a clear error */
     p.n_ctx = 8;
-    r = rt_reranker_chat_open_ex(m, &p, err, sizeof err);
+    rt_reranker_chat_open_ex(m, &p, &r, err, sizeof err);
     ASSERT_TRUE(r != NULL);
-    ASSERT_EQ(r->score(r, "q", "d", &s1, err, sizeof err), -1);
+    ASSERT_EQ(r->score(r, "q", "d", &s1, err, sizeof err), NX_STATUS_INVALID_ARG);
     ASSERT_TRUE(strstr(err, "cannot hold the prompt template") != NULL);
     rt_reranker_free(r);
     /* bad parameters */
     p.n_ctx = 0;
     p.yes = p.no = " same";
-    ASSERT_TRUE(rt_reranker_chat_open_ex(m, &p, err, sizeof err) == NULL);
+    ASSERT_EQ(rt_reranker_chat_open_ex(m, &p, &r, err, sizeof err), NX_STATUS_INVALID_ARG);
+    ASSERT_TRUE(r == NULL);
     ASSERT_TRUE(strstr(err, "differ") != NULL);
     nx_model_free(m);
 }

@@ -13,6 +13,7 @@
 
 #include "core/alloc.h"
 #include "core/readfile.h"
+#include "eval/routing_run.h"
 #include "nexus.h"
 #include "route/bm25.h"
 #include "route/registry.h"
@@ -337,7 +338,8 @@ TEST(slb_quantization_bound) {
     double worst_ratio = 0;
     for (size_t di = 0; di < sizeof dims / sizeof *dims; di++) {
         int d = dims[di];
-        rt_slb *s = rt_slb_new(d, err, sizeof err);
+        rt_slb *s = NULL;
+        rt_slb_new(d, &s, err, sizeof err);
         ASSERT_TRUE(s != NULL);
         float *v = malloc(sizeof *v * (size_t)d * 20), *q = malloc(sizeof *q * (size_t)d);
         for (int r = 0; r < 20; r++) {
@@ -443,7 +445,8 @@ TEST(slb_simd_equals_scalar) {
     char err[128];
     const int dims[] = {1, 65, 383};
     for (int di = 0; di < 3; di++) {
-        rt_slb *s = rt_slb_new(dims[di], err, sizeof err);
+        rt_slb *s = NULL;
+        rt_slb_new(dims[di], &s, err, sizeof err);
         float *v = malloc(sizeof *v * (size_t)dims[di]);
         for (int r = 0; r < 37; r++) {
             for (int i = 0; i < dims[di]; i++) v[i] = rndf();
@@ -503,7 +506,8 @@ TEST(slb_quantize_simd_equals_scalar) {
 
 TEST(slb_topk_margin) {
     char err[128];
-    rt_slb *s = rt_slb_new(2, err, sizeof err);
+    rt_slb *s = NULL;
+    rt_slb_new(2, &s, err, sizeof err);
     /* unit-ish rows; query (1, 0): scores are the quantized first components */
     float rows[5][2] = {{0.5f, 1.0f}, {1.0f, 0.0f}, {1.0f, 0.0f}, {-1.0f, 0.0f}, {0.0f, 1.0f}};
     for (int i = 0; i < 5; i++) rt_slb_add(s, rows[i]);
@@ -524,13 +528,14 @@ TEST(slb_topk_margin) {
     ASSERT_EQ(n, 5);
     ASSERT_EQ(h[4].id, 3);
     rt_slb_free(s);
-    s = rt_slb_new(2, err, sizeof err);
+    rt_slb_new(2, &s, err, sizeof err);
     rt_slb_add(s, rows[0]);
     n = rt_slb_topk(s, q, 5, h, &margin, NULL);
     ASSERT_EQ(n, 1);
     ASSERT_TRUE(isinf(margin));
     rt_slb_free(s);
-    ASSERT_TRUE(rt_slb_new(0, err, sizeof err) == NULL);
+    ASSERT_EQ(rt_slb_new(0, &s, err, sizeof err), NX_STATUS_INVALID_ARG);
+    ASSERT_TRUE(s == NULL);
     ASSERT_TRUE(strstr(err, "outside") != NULL);
 }
 
@@ -594,12 +599,12 @@ static void tiny_tok(const char *tok, size_t len, void *ud) {
     for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)tok[i]) * 16777619u;
     v[h % 16] += 1.0f;
 }
-static int tiny_embed(rt_embedder *e, const char *text, enum rt_text_kind kind, float *out,
-                      char *err, size_t errlen) {
+static nx_status tiny_embed(rt_embedder *e, const char *text, enum rt_text_kind kind, float *out,
+                            char *err, size_t errlen) {
     ((struct tiny_emb *)e)->calls++;
     if (strstr(text, "FAIL")) {
         snprintf(err, errlen, "tiny embedder: refused");
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     memset(out, 0, sizeof(float) * 16);
     rt_lex_tokens(text, tiny_tok, out);
@@ -612,7 +617,8 @@ static int tiny_embed(rt_embedder *e, const char *text, enum rt_text_kind kind, 
 static void tiny_free(rt_embedder *e) { (void)e; }
 
 /* Reranker: score = length of the document (deterministic, unrelated to the first stage). */
-static int len_score(rt_reranker *r, const char *q, const char *doc, float *s, char *err, size_t n) {
+static nx_status len_score(rt_reranker *r, const char *q, const char *doc, float *s, char *err,
+                           size_t n) {
     *s = (float)strlen(doc);
     return 0;
 }
@@ -657,7 +663,8 @@ TEST(router_modes) {
     ASSERT_OK(rt_router_route(rt, q, NULL, &out, err, sizeof err));
     {
         rt_bm25 *bm = rt_bm25_new(1.2f, 0.75f);
-        rt_slb *s = rt_slb_new(16, err, sizeof err);
+        rt_slb *s = NULL;
+        rt_slb_new(16, &s, err, sizeof err);
         float v[16], bs[4], ds[4], f[4];
         for (int i = 0; i < 4; i++) {
             rt_bm25_add_tool(bm, &r.tools[i]);
@@ -775,6 +782,37 @@ TEST(eval_routing_custom) {
     ASSERT_EQ(RUN(eval_routing_main, e), 1); /* needs --embed-model */
     const char *f[] = {"eval-routing", "--tools", FX "no-such.json", "--queries", FX "queries.jsonl", NULL};
     ASSERT_EQ(RUN(eval_routing_main, f), 1);
+}
+
+/* The library runner directly: the status names each failure (the CLI maps it to 0 / 1). */
+TEST(eval_routing_run_statuses) {
+    struct routing_eval_params p = {.embedders = {"bm25"},
+                                    .n_emb = 1,
+                                    .sizes = {10},
+                                    .n_sizes = 1,
+                                    .seed = 1,
+                                    .gate_pct = 20,
+                                    .tools = {FX "tools.json", FX "functions.json"},
+                                    .n_tools = 2,
+                                    .queries = FX "queries.jsonl"};
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_OK);
+    p.queries = FX "bad_queries.jsonl";
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_FORMAT);
+    p.queries = FX "unknown_tool.jsonl";
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_INVALID_ARG);
+    p.queries = FX "no-such.jsonl";
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_IO);
+    p.queries = FX "queries.jsonl";
+    p.embedders[0] = "dense"; /* no embed_model */
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_INVALID_ARG);
+    p.embedders[0] = "nosuch";
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_INVALID_ARG);
+    p.embedders[0] = "bm25";
+    p.queries = NULL; /* tools without queries */
+    ASSERT_EQ(eval_routing_run(&p), NX_STATUS_INVALID_ARG);
+    p.n_tools = 0;
+    p.bfcl_dir = FX "no-such-dir";
+    ASSERT_TRUE(eval_routing_run(&p) != NX_STATUS_OK);
 }
 
 TEST(eval_routing_bfcl_mini) {

@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "eval/task_eval.h"
+#include "nexus.h"
 #include "support/cli.h"
 #include "support/tmpdir.h"
 #include "test.h"
@@ -117,6 +119,35 @@ TEST(malformed_tasks_refused) {
         fclose(f);
         if (run(path, "full", "1", out) == 0) FAILF("accepted bad file %zu: %s", i, bad[i]);
     }
+    /* the library runner names the problem in its status */
+    nx_model *m = NULL;
+    char err[256];
+    ASSERT_OK(nx_model_load(MODEL, NULL, &m, err, sizeof err));
+    const char *pols[] = {"full", "nosuch"};
+    double dens[] = {0.5};
+    const char *dn[] = {"0.5"};
+    struct task_eval_params p = {.tasks = path,
+                                 .policies = pols,
+                                 .n_policies = 1,
+                                 .densities = dens,
+                                 .density_names = dn,
+                                 .n_densities = 1,
+                                 .threads = 1,
+                                 .seed = 1};
+    ASSERT_EQ(task_eval_run(m, &p), NX_STATUS_FORMAT); /* the last bad file: empty */
+    p.tasks = "/nonexistent/tasks.jsonl";
+    ASSERT_EQ(task_eval_run(m, &p), NX_STATUS_IO);
+    FILE *f = fopen(path, "w");
+    fputs("{\"task\":\"x\",\"tokens\":[1,2,3,4],\"prompt_len\":2,\"answers\":[[3]]}\n", f);
+    fclose(f);
+    p.tasks = path;
+    ASSERT_OK(task_eval_run(m, &p));
+    dens[0] = 1.5;
+    ASSERT_EQ(task_eval_run(m, &p), NX_STATUS_INVALID_ARG);
+    dens[0] = 0.5;
+    p.policies = pols + 1; /* unknown policy: nx_ctx_init's status */
+    ASSERT_EQ(task_eval_run(m, &p), NX_STATUS_INVALID_ARG);
+    nx_model_free(m);
 }
 
 TEST_MAIN

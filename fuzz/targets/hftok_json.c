@@ -24,7 +24,8 @@ NX_FUZZ_TARGET(hftok_json) {
     int fd;
     char path[64], err[400] = "";
     if (fuzz_memfile(data, size, &fd, path, sizeof path) != 0) return 0;
-    hf_tok *t = hf_tok_load(path, err, sizeof err);
+    hf_tok *t = NULL;
+    hf_tok_load(path, &t, err, sizeof err);
     close(fd);
     if (!t) {
         if (!err[0]) __builtin_trap();

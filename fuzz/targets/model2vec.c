@@ -58,7 +58,8 @@ NX_FUZZ_TARGET(model2vec) {
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (write_all(path, data, size)) abort();
     err[0] = 0;
-    rt_embedder *e = rt_embedder_open(dir, err, sizeof err);
+    rt_embedder *e = NULL;
+    rt_embedder_open(dir, &e, err, sizeof err);
     if (!e) {
         if (!err[0]) __builtin_trap();
         return 0;

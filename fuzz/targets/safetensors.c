@@ -10,7 +10,8 @@
 
 NX_FUZZ_TARGET(safetensors) {
     char err[400] = "";
-    st_file *f = st_open_mem(data, size, err, sizeof err);
+    st_file *f = NULL;
+    st_open_mem(data, size, &f, err, sizeof err);
     if (!f) {
         if (!err[0]) __builtin_trap();
         return 0;

@@ -49,6 +49,16 @@ nx_status nx_err_set(struct nx_err *err, nx_status st, const char *fmt, ...) {
     return st;
 }
 
+nx_status nx_errf(char *err, size_t errlen, nx_status st, const char *fmt, ...) {
+    if (err && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
 /* ---- logging ---- */
 static nx_log_fn g_log_fn;
 static void *g_log_ud;

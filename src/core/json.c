@@ -1,6 +1,8 @@
 /* json.c - jansson helpers (see json.h). */
 #include "core/json.h"
 
+#include <math.h>
+
 #include "core/alloc.h"
 
 char *nx_json_dumps(const json_t *j, size_t flags) {
@@ -37,3 +39,5 @@ json_t *nx_json_load_file(const char *path, size_t flags, json_error_t *je, bool
     size_t fails = nx_alloc_failures();
     return checked(json_load_file(path, flags, je), fails, oom);
 }
+
+json_t *nx_json_real_or_null(double x) { return isfinite(x) ? json_real(x) : json_null(); }

@@ -21,4 +21,7 @@ json_t *nx_json_loadb(const char *buf, size_t len, size_t flags, json_error_t *j
 json_t *nx_json_loads(const char *text, size_t flags, json_error_t *je, bool *oom);
 json_t *nx_json_load_file(const char *path, size_t flags, json_error_t *je, bool *oom);
 
+/* A JSON number for a finite x, null otherwise (JSON has no NaN or infinity). */
+json_t *nx_json_real_or_null(double x);
+
 #endif

@@ -42,6 +42,14 @@ static inline bool nx_add_size(size_t a, size_t b, size_t *out) {
 }
 static inline size_t nx_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+/* The splitmix64 generator: advances *state and returns the next 64 random bits. */
+static inline uint64_t nx_splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 /* Seconds on the monotonic clock (for timing; arbitrary origin). */
 double nx_time_s(void);
 
@@ -54,5 +62,9 @@ struct nx_err {
 };
 nx_status nx_err_set(struct nx_err *err, nx_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same for the (char *err, size_t errlen) convention of the public API: writes the
+ * message when err is non-NULL and errlen > 0, returns st. */
+nx_status nx_errf(char *err, size_t errlen, nx_status st, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -54,9 +54,9 @@ static void med_p99(double *v, int n, double *med, double *p99) {
     *p99 = v[k < 0 ? 0 : k];
 }
 
-static int run_policy(const nx_model *m, const struct effi_params *ep, const char *policy,
-                      const int *lens, int nl, const nx_token *toks, struct effi_point *out,
-                      struct nx_progress *pg, int pg_base) {
+static nx_status run_policy(const nx_model *m, const struct effi_params *ep, const char *policy,
+                            const int *lens, int nl, const nx_token *toks, struct effi_point *out,
+                            struct nx_progress *pg, int pg_base) {
     int maxlen = lens[nl - 1];
     struct nx_ctx_params cp = ep->base ? *ep->base : nx_ctx_default_params();
     cp.n_ctx = ep->prompt + maxlen + 1;
@@ -67,14 +67,18 @@ static int run_policy(const nx_model *m, const struct effi_params *ep, const cha
     cp.kv.regime = ep->regime;
     nx_ctx *c = NULL;
     char err[256];
-    if (nx_ctx_init(m, &cp, &c, err, sizeof err)) {
+    nx_status rc = nx_ctx_init(m, &cp, &c, err, sizeof err);
+    if (rc != NX_STATUS_OK) {
         fprintf(stderr, "eval-efficiency: %s: %s\n", policy, err);
-        return -1;
+        return rc;
     }
     double *lat = nx_malloc(sizeof *lat * (size_t)maxlen), *win = nx_malloc(sizeof *win * (size_t)maxlen);
-    int rc = -1;
-    if (!lat || !win) goto done;
-    if (ep->prompt > 0 && nx_decode(c, toks, ep->prompt, false)) {
+    rc = NX_STATUS_NOMEM;
+    if (!lat || !win) {
+        fprintf(stderr, "eval-efficiency: out of memory\n");
+        goto done;
+    }
+    if (ep->prompt > 0 && (rc = nx_decode(c, toks, ep->prompt, false)) != NX_STATUS_OK) {
         fprintf(stderr, "eval-efficiency: %s: prompt: %s\n", policy, nx_ctx_last_error(c));
         goto done;
     }
@@ -84,7 +88,7 @@ static int run_policy(const nx_model *m, const struct effi_params *ep, const cha
     int prev = 0, li = 0;
     for (int i = 0; i < maxlen; i++) {
         double t0 = nx_time_s();
-        if (nx_decode(c, &toks[ep->prompt + i], 1, false)) {
+        if ((rc = nx_decode(c, &toks[ep->prompt + i], 1, false)) != NX_STATUS_OK) {
             fprintf(stderr, "eval-efficiency: %s: step %d: %s\n", policy, i, nx_ctx_last_error(c));
             goto done;
         }
@@ -112,7 +116,7 @@ static int run_policy(const nx_model *m, const struct effi_params *ep, const cha
         }
         nx_progress_update(pg, pg_base + i + 1, policy);
     }
-    rc = 0;
+    rc = NX_STATUS_OK;
 done:
     nx_free(lat);
     nx_free(win);
@@ -120,13 +124,14 @@ done:
     return rc;
 }
 
-static int write_json(const nx_model *m, const struct effi_params *ep, char **pols, int np,
-                      int nl, const struct effi_point *pts) {
+static nx_status write_json(const nx_model *m, const struct effi_params *ep, char **pols, int np,
+                            int nl, const struct effi_point *pts) {
     struct nx_outfile o;
     char err[1200];
-    if (nx_outfile_open(&o, ep->json_path, err, sizeof err)) {
+    nx_status st = nx_outfile_open(&o, ep->json_path, err, sizeof err);
+    if (st != NX_STATUS_OK) {
         fprintf(stderr, "eval-efficiency: %s\n", err);
-        return -1;
+        return st;
     }
     fprintf(o.f, "[\n");
     for (int pi = 0; pi < np; pi++)
@@ -145,16 +150,17 @@ static int write_json(const nx_model *m, const struct effi_params *ep, char **po
                     pi + 1 == np && li + 1 == nl ? "" : ",");
         }
     fprintf(o.f, "]\n");
-    if (nx_outfile_commit(&o, err, sizeof err)) {
+    if ((st = nx_outfile_commit(&o, err, sizeof err)) != NX_STATUS_OK) {
         fprintf(stderr, "eval-efficiency: %s\n", err);
-        return -1;
+        return st;
     }
-    return 0;
+    return NX_STATUS_OK;
 }
 
-static int write_svg(const nx_model *m, const struct effi_params *ep, char **pols, int np, int nl,
-                     const struct effi_point *pts) {
-    if (eval_mkdir(ep->svg_dir, "eval-efficiency")) return -1;
+static nx_status write_svg(const nx_model *m, const struct effi_params *ep, char **pols, int np,
+                           int nl, const struct effi_point *pts) {
+    nx_status rc = eval_mkdir(ep->svg_dir, "eval-efficiency");
+    if (rc != NX_STATUS_OK) return rc;
     double x[MAX_POL][MAX_LEN], tps[MAX_POL][MAX_LEN], kv[MAX_POL][MAX_LEN];
     struct svg_series st[MAX_POL], sk[MAX_POL];
     for (int pi = 0; pi < np; pi++) {
@@ -174,33 +180,33 @@ static int write_svg(const nx_model *m, const struct effi_params *ep, char **pol
     snprintf(path, sizeof path, "%s/efficiency.svg", ep->svg_dir);
     snprintf(title, sizeof title, "%s, %d threads, density %.2f (%s regime), prompt %d",
              nx_model_desc(m), ep->threads, ep->density, eval_regime_name(ep->regime), ep->prompt);
-    if (svg_save(path, title, panels, 2, err, sizeof err)) {
+    if ((rc = svg_save(path, title, panels, 2, err, sizeof err)) != NX_STATUS_OK) {
         fprintf(stderr, "eval-efficiency: %s\n", err);
-        return -1;
+        return rc;
     }
     fprintf(stderr, "eval-efficiency: wrote %s\n", path);
-    return 0;
+    return NX_STATUS_OK;
 }
 
-int eval_efficiency_run(const nx_model *m, const struct effi_params *ep) {
+nx_status eval_efficiency_run(const nx_model *m, const struct effi_params *ep) {
     char pol_buf[512], len_buf[256];
     snprintf(pol_buf, sizeof pol_buf, "%s", ep->policies ? ep->policies : "");
     snprintf(len_buf, sizeof len_buf, "%s", ep->lengths ? ep->lengths : "");
     char *pols[MAX_POL], *ls[MAX_LEN];
     int np = eval_split_list(pol_buf, pols, MAX_POL), nl = eval_split_list(len_buf, ls, MAX_LEN);
-    if (eval_check_policies(pols, np, "eval-efficiency")) return 1;
+    if (eval_check_policies(pols, np, "eval-efficiency")) return NX_STATUS_INVALID_ARG;
     if (!(ep->density > 0 && ep->density <= 1)) {
         fprintf(stderr, "eval-efficiency: --density must be in (0, 1]\n");
-        return 1;
+        return NX_STATUS_INVALID_ARG;
     }
     if (ep->prompt < 0 || ep->threads < 1) {
         fprintf(stderr, "eval-efficiency: bad --prompt or --threads\n");
-        return 1;
+        return NX_STATUS_INVALID_ARG;
     }
     int lens[MAX_LEN];
     if (nl == 0) {
         fprintf(stderr, "eval-efficiency: empty --lengths\n");
-        return 1;
+        return NX_STATUS_INVALID_ARG;
     }
     for (int i = 0; i < nl; i++) {
         char *end;
@@ -208,14 +214,14 @@ int eval_efficiency_run(const nx_model *m, const struct effi_params *ep) {
         if (*end || end == ls[i] || v < 1 || v > (1 << 22) || (i > 0 && v <= lens[i - 1])) {
             fprintf(stderr, "eval-efficiency: --lengths must be ascending integers in [1, 4194304], "
                             "got '%s'\n", ls[i]);
-            return 1;
+            return NX_STATUS_INVALID_ARG;
         }
         lens[i] = (int)v;
     }
     int maxlen = lens[nl - 1], ntok = ep->prompt + maxlen;
     nx_token *toks = nx_malloc(sizeof *toks * (size_t)ntok);
     struct effi_point *pts = nx_calloc((size_t)(np * nl), sizeof *pts);
-    int rc = 1;
+    nx_status rc = NX_STATUS_NOMEM;
     if (!toks || !pts) {
         fprintf(stderr, "eval-efficiency: out of memory\n");
         goto out;
@@ -229,8 +235,10 @@ int eval_efficiency_run(const nx_model *m, const struct effi_params *ep) {
     if (nx_token_bos(m) >= 0) toks[0] = nx_token_bos(m);
     struct nx_progress pg;
     nx_progress_start(&pg, stderr, "decode steps", np * maxlen);
-    for (int pi = 0; pi < np; pi++)
-        if (run_policy(m, ep, pols[pi], lens, nl, toks, pts + pi * nl, &pg, pi * maxlen)) goto out;
+    for (int pi = 0; pi < np; pi++) {
+        rc = run_policy(m, ep, pols[pi], lens, nl, toks, pts + pi * nl, &pg, pi * maxlen);
+        if (rc != NX_STATUS_OK) goto out;
+    }
     nx_progress_finish(&pg);
     printf("model: %s, %d threads, kernels %s, prompt %d, density %.2f, %s regime\n",
            nx_model_desc(m), ep->threads, nx_kernels_name(), ep->prompt, ep->density,
@@ -253,9 +261,9 @@ int eval_efficiency_run(const nx_model *m, const struct effi_params *ep) {
                    (double)p->kv_bytes / 1048576.0, vs2, 100.0 * p->evict_share);
         }
     fflush(stdout);
-    if (ep->json_path && write_json(m, ep, pols, np, nl, pts)) goto out;
-    if (ep->svg_dir && write_svg(m, ep, pols, np, nl, pts)) goto out;
-    rc = 0;
+    if (ep->json_path && (rc = write_json(m, ep, pols, np, nl, pts)) != NX_STATUS_OK) goto out;
+    if (ep->svg_dir && (rc = write_svg(m, ep, pols, np, nl, pts)) != NX_STATUS_OK) goto out;
+    rc = NX_STATUS_OK;
 out:
     nx_free(toks);
     nx_free(pts);

@@ -17,6 +17,7 @@ struct effi_params {
     const struct nx_ctx_params *base; /* KV type, block/sink/recent, Nexus knobs; NULL: defaults */
 };
 struct effi_params effi_default_params(void);
-/* Prints a table; 0 on success, 1 with a message on stderr. */
-int eval_efficiency_run(const nx_model *m, const struct effi_params *p);
+/* Prints a table; NX_STATUS_OK, or the failing step's status (INVALID_ARG for bad parameters,
+ * NOMEM, the engine's, IO) with a message on stderr. */
+nx_status eval_efficiency_run(const nx_model *m, const struct effi_params *p);
 #endif

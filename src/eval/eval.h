@@ -23,8 +23,9 @@ struct eval_params {
                                          NULL: defaults. Policy, density and regime are set per
                                          configuration. */
 };
-/* Runs every configuration; prints a Markdown table; 0 on success, 1 with a message on stderr. */
-int eval_run(const nx_model *m, const struct eval_params *p);
+/* Runs every configuration; prints a Markdown table; NX_STATUS_OK, or the failing step's status
+ * (INVALID_ARG for bad parameters, NOMEM, IO, the engine's) with a message on stderr. */
+nx_status eval_run(const nx_model *m, const struct eval_params *p);
 
 /* ---- shared by the eval runners (sweep.c) ---- */
 
@@ -33,10 +34,11 @@ int eval_split_list(char *s, char **items, int max);
 /* Parses "prefill" / "stream"; -1 when neither. */
 int eval_regime_from_name(const char *s);
 const char *eval_regime_name(int regime);
-/* Checks every name against the known policies; 0, or -1 with a message on stderr. */
-int eval_check_policies(char **pols, int n, const char *cmd);
-/* Parses densities in (0, 1]; 0, or -1 with a message on stderr. */
-int eval_parse_densities(char **items, int n, float *out, const char *cmd);
+/* Checks every name against the known policies; NX_STATUS_OK, or INVALID_ARG with a message on
+ * stderr. */
+nx_status eval_check_policies(char **pols, int n, const char *cmd);
+/* Parses densities in (0, 1]; NX_STATUS_OK, or INVALID_ARG with a message on stderr. */
+nx_status eval_parse_densities(char **items, int n, float *out, const char *cmd);
 /* The validated lists of a policy x density x regime sweep (names point into the split buffer). */
 enum { EVAL_MAX_ITEMS = 16 };
 struct eval_sweep {
@@ -46,9 +48,9 @@ struct eval_sweep {
     int np, nd, nr;
 };
 /* Splits the comma lists in place and checks every policy, density (0, 1] and regime;
- * 0, or -1 with a message (prefixed with cmd) on stderr. */
-int eval_sweep_split(char *policies, char *densities, char *regimes, const char *cmd,
-                     struct eval_sweep *sw);
+ * NX_STATUS_OK, or INVALID_ARG with a message (prefixed with cmd) on stderr. */
+nx_status eval_sweep_split(char *policies, char *densities, char *regimes, const char *cmd,
+                           struct eval_sweep *sw);
 /* One configuration of a policy x density x regime sweep. */
 struct eval_sweep_cfg {
     const char *policy;
@@ -56,19 +58,21 @@ struct eval_sweep_cfg {
     int regime;
 };
 /* The sweep over the comma lists (split in place: policy names point into `policies`); "full"
- * runs once, dense. Returns the count (at most max), or -1 with a message on stderr. */
+ * runs once, dense. Returns the count (at most max), or NX_STATUS_INVALID_ARG with a message on
+ * stderr. */
 int eval_sweep_parse(char *policies, char *densities, char *regimes, const char *cmd,
                      struct eval_sweep_cfg *out, int max);
-/* Creates a directory if it does not exist; 0, or -1 with a message on stderr. */
-int eval_mkdir(const char *dir, const char *cmd);
+/* Creates a directory if it does not exist; NX_STATUS_OK, or INVALID_ARG (a non-directory is in
+ * the way) / IO with a message on stderr. */
+nx_status eval_mkdir(const char *dir, const char *cmd);
 /* Tokenizes text (add BOS when add_bos and the model has one); allocated (nx_free), *n set; NULL on
    failure. */
 nx_token *eval_tokenize(const nx_model *m, const char *text, size_t len, int add_bos, int32_t *n);
 /* nx_read_file (1 GiB limit; free with nx_free), its message printed as "cmd: ..." on failure. */
 char *eval_read_file(const char *path, size_t *len, const char *cmd);
 /* Greedy generation: decodes the prompt (one multi-token call), then up to max_new tokens, stopping
-   at an end-of-generation token. The generated text (nx_free) goes to *out. 0, or -1 with the
-   context's error on stderr. */
-int eval_generate_greedy(const nx_model *m, nx_ctx *c, const nx_token *prompt, int32_t n_prompt,
-                         int max_new, char **out);
+   at an end-of-generation token. The generated text (nx_free) goes to *out. NX_STATUS_OK, or
+   nx_generate's status with the context's error on stderr. */
+nx_status eval_generate_greedy(const nx_model *m, nx_ctx *c, const nx_token *prompt,
+                               int32_t n_prompt, int max_new, char **out);
 #endif

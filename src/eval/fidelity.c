@@ -72,8 +72,8 @@ static int argmax(const float *l, int n) {
     return b;
 }
 
-static nx_ctx *make(const nx_model *m, const struct eval_params *ep, const char *policy,
-                    float density, int regime) {
+static nx_status make(const nx_model *m, const struct eval_params *ep, const char *policy,
+                      float density, int regime, nx_ctx **out) {
     struct nx_ctx_params cp = ep->base ? *ep->base : nx_ctx_default_params();
     cp.kv.budget = 0;
     cp.n_ctx = ep->stream_len + 1;
@@ -81,17 +81,18 @@ static nx_ctx *make(const nx_model *m, const struct eval_params *ep, const char 
     cp.kv.policy = policy;
     cp.kv.density = density;
     cp.kv.regime = regime;
-    nx_ctx *c = NULL;
     char err[256];
-    if (nx_ctx_init(m, &cp, &c, err, sizeof err)) fprintf(stderr, "eval: %s: %s\n", policy, err);
-    return c;
+    nx_status st = nx_ctx_init(m, &cp, out, err, sizeof err);
+    if (st != NX_STATUS_OK) fprintf(stderr, "eval: %s: %s\n", policy, err);
+    return st;
 }
 
 /* The model's own text: temperature-1 sampling from BOS. */
-static int sample_stream(const nx_model *m, const struct eval_params *ep, uint64_t seed,
-                         nx_token *toks) {
-    nx_ctx *c = make(m, ep, "full", 0, NX_KV_REGIME_PREFILL);
-    if (!c) return -1;
+static nx_status sample_stream(const nx_model *m, const struct eval_params *ep, uint64_t seed,
+                               nx_token *toks) {
+    nx_ctx *c = NULL;
+    nx_status rc = make(m, ep, "full", 0, NX_KV_REGIME_PREFILL, &c);
+    if (rc != NX_STATUS_OK) return rc;
     struct nx_sampler_params sp = nx_sampler_default_params();
     sp.temp = 1.0f;
     sp.top_k = 0;
@@ -99,9 +100,9 @@ static int sample_stream(const nx_model *m, const struct eval_params *ep, uint64
     sp.min_p = 0;
     sp.seed = seed;
     nx_sampler *s;
-    if (nx_sampler_init(&sp, nx_model_n_vocab(m), &s)) {
+    if ((rc = nx_sampler_init(&sp, nx_model_n_vocab(m), &s)) != NX_STATUS_OK) {
         nx_ctx_free(c);
-        return -1;
+        return rc;
     }
     toks[0] = nx_token_bos(m) >= 0 ? nx_token_bos(m) : 0;
     struct nx_gen_params gp = nx_gen_default_params();
@@ -112,29 +113,28 @@ static int sample_stream(const nx_model *m, const struct eval_params *ep, uint64
     gp.tokens_cap = ep->stream_len - 1;
     struct nx_gen_result gr;
     struct nx_err err;
-    int rc = 0;
-    if (nx_generate(m, c, toks, 1, &gp, &gr, &err) || gr.n_generated != ep->stream_len - 1) {
-        fprintf(stderr, "eval: sampling: %s\n", nx_ctx_last_error(c));
-        rc = -1;
-    }
+    rc = nx_generate(m, c, toks, 1, &gp, &gr, &err);
+    if (rc == NX_STATUS_OK && gr.n_generated != ep->stream_len - 1) rc = NX_STATUS_KV_FULL;
+    if (rc != NX_STATUS_OK) fprintf(stderr, "eval: sampling: %s\n", nx_ctx_last_error(c));
     nx_sampler_free(s);
     nx_ctx_free(c);
     return rc;
 }
 
 /* Streams cut from a text file: BOS (when the model has one), then stream_len - 1 file tokens,
-   consecutive and non-overlapping. Returns the number of streams (<= want), -1 on error. */
+   consecutive and non-overlapping. Returns the number of streams (<= want), or a negative
+   nx_status with a message on stderr. */
 static int file_streams(const nx_model *m, const struct eval_params *ep, nx_token *toks,
                         int want) {
     size_t len;
     char *text = eval_read_file(ep->text_file, &len, "eval");
-    if (!text) return -1;
+    if (!text) return NX_STATUS_IO;
     int32_t n = 0;
     nx_token *ft = eval_tokenize(m, text, len, 0, &n);
     nx_free(text);
     if (!ft) {
         fprintf(stderr, "eval: cannot tokenize '%s'\n", ep->text_file);
-        return -1;
+        return NX_STATUS_NOMEM;
     }
     int L = ep->stream_len, bos = nx_token_bos(m) >= 0, per = L - bos;
     int have = per > 0 ? n / per : 0;
@@ -142,7 +142,7 @@ static int file_streams(const nx_model *m, const struct eval_params *ep, nx_toke
         fprintf(stderr, "eval: '%s' gives %d tokens, fewer than one stream of %d\n",
                 ep->text_file, n, L);
         nx_free(ft);
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     int ns = have < want ? have : want;
     for (int s = 0; s < ns; s++) {
@@ -158,19 +158,20 @@ static int file_streams(const nx_model *m, const struct eval_params *ep, nx_toke
 }
 
 /* One configuration on one stream; adds the per-stream means to the result. */
-static int run_one(const nx_model *m, const struct eval_params *ep, struct eval_result *r,
-                   const nx_token *toks) {
+static nx_status run_one(const nx_model *m, const struct eval_params *ep, struct eval_result *r,
+                         const nx_token *toks) {
     int nv = nx_model_n_vocab(m), L = ep->stream_len, half = L / 2;
     int block = ep->base && ep->base->kv_block > 0 ? ep->base->kv_block : 32;
-    nx_ctx *d = make(m, ep, "full", 0, r->regime);
-    nx_ctx *p = make(m, ep, r->policy, r->density, r->regime);
-    if (!d || !p) {
+    nx_ctx *d = NULL, *p = NULL;
+    nx_status rc = make(m, ep, "full", 0, r->regime, &d);
+    if (rc == NX_STATUS_OK) rc = make(m, ep, r->policy, r->density, r->regime, &p);
+    if (rc != NX_STATUS_OK) {
         nx_ctx_free(d);
         nx_ctx_free(p);
-        return -1;
+        return rc;
     }
-    int rc = 0;
-    if (nx_decode(d, toks, half, false) || nx_decode(p, toks, half, false)) rc = -1;
+    rc = nx_decode(d, toks, half, false);
+    if (rc == NX_STATUS_OK) rc = nx_decode(p, toks, half, false);
     struct acc kl = {0}, top1 = {0}, nll = {0}, rec = {0}, kvf = {0};
     /* position i: the logits after toks[i-1] predict toks[i] */
     for (int i = half; i < L && rc == 0; i++) {
@@ -190,8 +191,8 @@ static int run_one(const nx_model *m, const struct eval_params *ep, struct eval_
             if (last >= 0 && i - last >= ep->recall_blocks * block)
                 acc_add(&rec, argmax(lp, nv) == a);
         }
-        if (i + 1 < L && (nx_decode(d, &toks[i], 1, false) || nx_decode(p, &toks[i], 1, false)))
-            rc = -1;
+        if (i + 1 < L && (rc = nx_decode(d, &toks[i], 1, false)) == NX_STATUS_OK)
+            rc = nx_decode(p, &toks[i], 1, false);
     }
     if (rc) fprintf(stderr, "eval: decode failed: %s%s\n", nx_ctx_last_error(d),
                     nx_ctx_last_error(p));
@@ -203,16 +204,17 @@ static int run_one(const nx_model *m, const struct eval_params *ep, struct eval_
     acc_add(&r->nll, acc_mean(&nll));
     if (rec.n > 0) acc_add(&r->rec, acc_mean(&rec));
     acc_add(&r->kvf, acc_mean(&kvf));
-    return 0;
+    return NX_STATUS_OK;
 }
 
-static int write_json(const struct eval_params *ep, const struct eval_result *res, int n,
-                      int streams) {
+static nx_status write_json(const struct eval_params *ep, const struct eval_result *res, int n,
+                            int streams) {
     struct nx_outfile o;
     char err[1200];
-    if (nx_outfile_open(&o, ep->json_path, err, sizeof err)) {
+    nx_status st = nx_outfile_open(&o, ep->json_path, err, sizeof err);
+    if (st != NX_STATUS_OK) {
         fprintf(stderr, "eval: %s\n", err);
-        return -1;
+        return st;
     }
     const struct nx_ctx_params *b = ep->base;
     fprintf(o.f, "[\n");
@@ -234,17 +236,18 @@ static int write_json(const struct eval_params *ep, const struct eval_result *re
                 ep->recall_blocks, acc_mean(&r->kvf), acc_sd(&r->kvf), i + 1 < n ? "," : "");
     }
     fprintf(o.f, "]\n");
-    if (nx_outfile_commit(&o, err, sizeof err)) {
+    if ((st = nx_outfile_commit(&o, err, sizeof err)) != NX_STATUS_OK) {
         fprintf(stderr, "eval: %s\n", err);
-        return -1;
+        return st;
     }
-    return 0;
+    return NX_STATUS_OK;
 }
 
 /* One SVG per regime: KL, top-1 and recall against density, one line per policy. */
-static int write_svgs(const struct eval_params *ep, const struct eval_result *res, int np, int nd,
-                      int nr, int streams) {
-    if (eval_mkdir(ep->svg_dir, "eval")) return -1;
+static nx_status write_svgs(const struct eval_params *ep, const struct eval_result *res, int np,
+                            int nd, int nr, int streams) {
+    nx_status st = eval_mkdir(ep->svg_dir, "eval");
+    if (st != NX_STATUS_OK) return st;
     for (int ri = 0; ri < nr; ri++) {
         double x[MAX_POL][MAX_DEN], kl[MAX_POL][MAX_DEN], kle[MAX_POL][MAX_DEN];
         double t1[MAX_POL][MAX_DEN], t1e[MAX_POL][MAX_DEN], rc[MAX_POL][MAX_DEN],
@@ -275,26 +278,27 @@ static int write_svgs(const struct eval_params *ep, const struct eval_result *re
                  "Fidelity against dense, %s regime (%d %s streams of %d tokens, mean ± sd)",
                  eval_regime_name(regime), streams, ep->text_file ? "file" : "sampled",
                  ep->stream_len);
-        if (svg_save(path, title, panels, 3, err, sizeof err)) {
+        if ((st = svg_save(path, title, panels, 3, err, sizeof err)) != NX_STATUS_OK) {
             fprintf(stderr, "eval: %s\n", err);
-            return -1;
+            return st;
         }
         fprintf(stderr, "eval: wrote %s\n", path);
     }
-    return 0;
+    return NX_STATUS_OK;
 }
 
-int eval_run(const nx_model *m, const struct eval_params *ep) {
+nx_status eval_run(const nx_model *m, const struct eval_params *ep) {
     char pol_buf[512], den_buf[256], reg_buf[64];
     snprintf(pol_buf, sizeof pol_buf, "%s", ep->policies ? ep->policies : "");
     snprintf(den_buf, sizeof den_buf, "%s", ep->densities ? ep->densities : "");
     snprintf(reg_buf, sizeof reg_buf, "%s", ep->regimes ? ep->regimes : "");
     struct eval_sweep sw;
-    if (eval_sweep_split(pol_buf, den_buf, reg_buf, "eval", &sw)) return 1;
+    nx_status rc = eval_sweep_split(pol_buf, den_buf, reg_buf, "eval", &sw);
+    if (rc != NX_STATUS_OK) return rc;
     const int np = sw.np, nd = sw.nd, nr = sw.nr;
     if (ep->streams < 1 || ep->stream_len < 8) {
         fprintf(stderr, "eval: need at least 1 stream of at least 8 tokens\n");
-        return 1;
+        return NX_STATUS_INVALID_ARG;
     }
     int L = ep->stream_len;
     nx_token *toks = nx_malloc(sizeof *toks * (size_t)L * (size_t)ep->streams);
@@ -303,17 +307,21 @@ int eval_run(const nx_model *m, const struct eval_params *ep) {
         nx_free(toks);
         nx_free(res);
         fprintf(stderr, "eval: out of memory\n");
-        return 1;
+        return NX_STATUS_NOMEM;
     }
-    int streams = ep->streams, rc = 1;
+    int streams = ep->streams;
     if (ep->text_file) {
         streams = file_streams(m, ep, toks, ep->streams);
-        if (streams < 1) goto out;
+        if (streams < 0) {
+            rc = (nx_status)streams;
+            goto out;
+        }
     } else {
         struct nx_progress pg;
         nx_progress_start(&pg, stderr, "streams sampled", streams);
         for (int s = 0; s < streams; s++) {
-            if (sample_stream(m, ep, ep->seed + (uint64_t)s, toks + (size_t)s * L)) goto out;
+            rc = sample_stream(m, ep, ep->seed + (uint64_t)s, toks + (size_t)s * L);
+            if (rc != NX_STATUS_OK) goto out;
             nx_progress_update(&pg, s + 1, NULL);
         }
         nx_progress_finish(&pg);
@@ -334,7 +342,7 @@ int eval_run(const nx_model *m, const struct eval_params *ep) {
                 snprintf(label, sizeof label, "%s d=%.2f %s", r->policy, r->density,
                          eval_regime_name(r->regime));
                 for (int s = 0; s < streams; s++) {
-                    if (run_one(m, ep, r, toks + (size_t)s * L)) {
+                    if ((rc = run_one(m, ep, r, toks + (size_t)s * L)) != NX_STATUS_OK) {
                         fprintf(stderr, "\neval: %s failed\n", label);
                         goto out;
                     }
@@ -347,9 +355,9 @@ int eval_run(const nx_model *m, const struct eval_params *ep) {
                 fflush(stdout);
             }
     nx_progress_finish(&pg);
-    if (ep->json_path && write_json(ep, res, total, streams)) goto out;
-    if (ep->svg_dir && write_svgs(ep, res, np, nd, nr, streams)) goto out;
-    rc = 0;
+    if (ep->json_path && (rc = write_json(ep, res, total, streams)) != NX_STATUS_OK) goto out;
+    if (ep->svg_dir && (rc = write_svgs(ep, res, np, nd, nr, streams)) != NX_STATUS_OK) goto out;
+    rc = NX_STATUS_OK;
 out:
     nx_free(toks);
     nx_free(res);

@@ -68,7 +68,7 @@ struct ds_acc {
     int n, truncated, unsupported;
 };
 
-int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
+nx_status eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
     char fbuf[4096], pbuf[512], dbuf[256], rbuf[64];
     snprintf(fbuf, sizeof fbuf, "%s", lp->data ? lp->data : "");
     snprintf(pbuf, sizeof pbuf, "%s", lp->policies ? lp->policies : "");
@@ -78,21 +78,22 @@ int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
     int nf = eval_split_list(fbuf, files, MAX_FILES);
     if (nf == 0) {
         fprintf(stderr, "eval-longbench: no --data file\n");
-        return 1;
+        return NX_STATUS_INVALID_ARG;
     }
     struct eval_sweep_cfg cfgs[MAX_CFG];
     int nc = eval_sweep_parse(pbuf, dbuf, rbuf, "eval-longbench", cfgs, MAX_CFG);
-    if (nc < 0) return 1;
+    if (nc < 0) return NX_STATUS_INVALID_ARG;
     /* load everything first: a bad line fails before any generation */
     struct lb_set sets[MAX_FILES];
     memset(sets, 0, sizeof sets);
-    int rc = 1, total = 0;
+    nx_status rc = NX_STATUS_OK;
+    int total = 0;
     struct ds_acc ds[MAX_DS];
     int nds = 0;
     memset(ds, 0, sizeof ds);
     for (int f = 0; f < nf; f++) {
         char err[1024];
-        if (lb_load(files[f], lp->limit, &sets[f], err, sizeof err)) {
+        if ((rc = lb_load(files[f], lp->limit, &sets[f], err, sizeof err)) != NX_STATUS_OK) {
             fprintf(stderr, "eval-longbench: %s\n", err);
             goto out;
         }
@@ -110,12 +111,17 @@ int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
             if (di == nds) {
                 if (nds == MAX_DS) {
                     fprintf(stderr, "eval-longbench: more than %d datasets\n", MAX_DS);
+                    rc = NX_STATUS_UNSUPPORTED;
                     goto out;
                 }
                 snprintf(ds[di].name, sizeof ds[di].name, "%s", r->dataset);
                 lb_dataset_info(r->dataset, &ds[di].metric, NULL, NULL);
                 ds[di].sum = nx_calloc((size_t)nc, sizeof *ds[di].sum);
-                if (!ds[di].sum) goto out;
+                if (!ds[di].sum) {
+                    fprintf(stderr, "eval-longbench: out of memory\n");
+                    rc = NX_STATUS_NOMEM;
+                    goto out;
+                }
                 nds++;
             }
             struct ds_acc *a = &ds[di];
@@ -132,6 +138,7 @@ int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
                 fprintf(stderr, "eval-longbench: %s:%d: no room for a prompt (context %d, %d "
                                 "tokens to generate); pass --max-len\n", files[f], r->line,
                         ctx_train, max_new);
+                rc = NX_STATUS_INVALID_ARG;
                 goto out;
             }
             char *text = longbench_prompt(lp->tmpl, r->context, r->input);
@@ -141,6 +148,7 @@ int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
             if (!toks) {
                 fprintf(stderr, "eval-longbench: %s:%d: cannot tokenize the prompt\n", files[f],
                         r->line);
+                rc = NX_STATUS_NOMEM;
                 goto out;
             }
             if (n > max_len) a->truncated++;
@@ -155,9 +163,10 @@ int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
                 cp.kv.regime = cfgs[c].regime;
                 nx_ctx *ctx = NULL;
                 char *pred = NULL, err[256];
-                if (nx_ctx_init(m, &cp, &ctx, err, sizeof err))
+                if ((rc = nx_ctx_init(m, &cp, &ctx, err, sizeof err)) != NX_STATUS_OK)
                     fprintf(stderr, "eval-longbench: %s: %s\n", cfgs[c].policy, err);
-                else if (eval_generate_greedy(m, ctx, toks, n, max_new, &pred) == 0)
+                else if ((rc = eval_generate_greedy(m, ctx, toks, n, max_new, &pred)) ==
+                         NX_STATUS_OK)
                     a->sum[c] += lb_score(r, pred);
                 nx_ctx_free(ctx);
                 if (!pred) {
@@ -199,7 +208,7 @@ int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
     if (lp->json_path) {
         struct nx_outfile o;
         char err[1200];
-        if (nx_outfile_open(&o, lp->json_path, err, sizeof err)) {
+        if ((rc = nx_outfile_open(&o, lp->json_path, err, sizeof err)) != NX_STATUS_OK) {
             fprintf(stderr, "eval-longbench: %s\n", err);
             goto out;
         }
@@ -221,12 +230,12 @@ int eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
                 first = 0;
             }
         fprintf(o.f, "\n]\n");
-        if (nx_outfile_commit(&o, err, sizeof err)) {
+        if ((rc = nx_outfile_commit(&o, err, sizeof err)) != NX_STATUS_OK) {
             fprintf(stderr, "eval-longbench: %s\n", err);
             goto out;
         }
     }
-    rc = 0;
+    rc = NX_STATUS_OK;
 out:
     for (int f = 0; f < nf; f++) lb_free(&sets[f]);
     for (int d = 0; d < nds; d++) nx_free(ds[d].sum);

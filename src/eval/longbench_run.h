@@ -24,5 +24,7 @@ struct longbench_params longbench_default_params(void);
 int32_t longbench_truncate_middle(nx_token *toks, int32_t n, int32_t max);
 /* Builds the prompt text (nx_free) from the template. */
 char *longbench_prompt(const char *tmpl, const char *context, const char *input);
-int eval_longbench_run(const nx_model *m, const struct longbench_params *p);
+/* Runs every file x configuration, prints the table; NX_STATUS_OK, or the failing step's status
+ * (INVALID_ARG for bad parameters, the loader's, NOMEM, ...) with a message on stderr. */
+nx_status eval_longbench_run(const nx_model *m, const struct longbench_params *p);
 #endif

@@ -2,11 +2,13 @@
 #include "eval/outfile.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/fileio.h"
+#include "core/nx_base.h"
 
 nx_status nx_outfile_open(struct nx_outfile *o, const char *path, char *err, size_t errlen) {
     memset(o, 0, sizeof *o);
@@ -56,4 +58,16 @@ void nx_outfile_abort(struct nx_outfile *o) {
     fclose(o->f);
     o->f = NULL;
     unlink(o->tmp);
+}
+
+nx_status nx_outfile_write_json(const char *path, const void *root, char *err, size_t errlen) {
+    struct nx_outfile o;
+    nx_status st = nx_outfile_open(&o, path, err, errlen);
+    if (st != NX_STATUS_OK) return st;
+    if (json_dumpf((const json_t *)root, o.f, JSON_COMPACT | JSON_PRESERVE_ORDER) != 0) {
+        nx_outfile_abort(&o);
+        return nx_errf(err, errlen, NX_STATUS_IO, "cannot write '%s'", path);
+    }
+    fputc('\n', o.f);
+    return nx_outfile_commit(&o, err, errlen);
 }

@@ -26,5 +26,8 @@ nx_status nx_outfile_open(struct nx_outfile *o, const char *path, char *err, siz
 nx_status nx_outfile_commit(struct nx_outfile *o, char *err, size_t errlen);
 /* Closes and removes the temporary file (the target is untouched). NULL-safe, idempotent. */
 void nx_outfile_abort(struct nx_outfile *o);
+/* root (a jansson json_t *) written compactly, keys in insertion order, plus a newline, through
+ * the steps above; statuses as nx_outfile_open / nx_outfile_commit. */
+nx_status nx_outfile_write_json(const char *path, const void *root, char *err, size_t errlen);
 
 #endif

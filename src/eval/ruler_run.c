@@ -39,7 +39,7 @@ static int32_t count_tokens(void *user, const char *text, size_t len) {
     return n + (nx_token_bos(m) >= 0 ? 1 : 0);
 }
 
-int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
+nx_status eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
     char tbuf[512], pbuf[512], dbuf[256], rbuf[64];
     snprintf(tbuf, sizeof tbuf, "%s", rp->tasks ? rp->tasks : "all");
     snprintf(pbuf, sizeof pbuf, "%s", rp->policies ? rp->policies : "");
@@ -58,31 +58,31 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
                 for (int k = 0; k < RULER_N_TASKS; k++)
                     fprintf(stderr, "%s%s", k ? ", " : "", ruler_task_name(k));
                 fprintf(stderr, ")\n");
-                return 1;
+                return NX_STATUS_INVALID_ARG;
             }
             if (nt < RULER_N_TASKS) tasks[nt++] = t;
         }
         if (nt == 0) {
             fprintf(stderr, "eval-ruler: empty --tasks\n");
-            return 1;
+            return NX_STATUS_INVALID_ARG;
         }
     }
     if (rp->samples < 1 || rp->length < 16 || rp->max_new < 0) {
         fprintf(stderr, "eval-ruler: need --samples >= 1, --length >= 16, --max-new >= 0\n");
-        return 1;
+        return NX_STATUS_INVALID_ARG;
     }
     struct eval_sweep_cfg cfgs[MAX_CFG];
     int nc = eval_sweep_parse(pbuf, dbuf, rbuf, "eval-ruler", cfgs, MAX_CFG);
-    if (nc < 0) return 1;
+    if (nc < 0) return NX_STATUS_INVALID_ARG;
     double *score = nx_calloc((size_t)(nc * nt), sizeof *score);
     double *ptoks = nx_calloc((size_t)nt, sizeof *ptoks);
     if (!score || !ptoks) {
         nx_free(score);
         nx_free(ptoks);
         fprintf(stderr, "eval-ruler: out of memory\n");
-        return 1;
+        return NX_STATUS_NOMEM;
     }
-    int rc = 1;
+    nx_status rc = NX_STATUS_OK;
     struct nx_progress pg;
     nx_progress_start(&pg, stderr, "generations", nt * rp->samples * nc);
     int done = 0;
@@ -102,6 +102,7 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
             }
             if (g) {
                 fprintf(stderr, "eval-ruler: %s\n", err);
+                rc = g;
                 goto out;
             }
             int32_t n = 0;
@@ -110,6 +111,7 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
                 fprintf(stderr, "eval-ruler: cannot tokenize the %s prompt\n",
                         ruler_task_name(tasks[ti]));
                 ruler_sample_free(&smp);
+                rc = NX_STATUS_NOMEM;
                 goto out;
             }
             ptoks[ti] += n;
@@ -123,9 +125,10 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
                 cp.kv.regime = cfgs[c].regime;
                 nx_ctx *ctx = NULL;
                 char *pred = NULL;
-                if (nx_ctx_init(m, &cp, &ctx, err, sizeof err)) {
+                if ((rc = nx_ctx_init(m, &cp, &ctx, err, sizeof err)) != NX_STATUS_OK) {
                     fprintf(stderr, "eval-ruler: %s: %s\n", cfgs[c].policy, err);
-                } else if (eval_generate_greedy(m, ctx, toks, n, smp.max_new, &pred) == 0) {
+                } else if ((rc = eval_generate_greedy(m, ctx, toks, n, smp.max_new, &pred)) ==
+                           NX_STATUS_OK) {
                     score[c * nt + ti] += 100.0 * ruler_score_all(pred, smp.answers, smp.n_answers);
                 }
                 nx_ctx_free(ctx);
@@ -180,7 +183,7 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
     if (rp->json_path) {
         struct nx_outfile o;
         char err[1200];
-        if (nx_outfile_open(&o, rp->json_path, err, sizeof err)) {
+        if ((rc = nx_outfile_open(&o, rp->json_path, err, sizeof err)) != NX_STATUS_OK) {
             fprintf(stderr, "eval-ruler: %s\n", err);
             goto out;
         }
@@ -206,12 +209,12 @@ int eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
             }
         fprintf(o.f, "\n");
         fprintf(o.f, "]}\n");
-        if (nx_outfile_commit(&o, err, sizeof err)) {
+        if ((rc = nx_outfile_commit(&o, err, sizeof err)) != NX_STATUS_OK) {
             fprintf(stderr, "eval-ruler: %s\n", err);
             goto out;
         }
     }
-    rc = 0;
+    rc = NX_STATUS_OK;
 out:
     nx_free(score);
     nx_free(ptoks);

@@ -20,6 +20,7 @@ struct ruler_params {
     const struct nx_ctx_params *base;
 };
 struct ruler_params ruler_default_params(void);
-/* Prints the table (and the tasks left out); 0 on success, 1 with a message on stderr. */
-int eval_ruler_run(const nx_model *m, const struct ruler_params *p);
+/* Prints the table (and the tasks left out); NX_STATUS_OK, or the failing step's status
+ * (INVALID_ARG for bad parameters, NOMEM, the engine's, IO) with a message on stderr. */
+nx_status eval_ruler_run(const nx_model *m, const struct ruler_params *p);
 #endif

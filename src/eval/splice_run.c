@@ -41,19 +41,20 @@ struct se_row {
     int n_streams;
 };
 
-static int se_fail(const char *msg, const char *arg) {
-    fprintf(stderr, "nexus splice-eval: %s%s\n", msg, arg ? arg : "");
-    return 1;
+static nx_status se_fail(nx_status st, const char *msg) {
+    fprintf(stderr, "nexus splice-eval: %s\n", msg);
+    return st;
 }
 
-
 /* Sample n tokens from BOS at temperature 1. */
-static int sample_stream(nx_ctx *c, const nx_model *m, nx_token *out, int32_t n, uint64_t seed) {
+static nx_status sample_stream(nx_ctx *c, const nx_model *m, nx_token *out, int32_t n,
+                               uint64_t seed) {
     struct nx_sampler_params sp = nx_sampler_default_params();
     sp.temp = 1.0f;
     sp.seed = seed;
     nx_sampler *s = NULL;
-    if (nx_sampler_init(&sp, nx_model_n_vocab(m), &s)) return -1;
+    nx_status st = nx_sampler_init(&sp, nx_model_n_vocab(m), &s);
+    if (st != NX_STATUS_OK) return st;
     nx_ctx_reset(c);
     out[0] = nx_token_bos(m) >= 0 ? nx_token_bos(m) : 1;
     struct nx_gen_params gp = nx_gen_default_params();
@@ -64,17 +65,19 @@ static int sample_stream(nx_ctx *c, const nx_model *m, nx_token *out, int32_t n,
     gp.tokens_cap = n - 1;
     struct nx_gen_result gr;
     struct nx_err err;
-    nx_status st = n > 1 ? nx_generate(m, c, out, 1, &gp, &gr, &err) : NX_STATUS_OK;
+    st = n > 1 ? nx_generate(m, c, out, 1, &gp, &gr, &err) : NX_STATUS_OK;
     nx_sampler_free(s);
-    return st || (n > 1 && gr.n_generated != n - 1) ? -1 : 0;
+    if (st == NX_STATUS_OK && n > 1 && gr.n_generated != n - 1) st = NX_STATUS_KV_FULL;
+    return st;
 }
 
-static int write_json(const char *path, const char *model, const struct se_row *rows, int n,
-                      long block, long query, long streams, long reps, long threads,
-                      const struct nx_splice_params *sp, bool f32, uint64_t seed) {
+static nx_status write_json(const char *path, const char *model, const struct se_row *rows, int n,
+                            long block, long query, long streams, long reps, long threads,
+                            const struct nx_splice_params *sp, bool f32, uint64_t seed) {
     struct nx_outfile o;
     char err[1200];
-    if (nx_outfile_open(&o, path, err, sizeof err)) return se_fail(err, NULL);
+    nx_status st = nx_outfile_open(&o, path, err, sizeof err);
+    if (st != NX_STATUS_OK) return se_fail(st, err);
     fprintf(o.f,
             "{\"model\":\"%s\",\"block\":%ld,\"query\":%ld,\"streams\":%ld,\"reps\":%ld,"
             "\"threads\":%ld,\"kv_type\":\"%s\",\"seed\":%llu,\"repair_p\":%d,"
@@ -95,12 +98,12 @@ static int write_json(const char *path, const char *model, const struct se_row *
                 r->t_full / r->t_sp[1], i + 1 < n ? "," : "");
     }
     fprintf(o.f, "]}\n");
-    if (nx_outfile_commit(&o, err, sizeof err)) return se_fail(err, NULL);
+    if ((st = nx_outfile_commit(&o, err, sizeof err)) != NX_STATUS_OK) return se_fail(st, err);
     fprintf(stderr, "splice-eval: wrote %s\n", path);
     return 0;
 }
 
-static int write_svg(const char *path, const char *model, const struct se_row *rows, int n) {
+static nx_status write_svg(const char *path, const char *model, const struct se_row *rows, int n) {
     double x[16], kl0[16], kl1[16], t1a[16], t1b[16], s0[16], s1[16];
     for (int i = 0; i < n; i++) {
         x[i] = rows[i].depth;
@@ -121,7 +124,8 @@ static int write_svg(const char *path, const char *model, const struct se_row *r
         {"TTFT speed-up vs prefill (preliminary)", "depth", "x", false, true, sp, 2}};
     char title[300], err[1200];
     snprintf(title, sizeof title, "KV splicing: %s", model);
-    if (svg_save(path, title, panels, 3, err, sizeof err)) return se_fail(err, NULL);
+    nx_status st = svg_save(path, title, panels, 3, err, sizeof err);
+    if (st != NX_STATUS_OK) return se_fail(st, err);
     fprintf(stderr, "splice-eval: wrote %s\n", path);
     return 0;
 }
@@ -132,8 +136,8 @@ static int write_svg(const char *path, const char *model, const struct se_row *r
  * tokens); each goes through nx_seqcache_prefill and is then stored. Every request is also
  * prefilled cold (reset + nx_decode) for the time-to-first-token comparison.
  */
-int splice_eval_seqcache(const nx_model *m, long requests, long sys_len, long tail, long threads,
-                         uint64_t seed, const char *json) {
+nx_status splice_eval_seqcache(const nx_model *m, long requests, long sys_len, long tail,
+                               long threads, uint64_t seed, const char *json) {
     const int32_t nv = nx_model_n_vocab(m);
     const int32_t n_ctx = (int32_t)(sys_len + tail);
     struct nx_ctx_params cp = nx_ctx_default_params();
@@ -143,22 +147,23 @@ int splice_eval_seqcache(const nx_model *m, long requests, long sys_len, long ta
     nx_ctx *c = NULL;
     nx_seqcache *sc = NULL;
     char err[512];
-    if (nx_ctx_init(m, &cp, &c, err, sizeof err)) return se_fail(err, NULL);
-    if (nx_seqcache_init(c, 32, &sc)) {
+    nx_status rc = nx_ctx_init(m, &cp, &c, err, sizeof err);
+    if (rc != NX_STATUS_OK) return se_fail(rc, err);
+    if ((rc = nx_seqcache_init(c, 32, &sc)) != NX_STATUS_OK) {
+        rc = se_fail(rc, nx_ctx_last_error(c));
         nx_ctx_free(c);
-        return se_fail(nx_ctx_last_error(c), NULL);
+        return rc;
     }
     uint64_t r = seed * 0x9e3779b97f4a7c15ull + 1;
 #define NEXT() (r ^= r << 13, r ^= r >> 7, r ^= r << 17, r)
     nx_token *sys = nx_malloc(sizeof(nx_token) * 4 * (size_t)sys_len);
     nx_token *req = nx_malloc(sizeof(nx_token) * (size_t)n_ctx);
-    int rc = 1;
     if (!sys || !req) {
         nx_free(sys);
         nx_free(req);
         nx_seqcache_free(sc);
         nx_ctx_free(c);
-        return se_fail("out of memory", NULL);
+        return se_fail(NX_STATUS_NOMEM, "out of memory");
     }
     for (long i = 0; i < 4 * sys_len; i++) sys[i] = 1 + (nx_token)(NEXT() % (uint64_t)(nv - 1));
     double t_hit = 0, t_cold = 0;
@@ -169,17 +174,17 @@ int splice_eval_seqcache(const nx_model *m, long requests, long sys_len, long ta
         for (long i = 0; i < tail; i++) req[sys_len + i] = 1 + (nx_token)(NEXT() % (uint64_t)(nv - 1));
         nx_ctx_reset(c);
         double t0 = nx_time_s();
-        if (nx_decode(c, req, n_ctx, false)) goto out;
+        if ((rc = nx_decode(c, req, n_ctx, false)) != NX_STATUS_OK) goto out;
         t_cold += nx_time_s() - t0;
         int32_t reused = 0;
         t0 = nx_time_s();
-        if (nx_seqcache_prefill(sc, req, n_ctx, false, &reused)) goto out;
+        if ((rc = nx_seqcache_prefill(sc, req, n_ctx, false, &reused)) != NX_STATUS_OK) goto out;
         double dt = nx_time_s() - t0;
         if (reused > 0) {
             t_hit += dt;
             n_hit++;
         }
-        if (nx_seqcache_store(sc, req, n_ctx)) goto out;
+        if ((rc = nx_seqcache_store(sc, req, n_ctx)) != NX_STATUS_OK) goto out;
     }
     struct nx_seqcache_stats st;
     nx_seqcache_stats(sc, &st);
@@ -193,13 +198,12 @@ int splice_eval_seqcache(const nx_model *m, long requests, long sys_len, long ta
            "(%.1fx) |\n",
            requests, sys_len, tail, hit_rate, reuse, lk_us, 1e6 * st.lookup_max_seconds,
            1e3 * ttft_cold, 1e3 * ttft_hit, ttft_hit > 0 ? ttft_cold / ttft_hit : 0.0);
-    rc = 0;
     if (json) {
         struct nx_outfile o;
         char e2[1200];
-        if (nx_outfile_open(&o, json, e2, sizeof e2)) {
-            rc = se_fail(e2, NULL);
-            goto out;
+        if ((rc = nx_outfile_open(&o, json, e2, sizeof e2)) != NX_STATUS_OK) {
+            se_fail(rc, e2);
+            goto done;
         }
         fprintf(o.f,
                 "{\"model\":\"%s\",\"requests\":%ld,\"sys_len\":%ld,\"tail\":%ld,\"slots\":32,"
@@ -209,11 +213,14 @@ int splice_eval_seqcache(const nx_model *m, long requests, long sys_len, long ta
                 "preliminary\"}\n",
                 nx_model_desc(m), requests, sys_len, tail, threads, hit_rate, reuse, lk_us,
                 1e6 * st.lookup_max_seconds, ttft_cold, ttft_hit, (long long)st.slots_dropped);
-        if (nx_outfile_commit(&o, e2, sizeof e2)) rc = se_fail(e2, NULL);
+        if ((rc = nx_outfile_commit(&o, e2, sizeof e2)) != NX_STATUS_OK)
+            se_fail(rc, e2);
         else fprintf(stderr, "splice-eval: wrote %s\n", json);
     }
+    goto done;
 out:
-    if (rc) fprintf(stderr, "splice-eval: %s\n", nx_ctx_last_error(c));
+    fprintf(stderr, "splice-eval: %s\n", nx_ctx_last_error(c));
+done:
 #undef NEXT
     nx_free(sys);
     nx_free(req);
@@ -222,7 +229,7 @@ out:
     return rc;
 }
 
-int splice_eval_run(const nx_model *m, const struct splice_eval_params *ep) {
+nx_status splice_eval_run(const nx_model *m, const struct splice_eval_params *ep) {
     const long block = ep->block, query = ep->query, streams = ep->streams, reps = ep->reps,
                threads = ep->threads;
     const uint64_t seed = ep->seed;
@@ -244,27 +251,28 @@ int splice_eval_run(const nx_model *m, const struct splice_eval_params *ep) {
             fprintf(stderr, "splice-eval: depth %d skipped (%d + %ld + %ld > trained context %d)\n",
                     depths[i], depths[i], block, query, ctx_train);
         }
-    if (nd_ok == 0) return se_fail("no depth fits the model's context", NULL);
+    if (nd_ok == 0) return se_fail(NX_STATUS_INVALID_ARG, "no depth fits the model's context");
     const int32_t len = dmax + (int32_t)(block + query);
     struct nx_ctx_params cp = nx_ctx_default_params();
     cp.n_ctx = len;
     cp.kv_type = f32 ? NX_TYPE_F32 : NX_TYPE_F16;
     cp.n_threads = cp.n_threads_batch = (int32_t)threads;
     nx_ctx *c = NULL;
-    if (nx_ctx_init(m, &cp, &c, err, sizeof err)) return se_fail(err, NULL);
+    nx_status rc = nx_ctx_init(m, &cp, &c, err, sizeof err);
+    if (rc != NX_STATUS_OK) return se_fail(rc, err);
     fprintf(stderr, "splice-eval: %s, trained context %d, block %ld, query %ld, %ld streams\n",
             nx_model_desc(m), ctx_train, block, query, streams);
     nx_token *S = nx_malloc(sizeof(nx_token) * (size_t)len);
     float *ref = nx_malloc(sizeof(float) * (size_t)nv * (size_t)query);
     struct se_row rows[16];
     memset(rows, 0, sizeof rows);
-    int rc = 1;
     if (!S || !ref) {
-        fprintf(stderr, "splice-eval: out of memory\n");
+        rc = se_fail(NX_STATUS_NOMEM, "out of memory");
         goto out;
     }
     for (long s = 0; s < streams; s++) {
-        if (sample_stream(c, m, S, len, (uint64_t)seed * 1000003u + (uint64_t)s)) {
+        rc = sample_stream(c, m, S, len, (uint64_t)seed * 1000003u + (uint64_t)s);
+        if (rc != NX_STATUS_OK) {
             fprintf(stderr, "splice-eval: sampling failed: %s\n", nx_ctx_last_error(c));
             goto out;
         }
@@ -273,19 +281,20 @@ int splice_eval_run(const nx_model *m, const struct splice_eval_params *ep) {
             struct se_row *r = &rows[di];
             const nx_token *hist = S, *blk = S + d, *qry = S + d + block;
             nx_kv_block *b = NULL;
-            if (nx_kv_block_compile(c, NULL, 0, blk, (int32_t)block, 0, &b)) {
+            rc = nx_kv_block_compile(c, NULL, 0, blk, (int32_t)block, 0, &b);
+            if (rc != NX_STATUS_OK) {
                 fprintf(stderr, "splice-eval: compile failed: %s\n", nx_ctx_last_error(c));
                 goto out;
             }
             nx_ctx_reset(c);
-            if (d > 0 && nx_decode(c, hist, d, false)) goto decode_fail;
+            if (d > 0 && (rc = nx_decode(c, hist, d, false)) != NX_STATUS_OK) goto decode_fail;
             double best_full = INFINITY, best[2] = {INFINITY, INFINITY};
             double kl[2] = {0, 0}, top1[2] = {0, 0};
             for (long rep = 0; rep < reps; rep++) {
                 nx_ctx_truncate(c, d);
                 double t0 = nx_time_s();
-                if (nx_decode(c, blk, (int32_t)block, false) ||
-                    nx_decode(c, qry, (int32_t)query, true))
+                if ((rc = nx_decode(c, blk, (int32_t)block, false)) != NX_STATUS_OK ||
+                    (rc = nx_decode(c, qry, (int32_t)query, true)) != NX_STATUS_OK)
                     goto decode_fail;
                 best_full = fmin(best_full, nx_time_s() - t0);
                 if (rep == 0)
@@ -298,7 +307,8 @@ int splice_eval_run(const nx_model *m, const struct splice_eval_params *ep) {
                     int32_t nrep = 0;
                     nx_ctx_truncate(c, d);
                     t0 = nx_time_s();
-                    if (nx_ctx_splice(c, b, &p, &nrep) || nx_decode(c, qry, (int32_t)query, true))
+                    if ((rc = nx_ctx_splice(c, b, &p, &nrep)) != NX_STATUS_OK ||
+                        (rc = nx_decode(c, qry, (int32_t)query, true)) != NX_STATUS_OK)
                         goto decode_fail;
                     best[v] = fmin(best[v], nx_time_s() - t0);
                     if (rep > 0) continue;
@@ -349,11 +359,11 @@ int splice_eval_run(const nx_model *m, const struct splice_eval_params *ep) {
                1e3 * r->t_full, 1e3 * r->t_sp[0], r->t_full / r->t_sp[0], 1e3 * r->t_sp[1],
                r->t_full / r->t_sp[1]);
     }
-    rc = 0;
-    if (json && write_json(json, model_path, rows, nd_ok, block, query, streams, reps, threads,
-                           &sp, f32, (uint64_t)seed))
-        rc = 1;
-    if (svg && write_svg(svg, nx_model_desc(m), rows, nd_ok)) rc = 1;
+    rc = NX_STATUS_OK;
+    if (json)
+        rc = write_json(json, model_path, rows, nd_ok, block, query, streams, reps, threads, &sp,
+                        f32, (uint64_t)seed);
+    if (svg && rc == NX_STATUS_OK) rc = write_svg(svg, nx_model_desc(m), rows, nd_ok);
 out:
     nx_free(S);
     nx_free(ref);

@@ -10,7 +10,8 @@
  * tails: hit rate, reuse, lookup time and time to first token, against a cold prefill.
  *
  * Both print a Markdown table on stdout, progress on stderr, and write the JSON (and SVG) when
- * asked (atomically); 0 on success, 1 with a message on stderr.
+ * asked (atomically); NX_STATUS_OK, or the failing step's status (INVALID_ARG: no depth fits,
+ * NOMEM, the engine's, IO) with a message on stderr.
  */
 #ifndef NX_EVAL_SPLICE_RUN_H
 #define NX_EVAL_SPLICE_RUN_H
@@ -33,8 +34,8 @@ struct splice_eval_params {
     const char *json, *svg;  /* NULL: none */
 };
 
-int splice_eval_run(const nx_model *m, const struct splice_eval_params *p);
-int splice_eval_seqcache(const nx_model *m, long requests, long sys_len, long tail, long threads,
-                         uint64_t seed, const char *json);
+nx_status splice_eval_run(const nx_model *m, const struct splice_eval_params *p);
+nx_status splice_eval_seqcache(const nx_model *m, long requests, long sys_len, long tail,
+                               long threads, uint64_t seed, const char *json);
 
 #endif

@@ -33,24 +33,24 @@ const char *eval_regime_name(int regime) {
     return regime == NX_KV_REGIME_STREAM ? "stream" : "prefill";
 }
 
-int eval_check_policies(char **pols, int n, const char *cmd) {
+nx_status eval_check_policies(char **pols, int n, const char *cmd) {
     if (n == 0) {
         fprintf(stderr, "%s: empty --policies\n", cmd);
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     for (int i = 0; i < n; i++)
         if (!kv_policy_find(pols[i])) {
             fprintf(stderr, "%s: unknown policy '%s' (full, streaming, h2o, snapkv, pyramidkv, "
                             "adakv, morphkv, tova, nexus)\n", cmd, pols[i]);
-            return -1;
+            return NX_STATUS_INVALID_ARG;
         }
-    return 0;
+    return NX_STATUS_OK;
 }
 
-int eval_parse_densities(char **items, int n, float *out, const char *cmd) {
+nx_status eval_parse_densities(char **items, int n, float *out, const char *cmd) {
     if (n == 0) {
         fprintf(stderr, "%s: empty --densities\n", cmd);
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     for (int i = 0; i < n; i++) {
         char *end;
@@ -58,37 +58,38 @@ int eval_parse_densities(char **items, int n, float *out, const char *cmd) {
         out[i] = strtof(items[i], &end);
         if (errno || end == items[i] || *end || !(out[i] > 0 && out[i] <= 1)) {
             fprintf(stderr, "%s: density '%s' must be a number in (0, 1]\n", cmd, items[i]);
-            return -1;
+            return NX_STATUS_INVALID_ARG;
         }
     }
-    return 0;
+    return NX_STATUS_OK;
 }
 
-int eval_sweep_split(char *policies, char *densities, char *regimes, const char *cmd,
-                     struct eval_sweep *sw) {
+nx_status eval_sweep_split(char *policies, char *densities, char *regimes, const char *cmd,
+                           struct eval_sweep *sw) {
     char *dens[EVAL_MAX_ITEMS], *regs[3];
     sw->np = eval_split_list(policies, sw->pols, EVAL_MAX_ITEMS);
     sw->nd = eval_split_list(densities, dens, EVAL_MAX_ITEMS);
     sw->nr = eval_split_list(regimes, regs, 3);
     if (eval_check_policies(sw->pols, sw->np, cmd) ||
         eval_parse_densities(dens, sw->nd, sw->dv, cmd))
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     if (sw->nr < 1 || sw->nr > 2) {
         fprintf(stderr, "%s: --regimes takes prefill, stream or both\n", cmd);
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     for (int r = 0; r < sw->nr; r++)
         if ((sw->rv[r] = eval_regime_from_name(regs[r])) < 0) {
             fprintf(stderr, "%s: unknown regime '%s' (prefill, stream)\n", cmd, regs[r]);
-            return -1;
+            return NX_STATUS_INVALID_ARG;
         }
-    return 0;
+    return NX_STATUS_OK;
 }
 
 int eval_sweep_parse(char *policies, char *densities, char *regimes, const char *cmd,
                      struct eval_sweep_cfg *out, int max) {
     struct eval_sweep sw;
-    if (eval_sweep_split(policies, densities, regimes, cmd, &sw)) return -1;
+    nx_status st = eval_sweep_split(policies, densities, regimes, cmd, &sw);
+    if (st != NX_STATUS_OK) return st;
     int nc = 0;
     for (int p = 0; p < sw.np; p++) {
         if (!strcmp(sw.pols[p], "full")) {
@@ -102,15 +103,15 @@ int eval_sweep_parse(char *policies, char *densities, char *regimes, const char 
     return nc;
 }
 
-int eval_mkdir(const char *dir, const char *cmd) {
+nx_status eval_mkdir(const char *dir, const char *cmd) {
     if (mkdir(dir, 0777) == 0 || errno == EEXIST) {
         struct stat st;
-        if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+        if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return NX_STATUS_OK;
         fprintf(stderr, "%s: '%s' exists and is not a directory\n", cmd, dir);
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     fprintf(stderr, "%s: cannot create directory '%s': %s\n", cmd, dir, strerror(errno));
-    return -1;
+    return NX_STATUS_IO;
 }
 
 nx_token *eval_tokenize(const nx_model *m, const char *text, size_t len, int add_bos, int32_t *n) {
@@ -127,8 +128,8 @@ char *eval_read_file(const char *path, size_t *len, const char *cmd) {
     return buf;
 }
 
-int eval_generate_greedy(const nx_model *m, nx_ctx *c, const nx_token *prompt, int32_t n_prompt,
-                         int max_new, char **out) {
+nx_status eval_generate_greedy(const nx_model *m, nx_ctx *c, const nx_token *prompt,
+                               int32_t n_prompt, int max_new, char **out) {
     *out = NULL;
     struct nx_gen_params gp = nx_gen_default_params();
     gp.max_tokens = max_new;
@@ -139,8 +140,8 @@ int eval_generate_greedy(const nx_model *m, nx_ctx *c, const nx_token *prompt, i
     if (st) {
         if (st == NX_STATUS_NOMEM) fprintf(stderr, "generation: out of memory\n");
         else fprintf(stderr, "generation: %s\n", nx_ctx_last_error(c));
-        return -1;
+        return st;
     }
     *out = gr.text;
-    return 0;
+    return NX_STATUS_OK;
 }

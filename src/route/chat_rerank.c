@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/nx_base.h"
 
 struct chat_rr {
     rt_reranker base;
@@ -168,23 +169,22 @@ static double log_prob(const float *logits, int32_t n_vocab, nx_token tok) {
 
 /* Sum of log-probs of ans[0..na) given the context (n_past = prefix) and first_lp = log-prob of
  * ans[0] already computed from the prefix's logits. */
-static int answer_lp(struct chat_rr *c, const nx_token *ans, int32_t na, double first_lp, double *out,
-                     char *err, size_t errlen) {
+static nx_status answer_lp(struct chat_rr *c, const nx_token *ans, int32_t na, double first_lp,
+                           double *out, char *err, size_t errlen) {
     double lp = first_lp;
     if (na > 1) {
         nx_status st = nx_decode(c->ctx, ans, na - 1, true);
-        if (st != NX_STATUS_OK) {
-            snprintf(err, errlen, "chat reranker: decode failed: %s", nx_ctx_last_error(c->ctx));
-            return -1;
-        }
+        if (st != NX_STATUS_OK)
+            return nx_errf(err, errlen, st, "chat reranker: decode failed: %s",
+                           nx_ctx_last_error(c->ctx));
         for (int32_t i = 1; i < na; i++) lp += log_prob(nx_get_logits(c->ctx, i - 1), c->n_vocab, ans[i]);
     }
     *out = lp;
-    return 0;
+    return NX_STATUS_OK;
 }
 
-static int crr_score(rt_reranker *r, const char *query, const char *document, float *score, char *err,
-                     size_t errlen) {
+static nx_status crr_score(rt_reranker *r, const char *query, const char *document, float *score,
+                           char *err, size_t errlen) {
     struct chat_rr *c = (struct chat_rr *)r;
     if (!query) query = "";
     if (!document) document = "";
@@ -194,10 +194,9 @@ static int crr_score(rt_reranker *r, const char *query, const char *document, fl
     if (dl > cap) dl = u8_floor(document, cap);
     if (ql > cap) ql = u8_floor(query, cap);
     struct tokd t;
-    if (tokenize_all(c, query, ql, document, dl, &t) != 0) {
-        snprintf(err, errlen, "chat reranker: tokenization failed (out of memory?)");
-        return -1;
-    }
+    if (tokenize_all(c, query, ql, document, dl, &t) != 0)
+        return nx_errf(err, errlen, NX_STATUS_NOMEM,
+                       "chat reranker: tokenization failed (out of memory?)");
     if (!fits(c, &t)) {
         tokd_free(&t);
         size_t len;
@@ -208,69 +207,63 @@ static int crr_score(rt_reranker *r, const char *query, const char *document, fl
             rc = fit_prefix(c, query, ql, document, 0, 0, &t, &len);
             if (rc == 0) ql = len;
         }
-        if (rc == -1) {
-            snprintf(err, errlen, "chat reranker: a context of %d tokens cannot hold the prompt template",
-                     c->n_ctx);
-            return -1;
-        }
-        if (rc != 0) {
-            snprintf(err, errlen, "chat reranker: tokenization failed (out of memory?)");
-            return -1;
-        }
+        if (rc == -1)
+            return nx_errf(err, errlen, NX_STATUS_INVALID_ARG,
+                           "chat reranker: a context of %d tokens cannot hold the prompt template",
+                           c->n_ctx);
+        if (rc != 0)
+            return nx_errf(err, errlen, NX_STATUS_NOMEM,
+                           "chat reranker: tokenization failed (out of memory?)");
     }
     int32_t common = lcp(t.p, t.np, t.y, t.ny);
     int32_t cn = lcp(t.p, t.np, t.n, t.nn);
     if (cn < common) common = cn;
     if (common < 1 || common >= t.ny || common >= t.nn) {
         tokd_free(&t);
-        snprintf(err, errlen, "chat reranker: the answers do not tokenize as a continuation of the prompt");
-        return -1;
+        return nx_errf(
+            err, errlen, NX_STATUS_INVALID_ARG,
+            "chat reranker: the answers do not tokenize as a continuation of the prompt");
     }
     nx_ctx_reset(c->ctx);
     nx_status st = nx_decode(c->ctx, t.p, common, false);
     if (st != NX_STATUS_OK) {
-        snprintf(err, errlen, "chat reranker: decode failed: %s", nx_ctx_last_error(c->ctx));
+        nx_errf(err, errlen, st, "chat reranker: decode failed: %s", nx_ctx_last_error(c->ctx));
         tokd_free(&t);
-        return -1;
+        return st;
     }
     const float *lg = nx_get_logits(c->ctx, -1);
     double fy = log_prob(lg, c->n_vocab, t.y[common]), fn = log_prob(lg, c->n_vocab, t.n[common]);
     double lpy, lpn;
-    int rc = answer_lp(c, t.y + common, t.ny - common, fy, &lpy, err, errlen);
-    if (rc == 0 && nx_ctx_truncate(c->ctx, common) != NX_STATUS_OK) {
-        snprintf(err, errlen, "chat reranker: truncate failed: %s", nx_ctx_last_error(c->ctx));
-        rc = -1;
-    }
-    if (rc == 0) rc = answer_lp(c, t.n + common, t.nn - common, fn, &lpn, err, errlen);
+    st = answer_lp(c, t.y + common, t.ny - common, fy, &lpy, err, errlen);
+    if (st == NX_STATUS_OK && (st = nx_ctx_truncate(c->ctx, common)) != NX_STATUS_OK)
+        nx_errf(err, errlen, st, "chat reranker: truncate failed: %s", nx_ctx_last_error(c->ctx));
+    if (st == NX_STATUS_OK) st = answer_lp(c, t.n + common, t.nn - common, fn, &lpn, err, errlen);
     tokd_free(&t);
-    if (rc != 0) return -1;
+    if (st != NX_STATUS_OK) return st;
     double m = fmax(lpy, lpn);
     double s = lpy - (m + log(exp(lpy - m) + exp(lpn - m)));
     *score = (float)s;
-    return 0;
+    return NX_STATUS_OK;
 }
 
-rt_reranker *rt_reranker_chat_open_ex(nx_model *model, const struct rt_chat_rerank_params *pp,
-                                      char *err, size_t errlen) {
+nx_status rt_reranker_chat_open_ex(nx_model *model, const struct rt_chat_rerank_params *pp,
+                                   rt_reranker **out, char *err, size_t errlen) {
     struct rt_chat_rerank_params p = pp ? *pp : rt_chat_rerank_default_params();
+    *out = NULL;
     if (!model) {
-        snprintf(err, errlen, "chat reranker: no model");
-        return NULL;
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG, "chat reranker: no model");
     }
     if (p.n_ctx < 0 || p.n_threads < 0) {
-        snprintf(err, errlen, "chat reranker: n_ctx and n_threads must be >= 0");
-        return NULL;
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG,
+                       "chat reranker: n_ctx and n_threads must be >= 0");
     }
     const char *yes = p.yes ? p.yes : " yes", *no = p.no ? p.no : " no";
     if (!*yes || !*no || strcmp(yes, no) == 0) {
-        snprintf(err, errlen, "chat reranker: the yes and no answers must be non-empty and differ");
-        return NULL;
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG,
+                       "chat reranker: the yes and no answers must be non-empty and differ");
     }
     struct chat_rr *c = nx_calloc(1, sizeof(*c));
-    if (!c) {
-        snprintf(err, errlen, "chat reranker: out of memory");
-        return NULL;
-    }
+    if (!c) return nx_errf(err, errlen, NX_STATUS_NOMEM, "chat reranker: out of memory");
     c->base.name = "chat-relevance";
     c->base.score = crr_score;
     c->base.destroy = crr_free;
@@ -284,14 +277,13 @@ rt_reranker *rt_reranker_chat_open_ex(nx_model *model, const struct rt_chat_rera
     if (p.n_threads) cp.n_threads = cp.n_threads_batch = p.n_threads;
     char e2[300] = "";
     if (!c->yes || !c->no) {
-        snprintf(err, errlen, "chat reranker: out of memory");
         crr_free(&c->base);
-        return NULL;
+        return nx_errf(err, errlen, NX_STATUS_NOMEM, "chat reranker: out of memory");
     }
-    if (nx_ctx_init(model, &cp, &c->ctx, e2, sizeof e2) != NX_STATUS_OK) {
-        snprintf(err, errlen, "chat reranker: cannot create a context: %s", e2);
+    nx_status st = nx_ctx_init(model, &cp, &c->ctx, e2, sizeof e2);
+    if (st != NX_STATUS_OK) {
         crr_free(&c->base);
-        return NULL;
+        return nx_errf(err, errlen, st, "chat reranker: cannot create a context: %s", e2);
     }
     c->n_ctx = nx_ctx_n_ctx(c->ctx);
     char piece[256];
@@ -301,9 +293,10 @@ rt_reranker *rt_reranker_chat_open_ex(nx_model *model, const struct rt_chat_rera
         size_t len = k < 0 ? (size_t)-k : (size_t)k;
         if (len > c->max_piece) c->max_piece = len;
     }
-    return &c->base;
+    *out = &c->base;
+    return NX_STATUS_OK;
 }
 
-rt_reranker *rt_reranker_chat_open(nx_model *model, char *err, size_t errlen) {
-    return rt_reranker_chat_open_ex(model, NULL, err, errlen);
+nx_status rt_reranker_chat_open(nx_model *model, rt_reranker **out, char *err, size_t errlen) {
+    return rt_reranker_chat_open_ex(model, NULL, out, err, errlen);
 }

@@ -50,10 +50,13 @@ struct rt_chat_rerank_params {
 /* Default parameters (what rt_reranker_chat_open uses). */
 struct rt_chat_rerank_params rt_chat_rerank_default_params(void);
 
-/* A chat-relevance reranker on model (borrowed). NULL with a message on failure (e.g. a
- * vocabulary-only model). r->name is "chat-relevance". */
-rt_reranker *rt_reranker_chat_open(nx_model *model, char *err, size_t errlen);
-rt_reranker *rt_reranker_chat_open_ex(nx_model *model, const struct rt_chat_rerank_params *p,
-                                      char *err, size_t errlen);
+/* A chat-relevance reranker on model (borrowed) into *out; (*out)->name is "chat-relevance".
+ * On failure *out is NULL and the status (INVALID_ARG for bad parameters, NOMEM, or
+ * nx_ctx_init's, e.g. for a vocabulary-only model) comes with a message. score returns
+ * INVALID_ARG when the context cannot hold the prompt template or the answers do not tokenize
+ * as a continuation of the prompt, or the engine's status when a decode fails. */
+nx_status rt_reranker_chat_open(nx_model *model, rt_reranker **out, char *err, size_t errlen);
+nx_status rt_reranker_chat_open_ex(nx_model *model, const struct rt_chat_rerank_params *p,
+                                   rt_reranker **out, char *err, size_t errlen);
 
 #endif

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/nx_base.h"
 
 #include "nexus.h"
 #include "route/embed_impl.h"
@@ -47,34 +48,33 @@ static int pick_threads(void) {
     return (int)(want > n ? n : want);
 }
 
-/* Load path and check it is an encoder; NULL with a message otherwise. */
-static nx_model *open_encoder(const char *path, const char *what, char *err, size_t errlen) {
+/* Load path into *out and check it is an encoder; a status with a message otherwise. */
+static nx_status open_encoder(const char *path, const char *what, nx_model **out, char *err,
+                              size_t errlen) {
     nx_model *m = NULL;
     char msg[512];
-    if (nx_model_load(path, NULL, &m, msg, sizeof msg) != NX_STATUS_OK) {
-        snprintf(err, errlen, "%s '%s': %s", what, path, msg);
-        return NULL;
-    }
+    *out = NULL;
+    nx_status st = nx_model_load(path, NULL, &m, msg, sizeof msg);
+    if (st != NX_STATUS_OK) return nx_errf(err, errlen, st, "%s '%s': %s", what, path, msg);
     if (!nx_model_is_encoder(m)) {
-        snprintf(err, errlen, "%s '%s': architecture '%s' is not an encoder (bert, nomic-bert)",
-                 what, path, nx_model_arch(m));
+        st = nx_errf(err, errlen, NX_STATUS_UNSUPPORTED,
+                     "%s '%s': architecture '%s' is not an encoder (bert, nomic-bert)", what, path,
+                     nx_model_arch(m));
         nx_model_free(m);
-        return NULL;
+        return st;
     }
-    return m;
+    *out = m;
+    return NX_STATUS_OK;
 }
 
-static int ge_embed(rt_embedder *e, const char *text, enum rt_text_kind kind, float *out,
-                    char *err, size_t errlen) {
+static nx_status ge_embed(rt_embedder *e, const char *text, enum rt_text_kind kind, float *out,
+                          char *err, size_t errlen) {
     struct gguf_embedder *g = (struct gguf_embedder *)e;
     const char *prefix = "";
     if (g->nomic) prefix = kind == RT_QUERY ? "search_query: " : "search_document: ";
     size_t np = strlen(prefix), nt = text ? strlen(text) : 0;
     char *buf = nx_malloc(np + nt + 1);
-    if (!buf) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (!buf) return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
     memcpy(buf, prefix, np);
     if (nt) memcpy(buf + np, text, nt);
     buf[np + nt] = '\0';
@@ -83,11 +83,8 @@ static int ge_embed(rt_embedder *e, const char *text, enum rt_text_kind kind, fl
     char msg[512];
     nx_status st = nx_embed(g->m, buf, &p, out, e->dim, msg, sizeof msg);
     nx_free(buf);
-    if (st != NX_STATUS_OK) {
-        snprintf(err, errlen, "%s embedder: %s", g->name, msg);
-        return -1;
-    }
-    return 0;
+    if (st != NX_STATUS_OK) return nx_errf(err, errlen, st, "%s embedder: %s", g->name, msg);
+    return NX_STATUS_OK;
 }
 
 static void ge_free(rt_embedder *e) {
@@ -96,21 +93,22 @@ static void ge_free(rt_embedder *e) {
     nx_free(g);
 }
 
-rt_embedder *rt_embedder_gguf_open(const char *path, char *err, size_t errlen) {
-    nx_model *m = open_encoder(path, "GGUF embedder", err, errlen);
-    if (!m) return NULL;
+nx_status rt_embedder_gguf_open(const char *path, rt_embedder **out, char *err, size_t errlen) {
+    nx_model *m;
+    *out = NULL;
+    nx_status st = open_encoder(path, "GGUF embedder", &m, err, errlen);
+    if (st != NX_STATUS_OK) return st;
     if (nx_model_pooling(m) == NX_POOLING_RANK) {
-        snprintf(err, errlen,
-                 "GGUF embedder '%s': the model is a reranker (rank pooling, classification "
-                 "head); open it with rt_reranker_open", path);
         nx_model_free(m);
-        return NULL;
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG,
+                       "GGUF embedder '%s': the model is a reranker (rank pooling, classification "
+                       "head); open it with rt_reranker_open",
+                       path);
     }
     struct gguf_embedder *g = nx_calloc(1, sizeof *g);
     if (!g) {
-        snprintf(err, errlen, "out of memory");
         nx_model_free(m);
-        return NULL;
+        return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
     }
     g->m = m;
     g->nomic = strcmp(nx_model_arch(m), "nomic-bert") == 0;
@@ -120,21 +118,20 @@ rt_embedder *rt_embedder_gguf_open(const char *path, char *err, size_t errlen) {
     g->base.dim = nx_model_n_embd(m);
     g->base.embed = ge_embed;
     g->base.destroy = ge_free;
-    return &g->base;
+    *out = &g->base;
+    return NX_STATUS_OK;
 }
 
-static int gr_score(rt_reranker *r, const char *query, const char *document, float *score,
-                    char *err, size_t errlen) {
+static nx_status gr_score(rt_reranker *r, const char *query, const char *document, float *score,
+                          char *err, size_t errlen) {
     struct gguf_reranker *g = (struct gguf_reranker *)r;
     struct nx_embed_params p = nx_embed_default_params();
     p.n_threads = g->n_threads;
     char msg[512];
-    if (nx_rerank_score(g->m, query ? query : "", document ? document : "", &p, score, msg,
-                        sizeof msg) != NX_STATUS_OK) {
-        snprintf(err, errlen, "cross-encoder: %s", msg);
-        return -1;
-    }
-    return 0;
+    nx_status st = nx_rerank_score(g->m, query ? query : "", document ? document : "", &p, score,
+                                   msg, sizeof msg);
+    if (st != NX_STATUS_OK) return nx_errf(err, errlen, st, "cross-encoder: %s", msg);
+    return NX_STATUS_OK;
 }
 
 static void gr_free(rt_reranker *r) {
@@ -143,26 +140,29 @@ static void gr_free(rt_reranker *r) {
     nx_free(g);
 }
 
-rt_reranker *rt_reranker_gguf_open(const char *path, char *err, size_t errlen) {
-    nx_model *m = open_encoder(path, "GGUF reranker", err, errlen);
-    if (!m) return NULL;
+nx_status rt_reranker_gguf_open(const char *path, rt_reranker **out, char *err, size_t errlen) {
+    nx_model *m;
+    *out = NULL;
+    nx_status st = open_encoder(path, "GGUF reranker", &m, err, errlen);
+    if (st != NX_STATUS_OK) return st;
     if (nx_model_n_cls_out(m) < 1) {
-        snprintf(err, errlen,
-                 "GGUF reranker '%s': no classification head (cls.weight, cls.output.weight): an "
-                 "embedding model, not a cross-encoder", path);
         nx_model_free(m);
-        return NULL;
+        return nx_errf(
+            err, errlen, NX_STATUS_INVALID_ARG,
+            "GGUF reranker '%s': no classification head (cls.weight, cls.output.weight): "
+            "an embedding model, not a cross-encoder",
+            path);
     }
     struct gguf_reranker *g = nx_calloc(1, sizeof *g);
     if (!g) {
-        snprintf(err, errlen, "out of memory");
         nx_model_free(m);
-        return NULL;
+        return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
     }
     g->m = m;
     g->n_threads = pick_threads();
     g->base.name = "cross-encoder";
     g->base.score = gr_score;
     g->base.destroy = gr_free;
-    return &g->base;
+    *out = &g->base;
+    return NX_STATUS_OK;
 }

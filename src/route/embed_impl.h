@@ -5,10 +5,10 @@
 #include "route/embed.h"
 
 /* model2vec static embeddings: dir holds model.safetensors, tokenizer.json, config.json. */
-rt_embedder *rt_embedder_model2vec_open(const char *dir, char *err, size_t errlen);
+nx_status rt_embedder_model2vec_open(const char *dir, rt_embedder **out, char *err, size_t errlen);
 /* BERT-family GGUF encoder (bert, nomic-bert). */
-rt_embedder *rt_embedder_gguf_open(const char *path, char *err, size_t errlen);
+nx_status rt_embedder_gguf_open(const char *path, rt_embedder **out, char *err, size_t errlen);
 /* BERT-family GGUF cross-encoder with a classification head. */
-rt_reranker *rt_reranker_gguf_open(const char *path, char *err, size_t errlen);
+nx_status rt_reranker_gguf_open(const char *path, rt_reranker **out, char *err, size_t errlen);
 
 #endif

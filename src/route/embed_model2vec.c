@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 
 #include "core/alloc.h"
+#include "core/nx_base.h"
 
 #include "route/embed_impl.h"
 #include "route/hftok.h"
@@ -62,7 +63,7 @@ int rt_model2vec_ids(rt_embedder *e, const char *text, int32_t **ids, char *err,
     }
     int32_t *v = NULL;
     int k = hf_tok_encode(m->tok, text, n, &v, err, errlen);
-    if (k < 0) return -1;
+    if (k < 0) return k;
     /* 2-3. drop unknowns, keep the first max_length */
     int32_t unk = hf_tok_unk_id(m->tok);
     int o = 0;
@@ -72,12 +73,12 @@ int rt_model2vec_ids(rt_embedder *e, const char *text, int32_t **ids, char *err,
     return o;
 }
 
-int rt_model2vec_mean(rt_embedder *e, const char *text, double *out, int *normalize, char *err,
-                      size_t errlen) {
+nx_status rt_model2vec_mean(rt_embedder *e, const char *text, double *out, int *normalize,
+                            char *err, size_t errlen) {
     struct m2v *m = (struct m2v *)e;
     int32_t *ids;
     int n = rt_model2vec_ids(e, text, &ids, err, errlen);
-    if (n < 0) return -1;
+    if (n < 0) return (nx_status)n;
     for (int d = 0; d < m->dim; d++) out[d] = 0;
     for (int i = 0; i < n; i++) {
         int32_t id = ids[i];
@@ -91,94 +92,93 @@ int rt_model2vec_mean(rt_embedder *e, const char *text, double *out, int *normal
         for (int d = 0; d < m->dim; d++) out[d] /= n;
     nx_free(ids);
     if (normalize) *normalize = m->normalize;
-    return 0;
+    return NX_STATUS_OK;
 }
 
-static int m2v_embed(rt_embedder *e, const char *text, enum rt_text_kind kind, float *out, char *err,
-                     size_t errlen) {
+static nx_status m2v_embed(rt_embedder *e, const char *text, enum rt_text_kind kind, float *out,
+                           char *err, size_t errlen) {
     struct m2v *m = (struct m2v *)e;
     (void)kind;
     double *acc = nx_malloc((size_t)m->dim * sizeof(*acc));
-    if (!acc) {
-        snprintf(err, errlen, "model2vec: out of memory");
-        return -1;
-    }
-    if (rt_model2vec_mean(e, text, acc, NULL, err, errlen) != 0) {
+    if (!acc) return nx_errf(err, errlen, NX_STATUS_NOMEM, "model2vec: out of memory");
+    nx_status st = rt_model2vec_mean(e, text, acc, NULL, err, errlen);
+    if (st != NX_STATUS_OK) {
         nx_free(acc);
-        return -1;
+        return st;
     }
     double ss = 0;
     for (int d = 0; d < m->dim; d++) ss += acc[d] * acc[d];
     double inv = 1.0 / (sqrt(ss) + 1e-32);
     for (int d = 0; d < m->dim; d++) out[d] = (float)(acc[d] * inv);
     nx_free(acc);
-    return 0;
+    return NX_STATUS_OK;
 }
 
 /* config.json -> normalize (absent file: false). */
-static int read_config(const char *dir, int *normalize, char *err, size_t errlen) {
+static nx_status read_config(const char *dir, int *normalize, char *err, size_t errlen) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
     struct stat st;
     *normalize = 0;
-    if (stat(path, &st) != 0) return 0;
+    if (stat(path, &st) != 0) return NX_STATUS_OK;
     json_error_t je;
     json_t *c = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!c || !json_is_object(c)) {
-        snprintf(err, errlen, "model2vec '%s': config.json is not a JSON object%s%s", dir,
-                 c ? "" : ": ", c ? "" : je.text);
+        nx_errf(err, errlen, NX_STATUS_FORMAT,
+                "model2vec '%s': config.json is not a JSON object%s%s", dir, c ? "" : ": ",
+                c ? "" : je.text);
         json_decref(c);
-        return -1;
+        return NX_STATUS_FORMAT;
     }
     json_t *nv = json_object_get(c, "normalize");
     if (nv && !json_is_boolean(nv) && !json_is_null(nv)) {
-        snprintf(err, errlen, "model2vec '%s': config.json \"normalize\" is not a boolean", dir);
         json_decref(c);
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                       "model2vec '%s': config.json \"normalize\" is not a boolean", dir);
     }
     *normalize = json_is_true(nv);
     json_decref(c);
-    return 0;
+    return NX_STATUS_OK;
 }
 
-rt_embedder *rt_embedder_model2vec_open(const char *dir, char *err, size_t errlen) {
+nx_status rt_embedder_model2vec_open(const char *dir, rt_embedder **out, char *err, size_t errlen) {
     char path[4096], e2[400] = "";
+    *out = NULL;
     struct m2v *m = nx_calloc(1, sizeof(*m));
     st_file *st = NULL;
-    if (!m) {
-        snprintf(err, errlen, "model2vec: out of memory");
-        return NULL;
-    }
+    nx_status rc = NX_STATUS_FORMAT;
+    if (!m) return nx_errf(err, errlen, NX_STATUS_NOMEM, "model2vec: out of memory");
     snprintf(m->name, sizeof m->name, "model2vec");
     m->base.name = m->name;
     m->base.embed = m2v_embed;
     m->base.destroy = m2v_free;
-    if (read_config(dir, &m->normalize, err, errlen) != 0) goto fail_quiet;
+    if ((rc = read_config(dir, &m->normalize, err, errlen)) != NX_STATUS_OK) goto fail_quiet;
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    m->tok = hf_tok_load(path, e2, sizeof e2);
-    if (!m->tok) goto fail;
+    if ((rc = hf_tok_load(path, &m->tok, e2, sizeof e2)) != NX_STATUS_OK) goto fail;
     m->n_vocab = hf_tok_n_vocab(m->tok);
     m->median = hf_tok_median_token_chars(m->tok);
     if (m->median < 1) m->median = 1;
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    st = st_open(path, e2, sizeof e2);
-    if (!st) goto fail;
+    if ((rc = st_open(path, &st, e2, sizeof e2)) != NX_STATUS_OK) goto fail;
 
     const struct st_tensor *te = st_find(st, "embeddings");
     if (!te) te = st_find(st, "embedding.weight");
     if (!te) te = st_find(st, "0");
     if (!te) {
-        snprintf(e2, sizeof e2, "model.safetensors has no \"embeddings\" tensor");
+        rc = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT,
+                     "model.safetensors has no \"embeddings\" tensor");
         goto fail;
     }
     if (te->n_dims != 2 || te->shape[0] < 1 || te->shape[1] < 1 || te->shape[0] > INT32_MAX ||
         te->shape[1] > 65536) {
-        snprintf(e2, sizeof e2, "tensor '%s' must be 2-D [rows, dim] with rows, dim >= 1", te->name);
+        rc = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT,
+                     "tensor '%s' must be 2-D [rows, dim] with rows, dim >= 1", te->name);
         goto fail;
     }
     if (!st_dtype_numeric(te->dtype) || te->dtype == ST_BOOL) {
-        snprintf(e2, sizeof e2, "tensor '%s': dtype %s is not supported for embeddings", te->name,
-                 st_dtype_name(te->dtype));
+        rc = nx_errf(e2, sizeof e2, NX_STATUS_UNSUPPORTED,
+                     "tensor '%s': dtype %s is not supported for embeddings", te->name,
+                     st_dtype_name(te->dtype));
         goto fail;
     }
     m->rows = (int)te->shape[0];
@@ -186,34 +186,36 @@ rt_embedder *rt_embedder_model2vec_open(const char *dir, char *err, size_t errle
     m->base.dim = m->dim;
     m->emb = nx_malloc((size_t)te->n_elem * sizeof(float));
     if (!m->emb) {
-        snprintf(e2, sizeof e2, "out of memory");
+        rc = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
         goto fail;
     }
-    if (st_to_f32(te, m->emb, e2, sizeof e2) != 0) goto fail;
+    if ((rc = st_to_f32(te, m->emb, e2, sizeof e2)) != NX_STATUS_OK) goto fail;
     for (uint64_t i = 0; i < te->n_elem; i++)
         if (!isfinite(m->emb[i])) {
-            snprintf(e2, sizeof e2, "tensor '%s': element %llu is not finite", te->name,
-                     (unsigned long long)i);
+            rc = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT, "tensor '%s': element %llu is not finite",
+                         te->name, (unsigned long long)i);
             goto fail;
         }
 
     const struct st_tensor *tw = st_find(st, "weights");
     if (tw) {
         if (tw->n_dims != 1 || tw->shape[0] != m->n_vocab || !st_dtype_numeric(tw->dtype)) {
-            snprintf(e2, sizeof e2,
-                     "tensor 'weights' must be a 1-D numeric [%d] (the tokenizer's vocabulary), got %s with %d dims",
-                     m->n_vocab, st_dtype_name(tw->dtype), tw->n_dims);
+            rc = nx_errf(
+                e2, sizeof e2, NX_STATUS_FORMAT,
+                "tensor 'weights' must be a 1-D numeric [%d] (the tokenizer's vocabulary), got %s with %d dims",
+                m->n_vocab, st_dtype_name(tw->dtype), tw->n_dims);
             goto fail;
         }
         m->w = nx_malloc((size_t)m->n_vocab * sizeof(double));
         if (!m->w) {
-            snprintf(e2, sizeof e2, "out of memory");
+            rc = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
             goto fail;
         }
         for (int32_t i = 0; i < m->n_vocab; i++) {
             m->w[i] = st_get_f64(tw, (uint64_t)i);
             if (!isfinite(m->w[i])) {
-                snprintf(e2, sizeof e2, "tensor 'weights': element %d is not finite", i);
+                rc = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT,
+                             "tensor 'weights': element %d is not finite", i);
                 goto fail;
             }
         }
@@ -224,36 +226,40 @@ rt_embedder *rt_embedder_model2vec_open(const char *dir, char *err, size_t errle
         bool is_int = d == ST_I8 || d == ST_U8 || d == ST_I16 || d == ST_U16 || d == ST_I32 ||
                       d == ST_U32 || d == ST_I64 || d == ST_U64;
         if (tm->n_dims != 1 || tm->shape[0] != m->n_vocab || !is_int) {
-            snprintf(e2, sizeof e2,
-                     "tensor 'mapping' must be a 1-D integer [%d] (the tokenizer's vocabulary), got %s with %d dims",
-                     m->n_vocab, st_dtype_name(d), tm->n_dims);
+            rc = nx_errf(
+                e2, sizeof e2, NX_STATUS_FORMAT,
+                "tensor 'mapping' must be a 1-D integer [%d] (the tokenizer's vocabulary), got %s with %d dims",
+                m->n_vocab, st_dtype_name(d), tm->n_dims);
             goto fail;
         }
         m->map = nx_malloc((size_t)m->n_vocab * sizeof(int32_t));
         if (!m->map) {
-            snprintf(e2, sizeof e2, "out of memory");
+            rc = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
             goto fail;
         }
         for (int32_t i = 0; i < m->n_vocab; i++) {
             int64_t r = st_get_i64(tm, (uint64_t)i);
             if (r < 0 || r >= m->rows) {
-                snprintf(e2, sizeof e2, "tensor 'mapping': token %d maps to row %lld outside [0, %d)",
-                         i, (long long)r, m->rows);
+                rc = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT,
+                             "tensor 'mapping': token %d maps to row %lld outside [0, %d)", i,
+                             (long long)r, m->rows);
                 goto fail;
             }
             m->map[i] = (int32_t)r;
         }
     } else if (m->rows != m->n_vocab) {
-        snprintf(e2, sizeof e2, "%d embedding rows for %d tokens and no 'mapping' tensor", m->rows,
-                 m->n_vocab);
+        rc =
+            nx_errf(e2, sizeof e2, NX_STATUS_FORMAT,
+                    "%d embedding rows for %d tokens and no 'mapping' tensor", m->rows, m->n_vocab);
         goto fail;
     }
     st_close(st);
-    return &m->base;
+    *out = &m->base;
+    return NX_STATUS_OK;
 fail:
-    snprintf(err, errlen, "model2vec '%s': %s", dir, e2);
+    nx_errf(err, errlen, rc, "model2vec '%s': %s", dir, e2);
 fail_quiet:
     st_close(st);
     m2v_free(&m->base);
-    return NULL;
+    return rc;
 }

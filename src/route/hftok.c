@@ -23,21 +23,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/nx_base.h"
 
 #include "tok/unichar.h"
 
 #define UNK_PENALTY 10.0
-
-static void hf_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void hf_errf(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- growable byte buffer and id vector ---------------------------------------------- */
 
@@ -139,26 +132,27 @@ static bool jbool(json_t *o, const char *k, bool def) {
     return json_is_boolean(v) ? json_is_true(v) : def;
 }
 
-static int norm_parse(struct norm *n, json_t *j, char *err, size_t errlen) {
+static nx_status norm_parse(struct norm *n, json_t *j, char *err, size_t errlen) {
     memset(n, 0, sizeof(*n));
     const char *type = json_string_value(json_object_get(j, "type"));
     if (!json_is_object(j) || !type) {
-        hf_errf(err, errlen, "tokenizer.json: normalizer without a \"type\"");
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                       "tokenizer.json: normalizer without a \"type\"");
     }
     if (strcmp(type, "Sequence") == 0) {
         json_t *a = json_object_get(j, "normalizers");
         if (!json_is_array(a)) {
-            hf_errf(err, errlen, "tokenizer.json: Sequence normalizer without \"normalizers\"");
-            return -1;
+            return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                           "tokenizer.json: Sequence normalizer without \"normalizers\"");
         }
         n->k = N_SEQ;
         n->sub = nx_calloc(json_array_size(a) + 1, sizeof(*n->sub));
-        if (!n->sub) return hf_errf(err, errlen, "out of memory"), -1;
+        if (!n->sub) return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
         for (size_t i = 0; i < json_array_size(a); i++) {
-            if (norm_parse(&n->sub[i], json_array_get(a, i), err, errlen) != 0) {
+            nx_status st = norm_parse(&n->sub[i], json_array_get(a, i), err, errlen);
+            if (st != NX_STATUS_OK) {
                 norm_free(&n->sub[i]); /* not counted in n_sub: its partial parse is ours */
-                return -1;
+                return st;
             }
             n->n_sub++;
         }
@@ -174,8 +168,8 @@ static int norm_parse(struct norm *n, json_t *j, char *err, size_t errlen) {
         json_t *p = json_object_get(j, "pattern");
         const char *content = json_string_value(json_object_get(j, "content"));
         if (!json_is_object(p) || !content) {
-            hf_errf(err, errlen, "tokenizer.json: Replace normalizer needs \"pattern\" and \"content\"");
-            return -1;
+            return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                           "tokenizer.json: Replace normalizer needs \"pattern\" and \"content\"");
         }
         n->rep = nx_strdup(content);
         n->rep_len = strlen(content);
@@ -183,8 +177,8 @@ static int norm_parse(struct norm *n, json_t *j, char *err, size_t errlen) {
         const char *r = json_string_value(json_object_get(p, "Regex"));
         if (s) {
             if (!*s) {
-                hf_errf(err, errlen, "tokenizer.json: Replace with an empty String pattern");
-                return -1;
+                return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                               "tokenizer.json: Replace with an empty String pattern");
             }
             n->pat = nx_strdup(s);
             n->pat_len = strlen(s);
@@ -196,15 +190,16 @@ static int norm_parse(struct norm *n, json_t *j, char *err, size_t errlen) {
             if (!n->re) {
                 PCRE2_UCHAR msg[160];
                 pcre2_get_error_message(ec, msg, sizeof msg);
-                hf_errf(err, errlen, "tokenizer.json: Replace regex '%s' at offset %zu: %s", r,
-                        (size_t)eo, (const char *)msg);
-                return -1;
+                return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                               "tokenizer.json: Replace regex '%s' at offset %zu: %s", r,
+                               (size_t)eo, (const char *)msg);
             }
         } else {
-            hf_errf(err, errlen, "tokenizer.json: Replace pattern is neither String nor Regex");
-            return -1;
+            return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                           "tokenizer.json: Replace pattern is neither String nor Regex");
         }
-        if (!n->rep || (s && !n->pat)) return hf_errf(err, errlen, "out of memory"), -1;
+        if (!n->rep || (s && !n->pat))
+            return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
     } else if (strcmp(type, "Strip") == 0) {
         n->k = N_STRIP;
         n->left = jbool(j, "strip_left", true);
@@ -222,15 +217,15 @@ static int norm_parse(struct norm *n, json_t *j, char *err, size_t errlen) {
         n->k = N_PREPEND;
         const char *s = json_string_value(json_object_get(j, "prepend"));
         if (!s) {
-            hf_errf(err, errlen, "tokenizer.json: Prepend normalizer without \"prepend\"");
-            return -1;
+            return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                           "tokenizer.json: Prepend normalizer without \"prepend\"");
         }
         n->rep = nx_strdup(s);
         n->rep_len = strlen(s);
-        if (!n->rep) return hf_errf(err, errlen, "out of memory"), -1;
+        if (!n->rep) return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
     } else {
-        hf_errf(err, errlen, "tokenizer.json: normalizer type '%s' is not supported", type);
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_UNSUPPORTED,
+                       "tokenizer.json: normalizer type '%s' is not supported", type);
     }
     return 0;
 }
@@ -271,14 +266,16 @@ static int unf_map(struct sbuf *b, int opts) {
     return 0;
 }
 
-static int norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t errlen) {
+static nx_status norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t errlen) {
     struct sbuf r = {0};
     if (!sb_reserve(&r, b->n)) goto oom;
     switch (n->k) {
     case N_SEQ:
         nx_free(r.p);
-        for (int i = 0; i < n->n_sub; i++)
-            if (norm_apply(&n->sub[i], b, err, errlen) != 0) return -1;
+        for (int i = 0; i < n->n_sub; i++) {
+            nx_status st = norm_apply(&n->sub[i], b, err, errlen);
+            if (st != NX_STATUS_OK) return st;
+        }
         return 0;
     case N_BERT: {
         for (size_t i = 0; i < b->n;) {
@@ -368,8 +365,8 @@ static int norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t er
                     continue;
                 }
                 nx_free(r.p);
-                hf_errf(err, errlen, "tokenizer: Replace regex failed (pcre2 error %d)", rc);
-                return -1;
+                return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                               "tokenizer: Replace regex failed (pcre2 error %d)", rc);
             }
         }
         break;
@@ -426,8 +423,7 @@ static int norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t er
 oom:
     nx_free(r.p);
 oom2:
-    hf_errf(err, errlen, "out of memory (normalizer)");
-    return -1;
+    return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory (normalizer)");
 }
 
 /* ---- pre-tokenizers --------------------------------------------------------------------- */
@@ -452,26 +448,27 @@ static void pre_free(struct pre *p) {
     nx_free(p->repl);
 }
 
-static int pre_parse(struct pre *p, json_t *j, char *err, size_t errlen) {
+static nx_status pre_parse(struct pre *p, json_t *j, char *err, size_t errlen) {
     memset(p, 0, sizeof(*p));
     const char *type = json_string_value(json_object_get(j, "type"));
     if (!type) {
-        hf_errf(err, errlen, "tokenizer.json: pre_tokenizer without a \"type\"");
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                       "tokenizer.json: pre_tokenizer without a \"type\"");
     }
     if (strcmp(type, "Sequence") == 0) {
         json_t *a = json_object_get(j, "pretokenizers");
         if (!json_is_array(a)) {
-            hf_errf(err, errlen, "tokenizer.json: Sequence pre_tokenizer without \"pretokenizers\"");
-            return -1;
+            return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                           "tokenizer.json: Sequence pre_tokenizer without \"pretokenizers\"");
         }
         p->k = P_SEQ;
         p->sub = nx_calloc(json_array_size(a) + 1, sizeof(*p->sub));
-        if (!p->sub) return hf_errf(err, errlen, "out of memory"), -1;
+        if (!p->sub) return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
         for (size_t i = 0; i < json_array_size(a); i++) {
-            if (pre_parse(&p->sub[i], json_array_get(a, i), err, errlen) != 0) {
+            nx_status st = pre_parse(&p->sub[i], json_array_get(a, i), err, errlen);
+            if (st != NX_STATUS_OK) {
                 pre_free(&p->sub[i]); /* not counted in n_sub: its partial parse is ours */
-                return -1;
+                return st;
             }
             p->n_sub++;
         }
@@ -479,16 +476,16 @@ static int pre_parse(struct pre *p, json_t *j, char *err, size_t errlen) {
         p->k = P_METASPACE;
         const char *r = json_string_value(json_object_get(j, "replacement"));
         if (!r || !*r) {
-            hf_errf(err, errlen, "tokenizer.json: Metaspace without a \"replacement\"");
-            return -1;
+            return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                           "tokenizer.json: Metaspace without a \"replacement\"");
         }
         int32_t c;
         if ((size_t)u8_next(r, strlen(r), &c) != strlen(r)) {
-            hf_errf(err, errlen, "tokenizer.json: Metaspace replacement '%s' is not one character", r);
-            return -1;
+            return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                           "tokenizer.json: Metaspace replacement '%s' is not one character", r);
         }
         p->repl = nx_strdup(r);
-        if (!p->repl) return hf_errf(err, errlen, "out of memory"), -1;
+        if (!p->repl) return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
         p->repl_len = strlen(r);
         p->split = jbool(j, "split", true);
         const char *sch = json_string_value(json_object_get(j, "prepend_scheme"));
@@ -497,8 +494,8 @@ static int pre_parse(struct pre *p, json_t *j, char *err, size_t errlen) {
             else if (strcmp(sch, "first") == 0) p->scheme = SCHEME_FIRST;
             else if (strcmp(sch, "never") == 0) p->scheme = SCHEME_NEVER;
             else {
-                hf_errf(err, errlen, "tokenizer.json: Metaspace prepend_scheme '%s' unknown", sch);
-                return -1;
+                return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                               "tokenizer.json: Metaspace prepend_scheme '%s' unknown", sch);
             }
         } else {
             p->scheme = jbool(j, "add_prefix_space", true) ? SCHEME_ALWAYS : SCHEME_NEVER;
@@ -508,8 +505,8 @@ static int pre_parse(struct pre *p, json_t *j, char *err, size_t errlen) {
     } else if (strcmp(type, "BertPreTokenizer") == 0) {
         p->k = P_BERT;
     } else {
-        hf_errf(err, errlen, "tokenizer.json: pre_tokenizer type '%s' is not supported", type);
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_UNSUPPORTED,
+                       "tokenizer.json: pre_tokenizer type '%s' is not supported", type);
     }
     return 0;
 }
@@ -546,10 +543,12 @@ static bool pl_push(struct plist *l, const char *s, size_t n, bool first) {
     return true;
 }
 
-static int pre_apply(const struct pre *p, struct plist *l, char *err, size_t errlen) {
+static nx_status pre_apply(const struct pre *p, struct plist *l, char *err, size_t errlen) {
     if (p->k == P_SEQ) {
-        for (int i = 0; i < p->n_sub; i++)
-            if (pre_apply(&p->sub[i], l, err, errlen) != 0) return -1;
+        for (int i = 0; i < p->n_sub; i++) {
+            nx_status st = pre_apply(&p->sub[i], l, err, errlen);
+            if (st != NX_STATUS_OK) return st;
+        }
         return 0;
     }
     struct plist out = {0};
@@ -608,8 +607,7 @@ static int pre_apply(const struct pre *p, struct plist *l, char *err, size_t err
     return 0;
 oom:
     pl_clear(&out);
-    hf_errf(err, errlen, "out of memory (pre-tokenizer)");
-    return -1;
+    return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory (pre-tokenizer)");
 }
 
 /* ---- piece trie ------------------------------------------------------------------------ */
@@ -767,51 +765,60 @@ static size_t u8_count(const char *s, size_t n) {
     return c;
 }
 
-hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
+nx_status hf_tok_load(const char *path, hf_tok **out, char *err, size_t errlen) {
+    *out = NULL;
     json_error_t je;
     json_t *root = json_load_file(path, 0, &je);
     if (!root) {
-        hf_errf(err, errlen, "tokenizer '%s': %s (line %d column %d)", path, je.text, je.line,
-                je.column);
-        return NULL;
+        nx_status st = json_error_code(&je) == json_error_cannot_open_file
+                           ? (access(path, F_OK) != 0 ? NX_STATUS_NOT_FOUND : NX_STATUS_IO)
+                       : json_error_code(&je) == json_error_out_of_memory ? NX_STATUS_NOMEM
+                                                                          : NX_STATUS_FORMAT;
+        return nx_errf(err, errlen, st, "tokenizer '%s': %s (line %d column %d)", path, je.text,
+                       je.line, je.column);
     }
     hf_tok *t = nx_calloc(1, sizeof(*t));
     char e2[400] = "";
+    nx_status st = NX_STATUS_FORMAT;
     if (!t) {
-        snprintf(e2, sizeof e2, "out of memory");
+        st = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
         goto fail;
     }
     t->unk_id = -1;
     json_t *model = json_object_get(root, "model");
     const char *mtype = json_string_value(json_object_get(model, "type"));
     if (!json_is_object(model) || !mtype) {
-        snprintf(e2, sizeof e2, "no \"model\" object with a \"type\"");
+        st = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT, "no \"model\" object with a \"type\"");
         goto fail;
     }
     t->wordpiece = strcmp(mtype, "WordPiece") == 0;
     if (strcmp(mtype, "Unigram") != 0 && !t->wordpiece) {
-        snprintf(e2, sizeof e2, "model type '%s' is not supported (only Unigram and WordPiece)", mtype);
+        st = nx_errf(e2, sizeof e2, NX_STATUS_UNSUPPORTED,
+                     "model type '%s' is not supported (only Unigram and WordPiece)", mtype);
         goto fail;
     }
     json_t *vocab = json_object_get(model, "vocab");
     int32_t n_vocab = 0;
     if (t->wordpiece) {
         if (!json_is_object(vocab) || json_object_size(vocab) == 0 || json_object_size(vocab) > (1u << 24)) {
-            snprintf(e2, sizeof e2, "model.vocab must be a non-empty object {token: id}");
+            st = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT,
+                         "model.vocab must be a non-empty object {token: id}");
             goto fail;
         }
         const char *k;
         json_t *v;
         json_object_foreach(vocab, k, v) {
             if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= (1 << 24)) {
-                snprintf(e2, sizeof e2, "model.vocab['%.100s'] is not an id in [0, 2^24)", k);
+                st = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT,
+                             "model.vocab['%.100s'] is not an id in [0, 2^24)", k);
                 goto fail;
             }
             if (json_integer_value(v) >= n_vocab) n_vocab = (int32_t)json_integer_value(v) + 1;
         }
     } else {
         if (!json_is_array(vocab) || json_array_size(vocab) == 0 || json_array_size(vocab) > (1u << 24)) {
-            snprintf(e2, sizeof e2, "model.vocab must be a non-empty array of [piece, score]");
+            st = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT,
+                         "model.vocab must be a non-empty array of [piece, score]");
             goto fail;
         }
         n_vocab = (int32_t)json_array_size(vocab);
@@ -823,7 +830,8 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
             json_t *id = json_object_get(a, "id");
             if (!json_is_integer(id) || json_integer_value(id) < 0 ||
                 json_integer_value(id) >= (1 << 24) || !json_is_string(json_object_get(a, "content"))) {
-                snprintf(e2, sizeof e2, "added_tokens[%zu] needs an id (0..2^24) and a content", i);
+                st = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT,
+                             "added_tokens[%zu] needs an id (0..2^24) and a content", i);
                 goto fail;
             }
             if (json_integer_value(id) >= n_vocab) n_vocab = (int32_t)json_integer_value(id) + 1;
@@ -833,7 +841,7 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
     t->piece = nx_calloc((size_t)n_vocab, sizeof(*t->piece));
     t->score = nx_calloc((size_t)n_vocab, sizeof(*t->score));
     if (!t->piece || !t->score) {
-        snprintf(e2, sizeof e2, "out of memory");
+        st = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
         goto fail;
     }
     if (t->wordpiece) {
@@ -842,12 +850,13 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
         json_object_foreach(vocab, k, v) {
             int32_t id = (int32_t)json_integer_value(v);
             if (t->piece[id]) {
-                snprintf(e2, sizeof e2, "model.vocab: id %d used twice ('%.80s', '%.80s')", id,
-                         t->piece[id], k);
+                st = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT,
+                             "model.vocab: id %d used twice ('%.80s', '%.80s')", id, t->piece[id],
+                             k);
                 goto fail;
             }
             if (!(t->piece[id] = nx_strdup(k)) || (*k && !trie_insert(&t->trie, k, strlen(k), id))) {
-                snprintf(e2, sizeof e2, "out of memory");
+                st = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
                 goto fail;
             }
         }
@@ -860,13 +869,14 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
                               : 100;
         const char *unk_tok = json_string_value(json_object_get(model, "unk_token"));
         if (!t->wp_prefix) {
-            snprintf(e2, sizeof e2, "out of memory");
+            st = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
             goto fail;
         }
         if (unk_tok) {
             t->unk_id = trie_lookup(&t->trie, unk_tok, strlen(unk_tok));
             if (t->unk_id < 0) {
-                snprintf(e2, sizeof e2, "model.unk_token '%.80s' is not in the vocab", unk_tok);
+                st = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT,
+                             "model.unk_token '%.80s' is not in the vocab", unk_tok);
                 goto fail;
             }
         }
@@ -877,18 +887,19 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
         const char *s = json_string_value(json_array_get(e, 0));
         json_t *sc = json_array_get(e, 1);
         if (!json_is_array(e) || json_array_size(e) != 2 || !s || !json_is_number(sc)) {
-            snprintf(e2, sizeof e2, "model.vocab[%zu] is not [string, number]", i);
+            st = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT,
+                         "model.vocab[%zu] is not [string, number]", i);
             goto fail;
         }
         t->piece[i] = nx_strdup(s);
         t->score[i] = json_number_value(sc);
         if (!t->piece[i]) {
-            snprintf(e2, sizeof e2, "out of memory");
+            st = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
             goto fail;
         }
         if (i == 0 || t->score[i] < min_score) min_score = t->score[i];
         if (*s && !trie_insert(&t->trie, s, strlen(s), (int32_t)i)) {
-            snprintf(e2, sizeof e2, "out of memory");
+            st = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
             goto fail;
         }
     }
@@ -896,20 +907,20 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
     json_t *unk = t->wordpiece ? NULL : json_object_get(model, "unk_id");
     if (json_is_integer(unk)) {
         if (json_integer_value(unk) < 0 || json_integer_value(unk) >= (json_int_t)json_array_size(vocab)) {
-            snprintf(e2, sizeof e2, "model.unk_id %lld outside the vocab",
-                     (long long)json_integer_value(unk));
+            st = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT, "model.unk_id %lld outside the vocab",
+                         (long long)json_integer_value(unk));
             goto fail;
         }
         t->unk_id = (int32_t)json_integer_value(unk);
     } else if (!json_is_null(unk) && unk) {
-        snprintf(e2, sizeof e2, "model.unk_id is not an integer");
+        st = nx_errf(e2, sizeof e2, NX_STATUS_FORMAT, "model.unk_id is not an integer");
         goto fail;
     }
     t->byte_fallback = jbool(model, "byte_fallback", false);
     if (json_is_array(added) && json_array_size(added) > 0) {
         t->added = nx_calloc(json_array_size(added), sizeof(*t->added));
         if (!t->added) {
-            snprintf(e2, sizeof e2, "out of memory");
+            st = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
             goto fail;
         }
         for (size_t i = 0; i < json_array_size(added); i++) {
@@ -922,11 +933,11 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
             ad->n = strlen(c);
             ad->id = id;
             if (!ad->s) {
-                snprintf(e2, sizeof e2, "out of memory");
+                st = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
                 goto fail;
             }
             if (!t->piece[id] && !(t->piece[id] = nx_strdup(c))) {
-                snprintf(e2, sizeof e2, "out of memory");
+                st = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
                 goto fail;
             }
         }
@@ -935,24 +946,24 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
     if (nj && !json_is_null(nj)) {
         t->norm = nx_calloc(1, sizeof(*t->norm));
         if (!t->norm) {
-            snprintf(e2, sizeof e2, "out of memory");
+            st = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
             goto fail;
         }
-        if (norm_parse(t->norm, nj, e2, sizeof e2) != 0) goto fail;
+        if ((st = norm_parse(t->norm, nj, e2, sizeof e2)) != NX_STATUS_OK) goto fail;
     }
     json_t *pj = json_object_get(root, "pre_tokenizer");
     if (pj && !json_is_null(pj)) {
         t->pre = nx_calloc(1, sizeof(*t->pre));
         if (!t->pre) {
-            snprintf(e2, sizeof e2, "out of memory");
+            st = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
             goto fail;
         }
-        if (pre_parse(t->pre, pj, e2, sizeof e2) != 0) goto fail;
+        if ((st = pre_parse(t->pre, pj, e2, sizeof e2)) != NX_STATUS_OK) goto fail;
     }
     /* median token length in code points over the ids that have a token */
     int *lens = nx_malloc((size_t)n_vocab * sizeof(*lens));
     if (!lens) {
-        snprintf(e2, sizeof e2, "out of memory");
+        st = nx_errf(e2, sizeof e2, NX_STATUS_NOMEM, "out of memory");
         goto fail;
     }
     int nl = 0;
@@ -962,26 +973,27 @@ hf_tok *hf_tok_load(const char *path, char *err, size_t errlen) {
     t->median_chars = nl == 0 ? 1 : (nl % 2 ? lens[nl / 2] : (lens[nl / 2 - 1] + lens[nl / 2]) / 2);
     nx_free(lens);
     json_decref(root);
-    return t;
+    *out = t;
+    return NX_STATUS_OK;
 fail:
-    hf_errf(err, errlen, "tokenizer '%s': %s", path, e2);
+    nx_errf(err, errlen, st, "tokenizer '%s': %s", path, e2);
     json_decref(root);
     hf_tok_free(t);
-    return NULL;
+    return st;
 }
 
 /* Viterbi segmentation of one pre-tokenized piece into out. */
-static int unigram_piece(const hf_tok *t, const char *s, size_t n, struct ivec *out, char *err,
-                         size_t errlen) {
+static nx_status unigram_piece(const hf_tok *t, const char *s, size_t n, struct ivec *out,
+                               char *err, size_t errlen) {
     if (n >= (size_t)INT32_MAX) {
-        hf_errf(err, errlen, "tokenizer: a piece of %zu bytes is too long", n);
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_FORMAT, "tokenizer: a piece of %zu bytes is too long",
+                       n);
     }
     double *best = nx_malloc((n + 1) * sizeof(*best));
     int32_t *from = nx_malloc((n + 1) * sizeof(*from));
     int32_t *tid = nx_malloc((n + 1) * sizeof(*tid));
     int32_t *stack = NULL;
-    int rc = -1;
+    nx_status rc = NX_STATUS_FORMAT;
     if (!best || !from || !tid) goto oom;
     for (size_t i = 0; i <= n; i++) from[i] = -1;
     best[0] = 0;
@@ -1057,15 +1069,17 @@ static int unigram_piece(const hf_tok *t, const char *s, size_t n, struct ivec *
             }
         }
         if (t->unk_id < 0) {
-            hf_errf(err, errlen, "tokenizer: text not covered by the vocabulary and the model has no unk_id");
+            rc = nx_errf(
+                err, errlen, NX_STATUS_FORMAT,
+                "tokenizer: text not covered by the vocabulary and the model has no unk_id");
             goto done;
         }
         if (!iv_push(out, t->unk_id)) goto oom;
     }
-    rc = 0;
+    rc = NX_STATUS_OK;
     goto done;
 oom:
-    hf_errf(err, errlen, "out of memory (tokenizer)");
+    rc = nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory (tokenizer)");
 done:
     nx_free(best);
     nx_free(from);
@@ -1076,8 +1090,8 @@ done:
 
 /* WordPiece: greedy longest match from the left, later pieces with the continuing prefix; a
  * word that cannot be covered (or is longer than max_input_chars_per_word) is one [UNK]. */
-static int wordpiece_piece(const hf_tok *t, const char *s, size_t n, struct ivec *out, char *err,
-                           size_t errlen) {
+static nx_status wordpiece_piece(const hf_tok *t, const char *s, size_t n, struct ivec *out,
+                                 char *err, size_t errlen) {
     size_t pl = strlen(t->wp_prefix);
     int first_out = out->n;
     bool bad = u8_count(s, n) > (size_t)t->wp_max_chars;
@@ -1109,8 +1123,8 @@ static int wordpiece_piece(const hf_tok *t, const char *s, size_t n, struct ivec
     if (bad) {
         out->n = first_out;
         if (t->unk_id < 0) {
-            hf_errf(err, errlen, "tokenizer: word not covered by the vocabulary and no unk_token");
-            return -1;
+            return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                           "tokenizer: word not covered by the vocabulary and no unk_token");
         }
         if (!iv_push(out, t->unk_id)) goto oom2;
     }
@@ -1118,13 +1132,12 @@ static int wordpiece_piece(const hf_tok *t, const char *s, size_t n, struct ivec
 oom:
     nx_free(buf);
 oom2:
-    hf_errf(err, errlen, "out of memory (tokenizer)");
-    return -1;
+    return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory (tokenizer)");
 }
 
 /* Normalize + pre-tokenize one segment (no added tokens in it) into l. */
-static int segment_pieces(const hf_tok *t, const char *s, size_t n, bool first, struct plist *l,
-                          char *err, size_t errlen) {
+static nx_status segment_pieces(const hf_tok *t, const char *s, size_t n, bool first,
+                                struct plist *l, char *err, size_t errlen) {
     struct sbuf b = {0};
     /* valid UTF-8 only from here on */
     if (!sb_reserve(&b, n)) goto oom;
@@ -1135,18 +1148,19 @@ static int segment_pieces(const hf_tok *t, const char *s, size_t n, bool first, 
         if (!ok) goto oom;
         i += (size_t)k;
     }
-    if (t->norm && norm_apply(t->norm, &b, err, errlen) != 0) {
-        nx_free(b.p);
-        return -1;
+    if (t->norm) {
+        nx_status st = norm_apply(t->norm, &b, err, errlen);
+        if (st != NX_STATUS_OK) {
+            nx_free(b.p);
+            return st;
+        }
     }
     if (!pl_push(l, b.p, b.n, first)) goto oom;
     nx_free(b.p);
-    if (t->pre && pre_apply(t->pre, l, err, errlen) != 0) return -1;
-    return 0;
+    return t->pre ? pre_apply(t->pre, l, err, errlen) : NX_STATUS_OK;
 oom:
     nx_free(b.p);
-    hf_errf(err, errlen, "out of memory (tokenizer)");
-    return -1;
+    return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory (tokenizer)");
 }
 
 int hf_tok_encode(const hf_tok *t, const char *text, size_t len, int32_t **ids, char *err,
@@ -1154,6 +1168,7 @@ int hf_tok_encode(const hf_tok *t, const char *text, size_t len, int32_t **ids, 
     struct ivec out = {0};
     *ids = NULL;
     size_t seg = 0;
+    nx_status st = NX_STATUS_OK;
     for (size_t i = 0; i <= len;) {
         /* the longest added token starting at i */
         const struct added *hit = NULL;
@@ -1166,21 +1181,24 @@ int hf_tok_encode(const hf_tok *t, const char *text, size_t len, int32_t **ids, 
         if (hit || i == len) {
             if (i > seg) {
                 struct plist l = {0};
-                if (segment_pieces(t, text + seg, i - seg, seg == 0, &l, err, errlen) != 0) {
+                st = segment_pieces(t, text + seg, i - seg, seg == 0, &l, err, errlen);
+                if (st != NX_STATUS_OK) {
                     pl_clear(&l);
                     goto fail;
                 }
-                for (int p = 0; p < l.n; p++)
-                    if ((t->wordpiece ? wordpiece_piece(t, l.v[p].p, l.v[p].n, &out, err, errlen)
-                                      : unigram_piece(t, l.v[p].p, l.v[p].n, &out, err, errlen)) != 0) {
+                for (int p = 0; p < l.n; p++) {
+                    st = t->wordpiece ? wordpiece_piece(t, l.v[p].p, l.v[p].n, &out, err, errlen)
+                                      : unigram_piece(t, l.v[p].p, l.v[p].n, &out, err, errlen);
+                    if (st != NX_STATUS_OK) {
                         pl_clear(&l);
                         goto fail;
                     }
+                }
                 pl_clear(&l);
             }
             if (i == len) break;
             if (!iv_push(&out, hit->id)) {
-                hf_errf(err, errlen, "out of memory (tokenizer)");
+                st = nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory (tokenizer)");
                 goto fail;
             }
             i += hit->n;
@@ -1193,7 +1211,7 @@ int hf_tok_encode(const hf_tok *t, const char *text, size_t len, int32_t **ids, 
     return out.n;
 fail:
     nx_free(out.v);
-    return -1;
+    return st;
 }
 
 char *hf_tok_debug_pretokenize(const hf_tok *t, const char *text, char *err, size_t errlen) {
@@ -1208,7 +1226,7 @@ char *hf_tok_debug_pretokenize(const hf_tok *t, const char *text, char *err, siz
     pl_clear(&l);
     if (!ok) {
         nx_free(b.p);
-        hf_errf(err, errlen, "out of memory");
+        nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
         return NULL;
     }
     return b.p;

@@ -32,10 +32,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nexus.h"
+
 typedef struct hf_tok hf_tok;
 
-/* Load tokenizer.json. NULL with a message on failure. */
-hf_tok *hf_tok_load(const char *path, char *err, size_t errlen);
+/* Load tokenizer.json into *out. NX_STATUS_OK, or IO (cannot read), FORMAT (bad JSON or shape),
+ * UNSUPPORTED (a model / normalizer / pre-tokenizer type not listed above) or NOMEM, with a
+ * message in err and *out NULL. */
+nx_status hf_tok_load(const char *path, hf_tok **out, char *err, size_t errlen);
 void hf_tok_free(hf_tok *t);
 
 /* Number of ids (max id + 1 over the model vocab and the added tokens). */
@@ -50,8 +54,9 @@ int hf_tok_median_token_chars(const hf_tok *t);
 
 /*
  * Tokenize UTF-8 text (no special tokens added). *ids is allocated (free with nx_free), holds
- * the count returned. Returns the count (>= 0) or -1 with a message (out of memory, or a regex
- * error). Invalid UTF-8 bytes are read as U+FFFD.
+ * the count returned. Returns the count (>= 0) or a negative nx_status with a message
+ * (NX_STATUS_NOMEM, or NX_STATUS_FORMAT: a regex error, text the vocabulary cannot cover without
+ * an unknown token). Invalid UTF-8 bytes are read as U+FFFD.
  */
 int hf_tok_encode(const hf_tok *t, const char *text, size_t len, int32_t **ids, char *err,
                   size_t errlen);

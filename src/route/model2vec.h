@@ -33,12 +33,13 @@
 #define RT_MODEL2VEC_MAX_LENGTH 512
 
 /* The token ids e (a model2vec embedder from rt_embedder_open on a directory) pools for text,
- * after steps 1-3 above. *ids allocated (nx_free); returns the count or -1 with a message. */
+ * after steps 1-3 above. *ids allocated (nx_free); returns the count or a negative nx_status
+ * with a message. */
 int rt_model2vec_ids(rt_embedder *e, const char *text, int32_t **ids, char *err, size_t errlen);
 
 /* The un-normalized mean (steps 1-4) into out[dim] and whether config.json asks for
- * normalization (*normalize may be NULL). 0 or -1 with a message. */
-int rt_model2vec_mean(rt_embedder *e, const char *text, double *out, int *normalize, char *err,
-                      size_t errlen);
+ * normalization (*normalize may be NULL). NX_STATUS_OK or a negative nx_status with a message. */
+nx_status rt_model2vec_mean(rt_embedder *e, const char *text, double *out, int *normalize,
+                            char *err, size_t errlen);
 
 #endif

@@ -116,8 +116,7 @@ rt_router *rt_router_new(const rt_registry *reg, const int *subset, int n,
     }
     if (pp.mode != RT_MODE_BM25) {
         int dim = pp.embedder->dim;
-        rt->slb = rt_slb_new(dim, err, errlen);
-        if (!rt->slb) {
+        if (rt_slb_new(dim, &rt->slb, err, errlen) != NX_STATUS_OK) {
             rt_router_free(rt);
             return NULL;
         }
@@ -128,9 +127,10 @@ rt_router *rt_router_new(const rt_registry *reg, const int *subset, int n,
             if (!v) {
                 char *doc = rt_embed_document(&reg->tools[rt->ids[i]]);
                 if (!doc) goto nomem;
-                int rc = pp.embedder->embed(pp.embedder, doc, RT_DOCUMENT, rt->qvec, err, errlen);
+                nx_status rc =
+                    pp.embedder->embed(pp.embedder, doc, RT_DOCUMENT, rt->qvec, err, errlen);
                 nx_free(doc);
-                if (rc) {
+                if (rc != NX_STATUS_OK) {
                     rt_router_free(rt);
                     return NULL;
                 }
@@ -203,8 +203,8 @@ nx_status rt_router_route(rt_router *rt, const char *query, const float *qvec, s
     }
     if (p->mode != RT_MODE_BM25) {
         if (!qvec) {
-            if (p->embedder->embed(p->embedder, query, RT_QUERY, rt->qvec, err, errlen))
-                return strstr(err, "out of memory") ? NX_STATUS_NOMEM : NX_STATUS_INVALID_ARG;
+            nx_status st = p->embedder->embed(p->embedder, query, RT_QUERY, rt->qvec, err, errlen);
+            if (st != NX_STATUS_OK) return st;
             qvec = rt->qvec;
         }
         rt_slb_scores(rt->slb, qvec, rt->dn_sc, rt->dots);
@@ -244,9 +244,9 @@ nx_status rt_router_route(rt_router *rt, const char *query, const float *qvec, s
                 return NX_STATUS_NOMEM;
             }
             float s = 0;
-            int rc = p->reranker->score(p->reranker, query, doc, &s, err, errlen);
+            nx_status st = p->reranker->score(p->reranker, query, doc, &s, err, errlen);
             nx_free(doc);
-            if (rc) return strstr(err, "out of memory") ? NX_STATUS_NOMEM : NX_STATUS_INVALID_ARG;
+            if (st != NX_STATUS_OK) return st;
             /* ties keep first-stage order: push with the first-stage position as id */
             rt_topk_push(out->rerank, &nr, m, i, s);
         }

@@ -54,15 +54,6 @@ const char *st_dtype_name(enum st_dtype t) {
 size_t st_dtype_size(enum st_dtype t) { return (unsigned)t < ST_DTYPE_COUNT ? st_types[t].size : 0; }
 int st_dtype_numeric(enum st_dtype t) { return t != ST_F8_E5M2 && t != ST_F8_E4M3 && t < ST_DTYPE_COUNT; }
 
-static void st_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void st_errf(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 void st_close(st_file *f) {
     if (!f) return;
     for (int i = 0; i < f->n; i++) nx_free(f->t[i].name);
@@ -88,123 +79,129 @@ static int json_u64(const json_t *v, uint64_t *out) {
     return 1;
 }
 
-static int st_parse_tensor(st_file *f, struct st_tensor *t, const char *name, json_t *obj,
-                           uint64_t data_len, char *err, size_t errlen) {
+static nx_status st_parse_tensor(st_file *f, struct st_tensor *t, const char *name, json_t *obj,
+                                 uint64_t data_len, char *err, size_t errlen) {
     if (!json_is_object(obj)) {
-        st_errf(err, errlen, "tensor '%s': header entry is not an object", name);
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_FORMAT, "tensor '%s': header entry is not an object",
+                       name);
     }
     t->name = nx_strdup(name);
     if (!t->name) {
-        st_errf(err, errlen, "out of memory");
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
     }
     json_t *dt = json_object_get(obj, "dtype");
     if (!json_is_string(dt)) {
-        st_errf(err, errlen, "tensor '%s': missing or non-string \"dtype\"", name);
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                       "tensor '%s': missing or non-string \"dtype\"", name);
     }
     int found = -1;
     for (int k = 0; k < ST_DTYPE_COUNT; k++)
         if (strcmp(json_string_value(dt), st_types[k].name) == 0) found = k;
     if (found < 0) {
-        st_errf(err, errlen, "tensor '%s': unknown dtype '%s'", name, json_string_value(dt));
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_FORMAT, "tensor '%s': unknown dtype '%s'", name,
+                       json_string_value(dt));
     }
     t->dtype = (enum st_dtype)found;
     json_t *sh = json_object_get(obj, "shape");
     if (!json_is_array(sh)) {
-        st_errf(err, errlen, "tensor '%s': missing or non-array \"shape\"", name);
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_FORMAT, "tensor '%s': missing or non-array \"shape\"",
+                       name);
     }
     if (json_array_size(sh) > ST_MAX_DIMS) {
-        st_errf(err, errlen, "tensor '%s': %zu dimensions (at most %d supported)", name,
-                json_array_size(sh), ST_MAX_DIMS);
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                       "tensor '%s': %zu dimensions (at most %d supported)", name,
+                       json_array_size(sh), ST_MAX_DIMS);
     }
     t->n_dims = (int)json_array_size(sh);
     uint64_t n_elem = 1;
     for (int d = 0; d < t->n_dims; d++) {
         uint64_t v;
         if (!json_u64(json_array_get(sh, (size_t)d), &v)) {
-            st_errf(err, errlen, "tensor '%s': shape[%d] is not a non-negative integer", name, d);
-            return -1;
+            return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                           "tensor '%s': shape[%d] is not a non-negative integer", name, d);
         }
         t->shape[d] = (int64_t)v;
         if (__builtin_mul_overflow(n_elem, v, &n_elem)) {
-            st_errf(err, errlen, "tensor '%s': element count overflows", name);
-            return -1;
+            return nx_errf(err, errlen, NX_STATUS_FORMAT, "tensor '%s': element count overflows",
+                           name);
         }
     }
     t->n_elem = n_elem;
     uint64_t need;
     if (__builtin_mul_overflow(n_elem, (uint64_t)st_types[t->dtype].size, &need)) {
-        st_errf(err, errlen, "tensor '%s': byte size overflows", name);
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_FORMAT, "tensor '%s': byte size overflows", name);
     }
     json_t *off = json_object_get(obj, "data_offsets");
     uint64_t b, e;
     if (!json_is_array(off) || json_array_size(off) != 2 || !json_u64(json_array_get(off, 0), &b) ||
         !json_u64(json_array_get(off, 1), &e)) {
-        st_errf(err, errlen, "tensor '%s': \"data_offsets\" must be [begin, end] non-negative integers",
-                name);
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                       "tensor '%s': \"data_offsets\" must be [begin, end] non-negative integers",
+                       name);
     }
     if (b > e) {
-        st_errf(err, errlen, "tensor '%s': data_offsets begin %llu > end %llu", name,
-                (unsigned long long)b, (unsigned long long)e);
-        return -1;
+        return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                       "tensor '%s': data_offsets begin %llu > end %llu", name,
+                       (unsigned long long)b, (unsigned long long)e);
     }
     if (e > data_len) {
-        st_errf(err, errlen,
-                "tensor '%s': data_offsets end %llu past the data buffer (%llu bytes; file truncated?)",
-                name, (unsigned long long)e, (unsigned long long)data_len);
-        return -1;
+        return nx_errf(
+            err, errlen, NX_STATUS_FORMAT,
+            "tensor '%s': data_offsets end %llu past the data buffer (%llu bytes; file truncated?)",
+            name, (unsigned long long)e, (unsigned long long)data_len);
     }
     if (e - b != need) {
-        st_errf(err, errlen, "tensor '%s': %llu bytes in data_offsets but dtype %s x %llu elements needs %llu",
-                name, (unsigned long long)(e - b), st_types[t->dtype].name,
-                (unsigned long long)n_elem, (unsigned long long)need);
-        return -1;
+        return nx_errf(
+            err, errlen, NX_STATUS_FORMAT,
+            "tensor '%s': %llu bytes in data_offsets but dtype %s x %llu elements needs %llu", name,
+            (unsigned long long)(e - b), st_types[t->dtype].name, (unsigned long long)n_elem,
+            (unsigned long long)need);
     }
     t->offset = b;
     t->nbytes = need;
     NX_UNUSED(f);
-    return 0;
+    return NX_STATUS_OK;
 }
 
-static st_file *st_parse(st_file *f, char *err, size_t errlen) {
+/* Validates f->buf[0, f->len) and indexes its tensors; on failure f is closed. */
+static nx_status st_parse(st_file *f, st_file **out, char *err, size_t errlen) {
+    nx_status st = NX_STATUS_OK;
     if (f->len < 8) {
-        st_errf(err, errlen, "safetensors: file is %zu bytes, too short for the 8-byte header length",
-                f->len);
+        st = nx_errf(err, errlen, NX_STATUS_FORMAT,
+                     "safetensors: file is %zu bytes, too short for the 8-byte header length",
+                     f->len);
         goto fail;
     }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | f->buf[i];
     if (hlen > f->len - 8) {
-        st_errf(err, errlen, "safetensors: header length %llu past the end of the file (%zu bytes)",
-                (unsigned long long)hlen, f->len);
+        st = nx_errf(err, errlen, NX_STATUS_FORMAT,
+                     "safetensors: header length %llu past the end of the file (%zu bytes)",
+                     (unsigned long long)hlen, f->len);
         goto fail;
     }
     if (hlen > ST_MAX_HEADER) {
-        st_errf(err, errlen, "safetensors: header length %llu exceeds the 100 MB limit",
-                (unsigned long long)hlen);
+        st = nx_errf(err, errlen, NX_STATUS_FORMAT,
+                     "safetensors: header length %llu exceeds the 100 MB limit",
+                     (unsigned long long)hlen);
         goto fail;
     }
     if (hlen < 2 || f->buf[8] != '{') {
-        st_errf(err, errlen, "safetensors: header does not start with a JSON object");
+        st = nx_errf(err, errlen, NX_STATUS_FORMAT,
+                     "safetensors: header does not start with a JSON object");
         goto fail;
     }
     json_error_t je;
     json_t *root = json_loadb((const char *)f->buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        st_errf(err, errlen, "safetensors: header JSON invalid at line %d column %d: %s", je.line,
-                je.column, je.text);
+        st = nx_errf(err, errlen, NX_STATUS_FORMAT,
+                     "safetensors: header JSON invalid at line %d column %d: %s", je.line,
+                     je.column, je.text);
         goto fail;
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        st_errf(err, errlen, "safetensors: header is not a JSON object");
+        st = nx_errf(err, errlen, NX_STATUS_FORMAT, "safetensors: header is not a JSON object");
         goto fail;
     }
     uint64_t data_len = (uint64_t)f->len - 8 - hlen;
@@ -213,7 +210,7 @@ static st_file *st_parse(st_file *f, char *err, size_t errlen) {
     f->t = nx_calloc(n_entries ? n_entries : 1, sizeof(*f->t));
     if (!f->t) {
         json_decref(root);
-        st_errf(err, errlen, "out of memory");
+        st = nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
         goto fail;
     }
     /* header order: jansson keeps insertion order for iteration */
@@ -223,7 +220,8 @@ static st_file *st_parse(st_file *f, char *err, size_t errlen) {
         if (strcmp(key, "__metadata__") == 0) {
             if (!json_is_object(val) && !json_is_null(val)) {
                 json_decref(root);
-                st_errf(err, errlen, "safetensors: \"__metadata__\" is not an object");
+                st = nx_errf(err, errlen, NX_STATUS_FORMAT,
+                             "safetensors: \"__metadata__\" is not an object");
                 goto fail;
             }
             if (json_is_object(val)) {
@@ -231,7 +229,8 @@ static st_file *st_parse(st_file *f, char *err, size_t errlen) {
                 json_t *mv;
                 json_object_foreach(val, mk, mv) {
                     if (!json_is_string(mv)) {
-                        st_errf(err, errlen, "safetensors: __metadata__ '%s' is not a string", mk);
+                        st = nx_errf(err, errlen, NX_STATUS_FORMAT,
+                                     "safetensors: __metadata__ '%s' is not a string", mk);
                         json_decref(root);
                         goto fail;
                     }
@@ -241,7 +240,8 @@ static st_file *st_parse(st_file *f, char *err, size_t errlen) {
             continue;
         }
         struct st_tensor *t = &f->t[f->n++];
-        if (st_parse_tensor(f, t, key, val, data_len, err, errlen) != 0) {
+        st = st_parse_tensor(f, t, key, val, data_len, err, errlen);
+        if (st != NX_STATUS_OK) {
             json_decref(root);
             goto fail;
         }
@@ -252,7 +252,7 @@ static st_file *st_parse(st_file *f, char *err, size_t errlen) {
     if (f->n > 0) {
         struct st_tensor **s = nx_malloc((size_t)f->n * sizeof(*s));
         if (!s) {
-            st_errf(err, errlen, "out of memory");
+            st = nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
             goto fail;
         }
         for (int i = 0; i < f->n; i++) s[i] = &f->t[i];
@@ -260,15 +260,18 @@ static st_file *st_parse(st_file *f, char *err, size_t errlen) {
         uint64_t pos = 0;
         for (int i = 0; i < f->n; i++) {
             if (s[i]->offset < pos) {
-                st_errf(err, errlen, "safetensors: tensor '%s' [%llu, %llu) overlaps tensor '%s'",
-                        s[i]->name, (unsigned long long)s[i]->offset,
-                        (unsigned long long)(s[i]->offset + s[i]->nbytes), s[i - 1]->name);
+                st = nx_errf(err, errlen, NX_STATUS_FORMAT,
+                             "safetensors: tensor '%s' [%llu, %llu) overlaps tensor '%s'",
+                             s[i]->name, (unsigned long long)s[i]->offset,
+                             (unsigned long long)(s[i]->offset + s[i]->nbytes), s[i - 1]->name);
                 nx_free(s);
                 goto fail;
             }
             if (s[i]->offset > pos) {
-                st_errf(err, errlen, "safetensors: %llu unindexed bytes before tensor '%s' (holes are not allowed)",
-                        (unsigned long long)(s[i]->offset - pos), s[i]->name);
+                st = nx_errf(
+                    err, errlen, NX_STATUS_FORMAT,
+                    "safetensors: %llu unindexed bytes before tensor '%s' (holes are not allowed)",
+                    (unsigned long long)(s[i]->offset - pos), s[i]->name);
                 nx_free(s);
                 goto fail;
             }
@@ -276,57 +279,57 @@ static st_file *st_parse(st_file *f, char *err, size_t errlen) {
         }
         nx_free(s);
         if (pos != data_len) {
-            st_errf(err, errlen, "safetensors: tensors cover %llu of the %llu data bytes (trailing bytes)",
-                    (unsigned long long)pos, (unsigned long long)data_len);
+            st = nx_errf(err, errlen, NX_STATUS_FORMAT,
+                         "safetensors: tensors cover %llu of the %llu data bytes (trailing bytes)",
+                         (unsigned long long)pos, (unsigned long long)data_len);
             goto fail;
         }
     } else if (data_len != 0) {
-        st_errf(err, errlen, "safetensors: no tensors but %llu data bytes", (unsigned long long)data_len);
+        st = nx_errf(err, errlen, NX_STATUS_FORMAT, "safetensors: no tensors but %llu data bytes",
+                     (unsigned long long)data_len);
         goto fail;
     }
-    return f;
+    *out = f;
+    return NX_STATUS_OK;
 fail:
     st_close(f);
-    return NULL;
+    return st;
 }
 
-st_file *st_open_mem(const void *buf, size_t len, char *err, size_t errlen) {
+nx_status st_open_mem(const void *buf, size_t len, st_file **out, char *err, size_t errlen) {
+    *out = NULL;
     st_file *f = nx_calloc(1, sizeof(*f));
-    if (!f) {
-        st_errf(err, errlen, "out of memory");
-        return NULL;
-    }
+    if (!f) return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
     f->buf = buf;
     f->len = len;
-    return st_parse(f, err, errlen);
+    return st_parse(f, out, err, errlen);
 }
 
-st_file *st_open(const char *path, char *err, size_t errlen) {
+nx_status st_open(const char *path, st_file **out, char *err, size_t errlen) {
+    *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        st_errf(err, errlen, "safetensors '%s': cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
+    if (fd < 0)
+        return nx_errf(err, errlen, errno == ENOENT ? NX_STATUS_NOT_FOUND : NX_STATUS_IO,
+                       "safetensors '%s': cannot open: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        st_errf(err, errlen, "safetensors '%s': not a regular file", path);
         close(fd);
-        return NULL;
+        return nx_errf(err, errlen, NX_STATUS_IO, "safetensors '%s': not a regular file", path);
     }
     st_file *f = nx_calloc(1, sizeof(*f));
     if (!f) {
         close(fd);
-        st_errf(err, errlen, "out of memory");
-        return NULL;
+        return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
     }
     f->len = (size_t)sb.st_size;
     if (f->len > 0) {
         void *m = mmap(NULL, f->len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (m == MAP_FAILED) {
-            st_errf(err, errlen, "safetensors '%s': mmap failed: %s", path, strerror(errno));
+            nx_status st = nx_errf(err, errlen, NX_STATUS_IO, "safetensors '%s': mmap failed: %s",
+                                   path, strerror(errno));
             close(fd);
             nx_free(f);
-            return NULL;
+            return st;
         }
         f->map = m;
         f->map_len = f->len;
@@ -337,9 +340,9 @@ st_file *st_open(const char *path, char *err, size_t errlen) {
     close(fd);
     char e2[400];
     e2[0] = 0;
-    st_file *r = st_parse(f, e2, sizeof e2);
-    if (!r) st_errf(err, errlen, "'%s': %s", path, e2);
-    return r;
+    nx_status st = st_parse(f, out, e2, sizeof e2);
+    if (st != NX_STATUS_OK) nx_errf(err, errlen, st, "'%s': %s", path, e2);
+    return st;
 }
 
 int st_n_tensors(const st_file *f) { return f->n; }
@@ -412,12 +415,11 @@ int64_t st_get_i64(const struct st_tensor *t, uint64_t i) {
     }
 }
 
-int st_to_f32(const struct st_tensor *t, float *out, char *err, size_t errlen) {
-    if (!st_dtype_numeric(t->dtype)) {
-        st_errf(err, errlen, "tensor '%s': dtype %s cannot be converted to float", t->name,
-                st_types[t->dtype].name);
-        return -1;
-    }
+nx_status st_to_f32(const struct st_tensor *t, float *out, char *err, size_t errlen) {
+    if (!st_dtype_numeric(t->dtype))
+        return nx_errf(err, errlen, NX_STATUS_UNSUPPORTED,
+                       "tensor '%s': dtype %s cannot be converted to float", t->name,
+                       st_types[t->dtype].name);
     for (uint64_t i = 0; i < t->n_elem; i++) out[i] = (float)st_get_f64(t, i);
-    return 0;
+    return NX_STATUS_OK;
 }

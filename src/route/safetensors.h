@@ -25,6 +25,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nexus.h"
+
 enum st_dtype {
     ST_BOOL = 0,
     ST_U8,
@@ -59,10 +61,11 @@ struct st_tensor {
 
 typedef struct st_file st_file;
 
-/* Map and validate a file. NULL with a message in err on failure. */
-st_file *st_open(const char *path, char *err, size_t errlen);
-/* Validate a buffer in memory (borrowed: it must outlive the st_file). */
-st_file *st_open_mem(const void *buf, size_t len, char *err, size_t errlen);
+/* Map and validate a file into *out. NX_STATUS_OK, or NX_STATUS_NOT_FOUND / IO (cannot open or
+ * map), FORMAT (any check above fails) or NOMEM with a message in err and *out NULL. */
+nx_status st_open(const char *path, st_file **out, char *err, size_t errlen);
+/* Validate a buffer in memory (borrowed: it must outlive the st_file); statuses as st_open. */
+nx_status st_open_mem(const void *buf, size_t len, st_file **out, char *err, size_t errlen);
 void st_close(st_file *f);
 
 int st_n_tensors(const st_file *f);
@@ -80,7 +83,8 @@ int st_dtype_numeric(enum st_dtype t);
  * truncated toward zero for st_get_i64). Numeric dtypes only. */
 double st_get_f64(const struct st_tensor *t, uint64_t i);
 int64_t st_get_i64(const struct st_tensor *t, uint64_t i);
-/* All elements converted to float into out[n_elem]; -1 with a message for F8 dtypes. */
-int st_to_f32(const struct st_tensor *t, float *out, char *err, size_t errlen);
+/* All elements converted to float into out[n_elem]; NX_STATUS_UNSUPPORTED with a message for
+ * the F8 dtypes. */
+nx_status st_to_f32(const struct st_tensor *t, float *out, char *err, size_t errlen);
 
 #endif

@@ -100,11 +100,11 @@ float rt_slb_quantize(const float *x, int dim, size_t dim_pad, int8_t *q) {
     return amax / 127.0f;
 }
 
-rt_slb *rt_slb_new(int dim, char *err, size_t errlen) {
-    if (dim < 1 || dim > 65536) {
-        snprintf(err, errlen, "SLB dimension %d is outside 1..65536", dim);
-        return NULL;
-    }
+nx_status rt_slb_new(int dim, rt_slb **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (dim < 1 || dim > 65536)
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG, "SLB dimension %d is outside 1..65536",
+                       dim);
     rt_slb *s = nx_calloc(1, sizeof *s);
     if (s) {
         s->dim = dim;
@@ -113,10 +113,10 @@ rt_slb *rt_slb_new(int dim, char *err, size_t errlen) {
     }
     if (!s || !s->qbuf) {
         if (s) nx_free(s);
-        snprintf(err, errlen, "out of memory");
-        return NULL;
+        return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
     }
-    return s;
+    *out = s;
+    return NX_STATUS_OK;
 }
 
 void rt_slb_free(rt_slb *s) {
@@ -133,7 +133,7 @@ int32_t rt_slb_add(rt_slb *s, const float *v) {
     if (s->rows == s->cap) {
         int32_t nc = s->cap ? s->cap * 2 : 64;
         size_t bytes;
-        if (!nx_mul_size((size_t)nc, s->dim_pad, &bytes)) return -1;
+        if (!nx_mul_size((size_t)nc, s->dim_pad, &bytes)) return NX_STATUS_NOMEM;
         int8_t *m = nx_malloc_aligned(bytes);
         float *sc = nx_realloc(s->scale, sizeof *sc * (size_t)nc);
         if (sc) s->scale = sc;
@@ -143,7 +143,7 @@ int32_t rt_slb_add(rt_slb *s, const float *v) {
         if (sr) s->scratch = sr;
         if (!m || !sc || !rs || !sr) {
             nx_free_aligned(m);
-            return -1;
+            return NX_STATUS_NOMEM;
         }
         if (s->rows) memcpy(m, s->mat, (size_t)s->rows * s->dim_pad);
         nx_free_aligned(s->mat);

@@ -28,6 +28,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nexus.h"
+
 #define RT_SLB_KMAX 16
 
 struct rt_hit {
@@ -60,10 +62,11 @@ float rt_slb_quantize_avx2(const float *x, int dim, size_t dim_pad, int8_t *q);
 
 typedef struct rt_slb rt_slb;
 
-/* An empty buffer for vectors of dimension dim (1..65536); NULL with a message. */
-rt_slb *rt_slb_new(int dim, char *err, size_t errlen);
+/* An empty buffer for vectors of dimension dim (1..65536) into *out; INVALID_ARG (dim out of
+ * range) or NOMEM with a message and *out NULL. */
+nx_status rt_slb_new(int dim, rt_slb **out, char *err, size_t errlen);
 void rt_slb_free(rt_slb *s);
-/* Quantizes and appends v[dim]; returns the row id, or -1 on OOM. */
+/* Quantizes and appends v[dim]; returns the row id, or NX_STATUS_NOMEM. */
 int32_t rt_slb_add(rt_slb *s, const float *v);
 int32_t rt_slb_rows(const rt_slb *s);
 int rt_slb_dim(const rt_slb *s);

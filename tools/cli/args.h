@@ -22,6 +22,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "nexus.h"
+
 enum arg_type {
     ARG_END = 0, /* ends a table */
     ARG_FLAG,    /* bool *: set to true, takes no value */
@@ -88,6 +90,9 @@ bool args_long(const char *v, long long lo, long long hi, long long *out);
 __attribute__((noreturn, format(printf, 2, 3))) void cli_die(const char *prefix,
                                                               const char *fmt, ...);
 bool args_double(const char *v, double *out);
+/* The process exit status for a library runner's result: 0 for NX_STATUS_OK, 1 otherwise (the
+   runner has printed its message). */
+static inline int cli_exit_status(nx_status st) { return st == NX_STATUS_OK ? 0 : 1; }
 
 /* A comma-separated list of integers in [lo, hi] (empty items are refused): the count, at
  * most max, or -1 when an item is not such an integer or there are more than max. */

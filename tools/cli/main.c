@@ -502,7 +502,7 @@ static int cmd_eval(int argc, char **argv) {
     o.cp.kv_type = o.kv_type;
     ep.base = &o.cp;
     nx_model *m = load_model(&o);
-    int rc = eval_run(m, &ep);
+    int rc = cli_exit_status(eval_run(m, &ep));
     nx_model_free(m);
     return rc;
 }
@@ -528,7 +528,7 @@ static int cmd_eval_efficiency(int argc, char **argv) {
     o.cp.kv_type = o.kv_type;
     ep.base = &o.cp;
     nx_model *m = load_model(&o);
-    int rc = eval_efficiency_run(m, &ep);
+    int rc = cli_exit_status(eval_efficiency_run(m, &ep));
     nx_model_free(m);
     return rc;
 }
@@ -553,7 +553,7 @@ static int cmd_eval_ruler(int argc, char **argv) {
     o.cp.kv_type = o.kv_type;
     rp.base = &o.cp;
     nx_model *m = load_model(&o);
-    int rc = eval_ruler_run(m, &rp);
+    int rc = cli_exit_status(eval_ruler_run(m, &rp));
     nx_model_free(m);
     return rc;
 }
@@ -579,7 +579,7 @@ static int cmd_eval_longbench(int argc, char **argv) {
     o.cp.kv_type = o.kv_type;
     lp.base = &o.cp;
     nx_model *m = load_model(&o);
-    int rc = eval_longbench_run(m, &lp);
+    int rc = cli_exit_status(eval_longbench_run(m, &lp));
     nx_model_free(m);
     return rc;
 }

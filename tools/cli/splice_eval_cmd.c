@@ -62,8 +62,10 @@ int splice_eval_main(int argc, char **argv) {
     char err[512];
     nx_model *m = NULL;
     if (nx_model_load(p.model_path, NULL, &m, err, sizeof err)) return se_fail(err, NULL);
-    int rc = seqcache ? splice_eval_seqcache(m, requests, sys_len, tail, p.threads, p.seed, p.json)
-                      : splice_eval_run(m, &p);
+    nx_status st = seqcache
+                       ? splice_eval_seqcache(m, requests, sys_len, tail, p.threads, p.seed, p.json)
+                       : splice_eval_run(m, &p);
+    int rc = cli_exit_status(st);
     nx_model_free(m);
     return rc;
 }

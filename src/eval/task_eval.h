@@ -1,0 +1,29 @@
+/*
+ * task_eval.h - the runner of `nexus task-eval`: exact-match accuracy of token-id retrieval
+ * tasks (as written by scripts/train/evaluate.py --write-tasks) under KV-eviction policies,
+ * paired against the dense cache on the same instances (the protocol is in task_eval.c).
+ */
+#ifndef NX_EVAL_TASK_EVAL_H
+#define NX_EVAL_TASK_EVAL_H
+
+#include <stdint.h>
+
+#include "nexus.h"
+
+struct task_eval_params {
+    const char *tasks;           /* JSON lines file */
+    const char *const *policies; /* "full" runs once, dense */
+    int n_policies;
+    const double *densities;          /* each in (0, 1] */
+    const char *const *density_names; /* as printed in the table (the user's spelling) */
+    int n_densities;
+    int threads;
+    uint64_t seed;
+    const char *json_path; /* NULL: no JSON */
+};
+
+/* Prints the Markdown table; NX_STATUS_OK, or INVALID_ARG (bad parameters), IO / FORMAT (the
+ * tasks file), NOMEM, or the engine's status, with a message on stderr. */
+nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p);
+
+#endif
