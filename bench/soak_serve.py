@@ -72,6 +72,7 @@ class Soak:
         self.stop_at = time.time() + a.duration
         self.auth = {"Authorization": "Bearer " + a.api_key}
         self.kills = []
+        self.latency = {}
 
     def count(self, kind, ok, detail=""):
         with self.lock:
@@ -216,19 +217,23 @@ class Soak:
         rng = random.Random(self.a.seed * 1000 + idx)
         while self.take():
             r = rng.random()
+            if r < 0.5:
+                kind, fn = "seeded", lambda: self.seeded(rng)
+            elif r < 0.6:
+                kind, fn = "disconnect", lambda: self.disconnect(rng)
+            elif r < 0.7 and self.a.sessions:
+                kind, fn = "session", lambda: self.session_turn(rng, idx)
+            elif r < 0.75 and self.a.mcp:
+                kind, fn = "tool", lambda: self.tool(rng)
+            else:
+                kind, fn = "hostile", lambda: self.hostile(rng)
+            t0 = time.time()
             try:
-                if r < 0.5:
-                    self.seeded(rng)
-                elif r < 0.6:
-                    self.disconnect(rng)
-                elif r < 0.7 and self.a.sessions:
-                    self.session_turn(rng, idx)
-                elif r < 0.75 and self.a.mcp:
-                    self.tool(rng)
-                else:
-                    self.hostile(rng)
+                fn()
             except (OSError, http.client.HTTPException, ValueError) as e:
-                self.count("transport", False, repr(e))
+                self.count("transport", False, f"{kind} after {time.time() - t0:.1f} s: {e!r}")
+            with self.lock:
+                self.latency.setdefault(kind, []).append(time.time() - t0)
 
 
 def main():
@@ -326,6 +331,10 @@ def main():
           f"RSS first half max {rss1 / 2**20:.1f} MiB, second half max {rss2 / 2**20:.1f} MiB; "
           f"tokens generated {end.get('nexus_generated_tokens_total', 0):.0f}; "
           f"MCP server kills {len(soak.kills)}")
+    for k, v in sorted(soak.latency.items()):
+        v = sorted(v)
+        print(f"  latency {k:<10} p50 {v[len(v) // 2]:.2f} s  p99 {v[int(len(v) * 0.99)]:.2f} s  "
+              f"max {v[-1]:.2f} s")
     for f in soak.failures[:10]:
         print("  FAIL", f)
     for k, v in checks.items():
@@ -336,6 +345,7 @@ def main():
                        "duration_s": a.duration, "counts": soak.counts,
                        "rss_first_half_max": rss1, "rss_second_half_max": rss2,
                        "mcp_kills": len(soak.kills), "end_metrics": end,
+                       "latency_max_s": {k: max(v) for k, v in soak.latency.items()},
                        "checks": checks, "failures": soak.failures}, f, indent=1)
         os.replace(a.json + ".tmp", a.json)
     sys.exit(0 if all(checks.values()) else 1)
