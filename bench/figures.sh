@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# figures.sh - the README's speed figures of issues 11, 13 and 16 in one run, for a quiet
+# machine (nothing else running: the script records the load average before each part).
+#
+# Parts (each skippable with SKIP="parallel serve agent side" entries):
+#   parallel  nexus bench --parallel 1,2,4,8 and llama-batched-bench -npl 1,2,4,8 on the
+#             Llama-3.2-1B-shaped Q4_K_M file, alternating, REPS_PAR rounds   (~5 min)
+#   serve     bench/serve_bench.py throughput: nexus serve against llama-server, 8 slots, 2
+#             threads, 1/4/8 clients, 2 rounds alternating                     (~6 min)
+#   agent     bench/serve_bench.py agent workload on a 57M-parameter Llama-shaped Q4_K_M file
+#             (4 sessions x 16 turns to ~8.8K tokens): nexus dense sessions, nexus sessions
+#             under nexus eviction at a 1792-token budget, llama-server          (~5 min)
+#   side      bench/side_by_side.sh (issue 16's table), REPS_SIDE rounds        (~14 min)
+# Models (written once if missing): /tmp/models/llama1b-{f16,q8_0,q4km}.gguf and
+# /tmp/models/agent56m-q4km.gguf, from `nexus mkmodel` + llama.cpp's llama-quantize.
+# Environment: LLAMA_BIN (/work/llama.cpp-build/bin), LLAMA_LIB (/work/llama.cpp-build-noamx/bin
+# plus its parent: the native build's AMX path crashes), OUT (bench/results), REPS_PAR (2),
+# REPS_SIDE (2), LABEL ("quiet machine").
+set -euo pipefail
+LLAMA_BIN=${LLAMA_BIN:-/work/llama.cpp-build/bin}
+LLAMA_LIB=${LLAMA_LIB:-/work/llama.cpp-build-noamx:/work/llama.cpp-build-noamx/bin}
+OUT=${OUT:-bench/results}
+M=${MODELS_DIR:-/tmp/models}
+REPS_PAR=${REPS_PAR:-2}
+REPS_SIDE=${REPS_SIDE:-2}
+LABEL=${LABEL:-quiet machine}
+SKIP=${SKIP:-}
+NEXUS=./build/nexus
+t0=$(date +%s)
+say() { echo "[$(( $(date +%s) - t0 )) s, load $(cut -d' ' -f1-3 /proc/loadavg)] $*"; }
+skip() { [[ " $SKIP " == *" $1 "* ]]; }
+
+mkdir -p "$M"
+if [ ! -f "$M/llama1b-f16.gguf" ]; then
+  $NEXUS mkmodel -o "$M/llama1b-f16.gguf" --preset llama-3.2-1b --type f16 -q
+fi
+for q in q8_0:Q8_0 q4km:Q4_K_M; do
+  f="$M/llama1b-${q%%:*}.gguf"
+  [ -f "$f" ] || LD_LIBRARY_PATH=$LLAMA_LIB "$LLAMA_BIN/llama-quantize" "$M/llama1b-f16.gguf" "$f" "${q#*:}" >/dev/null
+done
+if [ ! -f "$M/agent56m-q4km.gguf" ]; then
+  $NEXUS mkmodel -o "$M/agent56m-f16.gguf" --arch llama --layers 8 --embd 512 --heads 8 \
+    --heads-kv 2 --head-dim 64 --ff 1536 --ctx 32768 --type f16 --seed 7 --rope-base 500000 \
+    --tokenizer ../shared/models/llama-2-tiny-random/llama-2-tiny-random.gguf --name agent56m -q
+  LD_LIBRARY_PATH=$LLAMA_LIB "$LLAMA_BIN/llama-quantize" "$M/agent56m-f16.gguf" "$M/agent56m-q4km.gguf" Q4_K_M >/dev/null
+fi
+
+if ! skip parallel; then
+  mkdir -p "$OUT/parallel"
+  for r in $(seq 1 "$REPS_PAR"); do
+    say "parallel round $r: nexus"
+    $NEXUS bench -m "$M/llama1b-q4km.gguf" -t 2 -p 512 -n 64 -r 1 --parallel 1,2,4,8 --json \
+      > "$OUT/parallel/nexus_round$r.json"
+    say "parallel round $r: llama-batched-bench"
+    LD_LIBRARY_PATH=$LLAMA_LIB "$LLAMA_BIN/llama-batched-bench" -m "$M/llama1b-q4km.gguf" -t 2 -tb 2 \
+      -c 8192 -b 2048 -ub 512 -npp 512 -ntg 64 -npl 1,2,4,8 \
+      > "$OUT/parallel/llama_round$r.md" 2> "$OUT/parallel/llama_round$r.log"
+  done
+  python3 - "$OUT/parallel" "$REPS_PAR" <<'PY' | tee "$OUT/parallel/parallel.md"
+import json, statistics, sys
+d, reps = sys.argv[1], int(sys.argv[2])
+nx, ll = {}, {}
+for r in range(1, reps + 1):
+    for line in open(f"{d}/nexus_round{r}.json"):
+        if line.startswith("{"):
+            j = json.loads(line)
+            nx.setdefault(j["parallel"], []).append(j["decode_tps"])
+    for line in open(f"{d}/llama_round{r}.md"):
+        f = [x.strip() for x in line.split("|")[1:-1]]
+        if len(f) == 10 and f[2].isdigit():
+            ll.setdefault(int(f[2]), []).append(float(f[7]))
+one = statistics.median(nx[1])
+print("| N | Nexus aggregate decode t/s (rounds) | x single | llama-batched-bench S_TG t/s | Nexus / llama |")
+print("|---|---|---|---|---|")
+for n in sorted(nx):
+    a, b = statistics.median(nx[n]), statistics.median(ll.get(n, [float("nan")]))
+    print(f"| {n} | {a:.1f} ({', '.join(f'{x:.1f}' for x in nx[n])}) | {a / one:.2f} | "
+          f"{b:.1f} ({', '.join(f'{x:.1f}' for x in ll.get(n, []))}) | {a / b:.2f} |")
+PY
+fi
+
+if ! skip serve; then
+  say "serve throughput"
+  python3 bench/serve_bench.py -m "$M/llama1b-q4km.gguf" --slots 8 --threads 2 --ctx 1024 \
+    --clients 1,4,8 --requests 2 --prompt-words 150 --gen 32 --rounds 2 \
+    --server "nexus=nexus:" --server "llama=llama:" --llama-server "$LLAMA_BIN/llama-server" \
+    --llama-lib "$LLAMA_LIB" --out "$OUT/serve/throughput_np8"
+fi
+
+if ! skip agent; then
+  say "serve agent workload"
+  python3 bench/serve_bench.py -m "$M/agent56m-q4km.gguf" --slots 4 --threads 2 --ctx 16384 \
+    --clients "" --sessions 4 --turns 16 --tool-words 400 --agent-gen 8 --nexus-session \
+    --server "nexus-dense=nexus:--sessions 4 --kv-policy full" \
+    --server "nexus-evict=nexus:--sessions 4 --kv-policy nexus --kv-budget 1792" \
+    --server "llama=llama:" --reference nexus-dense --llama-server "$LLAMA_BIN/llama-server" \
+    --llama-lib "$LLAMA_LIB" --out "$OUT/serve/agent_np4"
+fi
+
+if ! skip side; then
+  say "side by side (issue 16)"
+  REPS=$REPS_SIDE LABEL="$LABEL" LLAMA_BIN=$LLAMA_BIN LLAMA_LIB=/work/llama.cpp-build-noamx/bin \
+    OUT="$OUT/side_by_side" bench/side_by_side.sh
+fi
+say "done"
