@@ -502,4 +502,56 @@ TEST(agent_cli_errors) {
     free(out);
 }
 
+/* ---- `nexus eval-toolpath` on a small registry ---- */
+
+TEST(eval_toolpath_small_run_is_consistent) {
+    char js[PATH_MAX], svg[PATH_MAX];
+    test_tmp_path("tp.json", js, sizeof js);
+    test_tmp_path("tp.svg", svg, sizeof svg);
+    const char *args[] = {"eval-toolpath", "-m", k_model, "--sizes", "3,6", "--queries", "2", "-k", "2",
+                          "--arg-tokens", "96", "--ctx-limit", "1500", "--max-prompt", "6000", "-t", "1",
+                          "--json", js, "--svg", svg, NULL};
+    char *out = NULL;
+    int rc = test_cli(args, false, &out);
+    if (rc) FAILF("eval-toolpath exited %d", rc);
+    ASSERT_CONTAINS(out, "| nexus |");
+    free(out);
+    json_t *j = json_load_file(js, 0, NULL);
+    ASSERT_TRUE(j != NULL);
+    json_t *sizes = json_object_get(j, "sizes");
+    ASSERT_EQ(json_array_size(sizes), 2);
+    for (size_t si = 0; si < 2; si++) {
+        json_t *s = json_array_get(sizes, si);
+        json_t *qs = json_object_get(s, "per_query");
+        ASSERT_EQ(json_array_size(qs), 2);
+        for (size_t qi = 0; qi < 2; qi++) {
+            json_t *q = json_array_get(qs, qi);
+            long long pt[4];
+            const char *arms[4] = {"all", "topk", "splice", "nexus"};
+            for (int a = 0; a < 4; a++) {
+                json_t *x = json_object_get(q, arms[a]);
+                ASSERT_TRUE(json_is_true(json_object_get(x, "run")));
+                ASSERT_TRUE(json_is_true(json_object_get(x, "valid")));
+                pt[a] = json_integer_value(json_object_get(x, "prompt_tokens"));
+                ASSERT_EQ(json_is_true(json_object_get(x, "fits")), pt[a] + 96 <= 1500);
+                double cold = json_real_value(json_object_get(x, "ttfa_cold_ms"));
+                double cached = json_real_value(json_object_get(x, "ttfa_cached_ms"));
+                ASSERT_TRUE(cold > 0 && cached > 0);
+            }
+            /* k = 2 of 3 or 6 tools: fewer schemas than all; signatures fewer tokens still */
+            ASSERT_TRUE(pt[0] > pt[1]);
+            ASSERT_EQ(pt[1], pt[2]);
+            ASSERT_TRUE(pt[3] < pt[1]);
+        }
+        ASSERT_TRUE(json_object_get(s, "all_over_nexus") != NULL);
+    }
+    json_decref(j);
+    size_t n = 0;
+    char err[256];
+    char *sv = nx_read_file(svg, 1 << 20, &n, err, sizeof err);
+    ASSERT_TRUE(sv != NULL);
+    ASSERT_CONTAINS(sv, "<svg");
+    nx_free(sv);
+}
+
 TEST_MAIN
