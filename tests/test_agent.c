@@ -5,6 +5,7 @@
  * The real server comes from build-npm/node_modules/.bin (NX_MCP_NPM_BIN overrides); the test
  * FAILS when it is missing (`make npm-servers`).
  */
+#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,12 +122,28 @@ static bool fs_server(char *out, size_t n) {
     return true;
 }
 
+static char g_fsroot[PATH_MAX];
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+/* The files the servers wrote under fsroot (the temporary directory's cleanup is one level). */
+static void rm_fsroot(void) {
+    if (g_fsroot[0]) nftw(g_fsroot, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
 /* A config with server "fs" rooted at ROOT (made), into cfg_path. */
 static bool fs_config(char *cfg_path, size_t n, char *root, size_t rn) {
     char exe[PATH_MAX];
     if (!fs_server(exe, sizeof exe)) return false;
     test_tmp_path("fsroot", root, rn);
     mkdir(root, 0700);
+    if (!g_fsroot[0]) {
+        snprintf(g_fsroot, sizeof g_fsroot, "%s", root);
+        atexit(rm_fsroot);
+    }
     test_tmp_path("mcp.json", cfg_path, n);
     char text[4 * PATH_MAX];
     snprintf(text, sizeof text,
@@ -257,16 +274,21 @@ static const char k_bad_server[] =
     "        print(json.dumps({'jsonrpc': '2.0', 'id': i, 'error': {'code': -32601, 'message': 'no'}}), flush=True); continue\n"
     "    print(json.dumps({'jsonrpc': '2.0', 'id': i, 'result': r}), flush=True)\n";
 
-TEST(exec_crashing_and_hanging_server_are_tool_errors) {
-    char py[PATH_MAX], cfg_path[PATH_MAX], err[600];
+/* A config with server "bad" (the script above, 1.5 s timeout) into cfg_path. */
+static void bad_config(char *cfg_path, size_t n) {
+    char py[PATH_MAX], text[2 * PATH_MAX];
     test_tmp_path("bad_server.py", py, sizeof py);
     write_text(py, k_bad_server);
-    test_tmp_path("bad.json", cfg_path, sizeof cfg_path);
-    char text[2 * PATH_MAX];
+    test_tmp_path("bad.json", cfg_path, n);
     snprintf(text, sizeof text,
              "{\"mcpServers\": {\"bad\": {\"command\": \"/usr/bin/python3\", \"args\": [\"%s\"], "
              "\"timeoutMs\": 1500}}}", py);
     write_text(cfg_path, text);
+}
+
+TEST(exec_crashing_and_hanging_server_are_tool_errors) {
+    char cfg_path[PATH_MAX], err[600];
+    bad_config(cfg_path, sizeof cfg_path);
     ag_toolset *ts = NULL;
     if (ag_toolset_open(NULL, 0, cfg_path, NULL, &ts, err, sizeof err)) FAILF("open: %s", err);
     mcp_config *cfg = NULL;
@@ -469,15 +491,8 @@ TEST(agent_turn_writes_then_reads_through_server_filesystem) {
 }
 
 TEST(agent_turn_survives_a_crashing_server) {
-    char py[PATH_MAX], cfg[PATH_MAX], tr[PATH_MAX];
-    test_tmp_path("bad_server.py", py, sizeof py);
-    write_text(py, k_bad_server);
-    test_tmp_path("bad.json", cfg, sizeof cfg);
-    char text[2 * PATH_MAX];
-    snprintf(text, sizeof text,
-             "{\"mcpServers\": {\"bad\": {\"command\": \"/usr/bin/python3\", \"args\": [\"%s\"], "
-             "\"timeoutMs\": 1500}}}", py);
-    write_text(cfg, text);
+    char cfg[PATH_MAX], tr[PATH_MAX];
+    bad_config(cfg, sizeof cfg);
     test_tmp_path("trace3.json", tr, sizeof tr);
     json_t *t = agent_turn(cfg, tr, "1", "boom: make it explode");
     ASSERT_TRUE(t != NULL);
@@ -500,6 +515,58 @@ TEST(agent_cli_errors) {
     ASSERT_EQ(test_cli(a2, true, &out), 1);
     ASSERT_CONTAINS(out, "nonexistent.json");
     free(out);
+}
+
+/* ---- `nexus eval-toolpath` on a small registry ---- */
+
+TEST(eval_toolpath_small_run_is_consistent) {
+    char js[PATH_MAX], svg[PATH_MAX];
+    test_tmp_path("tp.json", js, sizeof js);
+    test_tmp_path("tp.svg", svg, sizeof svg);
+    const char *args[] = {"eval-toolpath", "-m", k_model, "--sizes", "3,6", "--queries", "2", "-k", "2",
+                          "--arg-tokens", "96", "--ctx-limit", "1500", "--max-prompt", "6000", "-t", "1",
+                          "--json", js, "--svg", svg, NULL};
+    char *out = NULL;
+    int rc = test_cli(args, false, &out);
+    if (rc) FAILF("eval-toolpath exited %d", rc);
+    ASSERT_CONTAINS(out, "| nexus |");
+    free(out);
+    json_t *j = json_load_file(js, 0, NULL);
+    ASSERT_TRUE(j != NULL);
+    json_t *sizes = json_object_get(j, "sizes");
+    ASSERT_EQ(json_array_size(sizes), 2);
+    for (size_t si = 0; si < 2; si++) {
+        json_t *s = json_array_get(sizes, si);
+        json_t *qs = json_object_get(s, "per_query");
+        ASSERT_EQ(json_array_size(qs), 2);
+        for (size_t qi = 0; qi < 2; qi++) {
+            json_t *q = json_array_get(qs, qi);
+            long long pt[4];
+            const char *arms[4] = {"all", "topk", "splice", "nexus"};
+            for (int a = 0; a < 4; a++) {
+                json_t *x = json_object_get(q, arms[a]);
+                ASSERT_TRUE(json_is_true(json_object_get(x, "run")));
+                ASSERT_TRUE(json_is_true(json_object_get(x, "valid")));
+                pt[a] = json_integer_value(json_object_get(x, "prompt_tokens"));
+                ASSERT_EQ(json_is_true(json_object_get(x, "fits")), pt[a] + 96 <= 1500);
+                double cold = json_real_value(json_object_get(x, "ttfa_cold_ms"));
+                double cached = json_real_value(json_object_get(x, "ttfa_cached_ms"));
+                ASSERT_TRUE(cold > 0 && cached > 0);
+            }
+            /* k = 2 of 3 or 6 tools: fewer schemas than all; signatures fewer tokens still */
+            ASSERT_TRUE(pt[0] > pt[1]);
+            ASSERT_EQ(pt[1], pt[2]);
+            ASSERT_TRUE(pt[3] < pt[1]);
+        }
+        ASSERT_TRUE(json_object_get(s, "all_over_nexus") != NULL);
+    }
+    json_decref(j);
+    size_t n = 0;
+    char err[256];
+    char *sv = nx_read_file(svg, 1 << 20, &n, err, sizeof err);
+    ASSERT_TRUE(sv != NULL);
+    ASSERT_CONTAINS(sv, "<svg");
+    nx_free(sv);
 }
 
 TEST_MAIN

@@ -20,8 +20,9 @@ struct turn {
     struct nx_err e;
 };
 
-/* Renders messages and makes sequence 0 hold the rendered tokens + extra (reusing the common
- * prefix), all but the last token decoded... returns the prompt to give nx_generate. */
+/* Renders messages (then appends extra), tokenizes, and truncates sequence 0 to the longest
+ * common prefix with what it holds (at most n_total - 1 tokens, so the last one is decoded for
+ * its logits). *prompt gets all *n_total tokens; its last *n_prompt are still to decode. */
 static nx_status sync_main(struct turn *t, json_t *messages, const char *extra, nx_token **prompt,
                            int32_t *n_prompt, int32_t *n_total) {
     char *ms = nx_json_dumps(messages, JSON_COMPACT);

@@ -13,6 +13,7 @@
 #include "args.h"
 #include "core/alloc.h"
 #include "core/json.h"
+#include "eval/toolpath.h"
 
 static const char *const k_choices[] = {"auto", "required", NULL};
 
@@ -96,8 +97,59 @@ int agent_main(int argc, char **argv) {
 }
 
 int eval_toolpath_main(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "nexus eval-toolpath: not built yet\n");
-    return 1;
+    struct toolpath_params p = toolpath_default_params();
+    const char *sizes = "10,50,100,250";
+    long seed = 1;
+    const struct arg tab[] = {
+        A_STR("-m", "--model", &p.model_path),
+        A_STR("--sizes", NULL, &sizes),
+        A_STR("--mcp-dir", NULL, &p.mcp_dir),
+        A_STR("--bfcl", NULL, &p.bfcl),
+        A_INT("--queries", NULL, &p.queries, 1, 1024),
+        A_INT("-k", "--top-k", &p.k, 1, 16),
+        A_INT("--arg-tokens", NULL, &p.arg_tokens, 8, 4096),
+        A_I32("--ctx-limit", NULL, &p.ctx_limit, 64, 1 << 22),
+        A_I32("--max-prompt", NULL, &p.max_prompt, 64, 1 << 22),
+        A_INT("-t", "--threads", &p.threads, 1, 512),
+        A_LONG("--seed", NULL, &seed, 0, 1L << 40),
+        A_STR("--json", NULL, &p.json),
+        A_STR("--svg", NULL, &p.svg),
+        A_END,
+    };
+    const struct arg *tabs[] = {tab, NULL};
+    int r = args_parse(tabs, argc, argv, 1, "nexus eval-toolpath", true, NULL, 0, NULL);
+    if (r == ARGS_HELP) {
+        fprintf(stderr,
+                "usage: nexus eval-toolpath -m MODEL [--sizes 10,50,100,250] [--queries 4] [-k 5]\n"
+                "                           [--arg-tokens 64] [--ctx-limit 8192] [--max-prompt 32768]\n"
+                "                           [--mcp-dir DIR] [--bfcl FILE] [-t N] [--seed S]\n"
+                "                           [--json OUT] [--svg FILE]\n"
+                "The tool path's cost, four arms (all schemas, top-k schemas, top-k spliced blocks,\n"
+                "nexus: routing + signatures + sidecar) over registries of N tools: prompt tokens,\n"
+                "time to the first argument token cold and with the static prompt cached, fit, validity.\n");
+        return 0;
+    }
+    if (r != ARGS_OK) return 2;
+    if (!p.model_path) {
+        fprintf(stderr, "nexus eval-toolpath: no model (-m MODEL)\n");
+        return 2;
+    }
+    int v[TOOLPATH_MAX_SIZES];
+    p.n_sizes = args_int_list(sizes, 2, 1 << 20, v, TOOLPATH_MAX_SIZES);
+    if (p.n_sizes <= 0) {
+        fprintf(stderr, "nexus eval-toolpath: --sizes: expected up to %d comma-separated integers >= 2: %s\n",
+                TOOLPATH_MAX_SIZES, sizes);
+        return 2;
+    }
+    for (int i = 0; i < p.n_sizes; i++) p.sizes[i] = v[i];
+    p.seed = (uint64_t)seed;
+    char err[512];
+    nx_model *m = NULL;
+    if (nx_model_load(p.model_path, NULL, &m, err, sizeof err)) {
+        fprintf(stderr, "nexus eval-toolpath: %s\n", err);
+        return 1;
+    }
+    int rc = toolpath_run(m, &p);
+    nx_model_free(m);
+    return rc;
 }
