@@ -2,7 +2,7 @@
 # figures.sh - the README's speed figures of issues 11, 13 and 16 in one run, for a quiet
 # machine (nothing else running: the script records the load average before each part).
 #
-# Parts (each skippable with SKIP="parallel serve agent side" entries):
+# Parts (each skippable with SKIP="parallel serve agent toolpath side" entries):
 #   parallel  nexus bench --parallel 1,2,4,8 and llama-batched-bench -npl 1,2,4,8 on the
 #             Llama-3.2-1B-shaped Q4_K_M file, alternating, REPS_PAR rounds   (~5 min)
 #   serve     bench/serve_bench.py throughput: nexus serve against llama-server, 8 slots, 2
@@ -10,6 +10,8 @@
 #   agent     bench/serve_bench.py agent workload on a 57M-parameter Llama-shaped Q4_K_M file
 #             (4 sessions x 16 turns to ~8.8K tokens): nexus dense sessions, nexus sessions
 #             under nexus eviction at a 1792-token budget, llama-server          (~5 min)
+#   toolpath  nexus eval-toolpath on a Qwen2.5-0.5B-shaped Q8_0 file, N = TOOLPATH_SIZES (10,50),
+#             TOOLPATH_QUERIES (2) queries                                     (~5 min)
 #   side      bench/side_by_side.sh (issue 16's table), REPS_SIDE rounds        (~14 min)
 # Models (written once if missing): /tmp/models/llama1b-{f16,q8_0,q4km}.gguf and
 # /tmp/models/agent56m-q4km.gguf, from `nexus mkmodel` + llama.cpp's llama-quantize.
@@ -95,6 +97,18 @@ if ! skip agent; then
     --server "nexus-evict=nexus:--sessions 4 --kv-policy nexus --kv-budget 1792" \
     --server "llama=llama:" --reference nexus-dense --llama-server "$LLAMA_BIN/llama-server" \
     --llama-lib "$LLAMA_LIB" --out "$OUT/serve/agent_np4"
+fi
+
+if ! skip toolpath; then
+  [ -f "$M/qwen05b-q8_0.gguf" ] || $NEXUS mkmodel -o "$M/qwen05b-q8_0.gguf" --arch qwen2 \
+    --layers 24 --embd 896 --heads 14 --heads-kv 2 --head-dim 64 --ff 4864 --tied \
+    --rope-base 1000000 --ctx 32768 --type q8_0 -q \
+    --tokenizer ../shared/models/vocab/ggml-vocab-qwen2.gguf
+  mkdir -p "$OUT/toolpath"
+  say "eval-toolpath: Qwen2.5-0.5B shape"
+  $NEXUS eval-toolpath -m "$M/qwen05b-q8_0.gguf" -t 2 --sizes ${TOOLPATH_SIZES:-10,50} \
+    --queries ${TOOLPATH_QUERIES:-2} --json "$OUT/toolpath/qwen05b.json" \
+    --svg "$OUT/toolpath/qwen05b.svg" | tee "$OUT/toolpath/qwen05b.md"
 fi
 
 if ! skip side; then
