@@ -768,6 +768,46 @@ TEST(matmul_large_vs_ref) {
 }
 
 /*
+ * A column's result does not depend on how many other columns share the call: for every set
+ * and weight type, columns 0..nc-1 of one call with nc = 1..20 (the decode kernel, the
+ * small-batch kernels of 2..16 columns in one or two passes, the prefill tiles) and of a
+ * 33-column call, over odd row pieces, are bit-identical to the same column computed alone
+ * (nc = 1, all rows in one call).
+ */
+TEST(matmul_columns_bit_identical_any_nc) {
+    const struct kern_table *sets[3] = {&kern_table_ref};
+    int ns = 1 + simd_sets(sets + 1);
+    for (int s = 0; s < ns; s++) {
+        for (int t = 0; t < N_WTYPES; t++) {
+            enum nx_type wt = g_wtypes[t];
+            int64_t k = blck(wt) == 1 ? 1003 : (blck(wt) == QK_K ? 8 : 32) * blck(wt);
+            const int64_t rows = 23, ncmax = 33;
+            struct mm_problem p;
+            mm_setup(&p, wt, k, rows, ncmax, W_RANDOM, X_RANDOM);
+            float *y1 = malloc(ncmax * rows * sizeof(float)), *yn = malloc(ncmax * rows * sizeof(float));
+            for (int64_t c = 0; c < ncmax; c++) sets[s]->matmul(wt, k, p.w, p.ws, 0, rows, p.xq + c * p.xs, p.xs, 1, y1 + c * rows, rows);
+            for (int64_t nc = 2; nc <= ncmax; nc = nc < 20 ? nc + 1 : ncmax + 1) {
+                memset(yn, 0xff, ncmax * rows * sizeof(float));
+                /* odd row pieces: 1, 3, 5, 7, ... rows */
+                for (int64_t r0 = 0, len = 1; r0 < rows; r0 += len, len += 2) {
+                    int64_t r1 = NX_MIN(rows, r0 + len);
+                    sets[s]->matmul(wt, k, p.w, p.ws, r0, r1, p.xq, p.xs, nc, yn, rows);
+                }
+                for (int64_t c = 0; c < nc; c++) {
+                    if (memcmp(y1 + c * rows, yn + c * rows, rows * sizeof(float)) != 0) {
+                        FAILF("%s %s: column %lld of an nc=%lld call differs from nc=1", sets[s]->name,
+                              nx_type_name(wt), (long long)c, (long long)nc);
+                        break;
+                    }
+                }
+            }
+            free(y1), free(yn);
+            mm_free(&p);
+        }
+    }
+}
+
+/*
  * The Q8_0 / Q4_0 row-lane contract (src/kern/q8t_avx2.c), written out here in scalar C: per
  * output, acc = fmaf((float)isum_b, dw_b * dx_b, acc) over the blocks in order. Both SIMD sets
  * must match it bit for bit, in decode (nc < 4) and prefill (tiles of 8 / 16 rows, ragged

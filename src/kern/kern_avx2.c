@@ -712,6 +712,92 @@ Q6K_TILE_FN(1, 3)
 Q6K_TILE_FN(2, 1)
 Q6K_TILE_FN(1, 1)
 
+/*
+ * Small batches (2 <= nc <= KQ_SMALL_NC, e.g. one decode step of several sequences): neither
+ * the decode path (weights streamed and unpacked once per column) nor the prefill path (an
+ * unpacked copy of every row written to and read back from the buffer, amortized over too few
+ * columns) fits. One weight row at a time, each block is unpacked in registers exactly as
+ * q4k_decode / q6k_dec do and applied to C <= KQ_SMALL_C permuted columns, each column with
+ * the decode path's operations in the decode path's order (own float accumulator, one block
+ * after another, then hsum8): a column's result is bit-identical to its nc = 1 result.
+ * nc > KQ_SMALL_C runs ceil(nc / KQ_SMALL_C) passes of near-equal width per row, the row then
+ * being in L1 for the later passes.
+ */
+#define KQ_SMALL_NC 16
+#define KQ_SMALL_C 8
+
+AI void q4k_small(bool il, const int C, int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps,
+                  float *y, int64_t ys) {
+    __m256 acc[KQ_SMALL_C];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_q4_K *bw = (const struct block_q4_K *)w + b;
+        const uint8_t *xb = xp + (size_t)b * Q4K_XB;
+        prefetch_lines((const uint8_t *)bw, sizeof *bw);
+        __m256i ch[8], sv;
+        __m256 mw, dw;
+        q4k_chunks(il, bw, ch);
+        q4k_wscales(bw, &sv, &mw, &dw);
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint8_t *xc = xb + (size_t)c * xps;
+            __m256i s = _mm256_maddubs_epi16(ch[0], loadu256(xc));
+            UNROLL for (int i = 1; i < 8; i++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(ch[i], loadu256(xc + 32 * i)));
+            __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, sv));
+            __m256 a = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xc + QK_K + 32))), acc[c]);
+            acc[c] = _mm256_fnmadd_ps(mw, _mm256_loadu_ps((const float *)(xc + QK_K)), a);
+        }
+    }
+    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
+}
+
+AI void q6k_small(const int C, int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps, float *y,
+                  int64_t ys) {
+    __m256 acc[KQ_SMALL_C];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_q6_K *bw = (const struct block_q6_K *)w + b;
+        prefetch_lines((const uint8_t *)bw, sizeof *bw);
+        __m256i wv[8], scv[4], sc32;
+        __m256 dw;
+        q6k_wblock(bw, wv, scv, &sc32, &dw);
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint8_t *xb = xp + (size_t)c * xps + (size_t)b * Q6K_XB;
+            __m256i isum = _mm256_madd_epi16(loadu256(xb + QK_K), sc32);
+            UNROLL for (int p = 0; p < 4; p++) {
+                __m256i sp = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2 * p], loadu256(xb + 64 * p)),
+                                              _mm256_maddubs_epi16(wv[2 * p + 1], loadu256(xb + 64 * p + 32)));
+                isum = p == 0 ? _mm256_sub_epi32(_mm256_madd_epi16(sp, scv[p]), isum)
+                              : _mm256_add_epi32(isum, _mm256_madd_epi16(sp, scv[p]));
+            }
+            __m256 dwx = _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + QK_K + 32)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dwx, acc[c]);
+        }
+    }
+    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
+}
+
+/* One weight row w x C permuted columns (stride xps) -> y[c * ys]. */
+typedef void (*kq_small_fn)(int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps, float *y,
+                            int64_t ys);
+#define KQ_SMALL_FNS(name, call) \
+    __attribute__((noinline)) static void name##_2(KQ_SMALL_ARGS) { call(2); } \
+    __attribute__((noinline)) static void name##_3(KQ_SMALL_ARGS) { call(3); } \
+    __attribute__((noinline)) static void name##_4(KQ_SMALL_ARGS) { call(4); } \
+    __attribute__((noinline)) static void name##_5(KQ_SMALL_ARGS) { call(5); } \
+    __attribute__((noinline)) static void name##_6(KQ_SMALL_ARGS) { call(6); } \
+    __attribute__((noinline)) static void name##_7(KQ_SMALL_ARGS) { call(7); } \
+    __attribute__((noinline)) static void name##_8(KQ_SMALL_ARGS) { call(8); }
+#define KQ_SMALL_ARGS int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps, float *y, int64_t ys
+#define Q4K_SMALL(C) q4k_small(false, C, nb, w, xp, xps, y, ys)
+#define Q4KIL_SMALL(C) q4k_small(true, C, nb, w, xp, xps, y, ys)
+#define Q6K_SMALL(C) q6k_small(C, nb, w, xp, xps, y, ys)
+KQ_SMALL_FNS(q4k_s, Q4K_SMALL)
+KQ_SMALL_FNS(q4kil_s, Q4KIL_SMALL)
+KQ_SMALL_FNS(q6k_s, Q6K_SMALL)
+#undef KQ_SMALL_ARGS
+/* [C] for C = 2..KQ_SMALL_C (C = 1 is the decode kernel) */
+#define KQ_SMALL_TABLE(name) {NULL, NULL, name##_2, name##_3, name##_4, name##_5, name##_6, name##_7, name##_8}
+
 struct kq_kern {
     size_t xb, wb; /* bytes per block: permuted activations, unpacked weights */
     void (*perm_x)(const uint8_t *x, uint8_t *xp, int64_t nb);
@@ -720,13 +806,17 @@ struct kq_kern {
     void (*dec)(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y);
     int tr;              /* rows of the widest tile (2 or 3) */
     kq_tile_fn t3[4], t1[4]; /* [R]: R rows x 3 columns, R rows x 1 column (R = 1..tr) */
+    kq_small_fn small[KQ_SMALL_C + 1]; /* [C]: one raw row x C columns (C = 2..KQ_SMALL_C) */
 };
 static const struct kq_kern q4k_kern = {Q4K_XB, Q4K_WB, q4k_perm_x, NX_TYPE_Q4_K, q4k_unpack_w, q4k_dec, 3,
-                                        {NULL, q4k_1x3, q4k_2x3, q4k_3x3}, {NULL, q4k_1x1, q4k_2x1, q4k_3x1}};
+                                        {NULL, q4k_1x3, q4k_2x3, q4k_3x3}, {NULL, q4k_1x1, q4k_2x1, q4k_3x1},
+                                        KQ_SMALL_TABLE(q4k_s)};
 static const struct kq_kern q4kil_kern = {Q4K_XB, Q4K_WB, q4k_perm_x, NX_TYPE_Q4_K_IL, q4kil_unpack_w, q4kil_dec, 3,
-                                          {NULL, q4k_1x3, q4k_2x3, q4k_3x3}, {NULL, q4k_1x1, q4k_2x1, q4k_3x1}};
+                                          {NULL, q4k_1x3, q4k_2x3, q4k_3x3}, {NULL, q4k_1x1, q4k_2x1, q4k_3x1},
+                                          KQ_SMALL_TABLE(q4kil_s)};
 static const struct kq_kern q6k_kern = {Q6K_XB, Q6K_WB, q6k_perm_x, NX_TYPE_Q6_K, q6k_unpack_w, q6k_dec, 2,
-                                        {NULL, q6k_1x3, q6k_2x3, NULL}, {NULL, q6k_1x1, q6k_2x1, NULL}};
+                                        {NULL, q6k_1x3, q6k_2x3, NULL}, {NULL, q6k_1x1, q6k_2x1, NULL},
+                                        KQ_SMALL_TABLE(q6k_s)};
 
 /* Rows [b0, b1) of the unpacked block wp (row b0 first) x columns [c, c + width) through the
  * tiles ts[] (R rows each, the widest kk->tr first). */
@@ -744,11 +834,11 @@ static void kq_rows(const struct kq_kern *kk, kq_tile_fn const ts[4], int64_t nb
 static size_t kq_plan(const struct kq_kern *kk, int64_t k, int64_t nc, size_t *xbytes, int64_t *rb) {
     int64_t nb = k / QK_K;
     size_t xps = (size_t)nb * kk->xb, wps = (size_t)nb * kk->wb;
-    /* decode (and nc < tile width): raw rows, one column at a time, no weight buffer */
-    bool dec = nc < Q4K_C;
+    /* decode and small batches: raw rows, no weight buffer */
+    bool raw = nc <= KQ_SMALL_NC;
     /* rows per block: ~96 KiB of unpacked weights (L2), a multiple of 6 */
-    int64_t r = dec ? 0 : (int64_t)((96 * 1024) / wps);
-    *rb = dec ? 0 : r < 6 ? 6 : r - r % 6;
+    int64_t r = raw ? 0 : (int64_t)((96 * 1024) / wps);
+    *rb = raw ? 0 : r < 6 ? 6 : r - r % 6;
     *xbytes = (xps * (size_t)nc + 63) & ~(size_t)63;
     return *xbytes + wps * (size_t)*rb;
 }
@@ -761,7 +851,7 @@ bool kern_avx2_reserve(int64_t k_max, int64_t nc_max) {
     for (int64_t k = QK_K; k <= k_max; k += QK_K) {
         for (int i = 0; i < 2; i++) {
             need = NX_MAX(need, kq_plan(kks[i], k, nc_max, &xb, &rb));
-            need = NX_MAX(need, kq_plan(kks[i], k, NX_MIN(nc_max, Q4K_C - 1), &xb, &rb));
+            need = NX_MAX(need, kq_plan(kks[i], k, NX_MIN(nc_max, KQ_SMALL_NC), &xb, &rb));
         }
         if (nc_max >= Q8T_MIN_NC) { /* Q8_0 / Q4_0 prefill, either SIMD set */
             need = NX_MAX(need, q8t2_plan(k, nc_max, &xb, &rb));
@@ -779,7 +869,6 @@ static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size
                       const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
     int64_t nb = k / QK_K, rb;
     size_t xps = (size_t)nb * kk->xb, wps = (size_t)nb * kk->wb, xbytes;
-    bool dec = nc < Q4K_C;
     uint8_t *xp = kq_scratch(kq_plan(kk, k, nc, &xbytes, &rb));
     if (!xp) {
         kern_ref_matmul(kk->type, k, w, ws, r0, r1, x, xs, nc, y, ys);
@@ -787,9 +876,18 @@ static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size
     }
     uint8_t *wp = xp + xbytes;
     for (int64_t c = 0; c < nc; c++) kk->perm_x(x + (size_t)c * xs, xp + (size_t)c * xps, nb);
-    if (dec) {
-        for (int64_t c = 0; c < nc; c++) {
-            for (int64_t r = r0; r < r1; r++) kk->dec(nb, w + (size_t)r * ws, xp + (size_t)c * xps, y + c * ys + r);
+    if (nc == 1) {
+        for (int64_t r = r0; r < r1; r++) kk->dec(nb, w + (size_t)r * ws, xp, y + r);
+        return;
+    }
+    if (nc <= KQ_SMALL_NC) {
+        int64_t np = (nc + KQ_SMALL_C - 1) / KQ_SMALL_C; /* passes of width nc / np or one more */
+        for (int64_t r = r0; r < r1; r++) {
+            for (int64_t p = 0, c = 0; p < np; p++) {
+                int64_t cw = (nc - c) / (np - p);
+                kk->small[cw](nb, w + (size_t)r * ws, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
+                c += cw;
+            }
         }
         return;
     }
