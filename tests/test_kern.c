@@ -1100,11 +1100,13 @@ TEST(dispatch) {
     ASSERT_STR_EQ(kern_name(), name);
     ASSERT_TRUE(kern_table_by_name("avx2") == &kern_table_avx2);
     ASSERT_TRUE(kern_table_by_name("nope") == NULL);
-    /* per-type routes: on AVX-512 CPUs Q4_K / Q6_K matmuls run the AVX2 kernels (bit for bit),
-       the rest the AVX-512 ones; Q4_K weights then take the AVX2 layout */
+    /* per-type routes: on AVX-512 CPUs raw Q4_K matmuls run the AVX2 set, Q4_K weights take
+       the AVX2 layout, and the AVX-512 set runs Q4_K_IL / Q6_K with the AVX2 driver and its own
+       small-batch kernels: bit for bit the AVX2 set's results (nc = 5 takes the small path) */
     if (strcmp(name, "avx512") == 0) {
         ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q4_K), "avx2");
-        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q6_K), "avx2");
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q6_K), "avx512");
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q4_K_IL), "avx512");
         ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q8_0), "avx512");
         ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_F16), "avx512");
         ASSERT_EQ((int)kern_weight_layout(NX_TYPE_Q4_K), (int)NX_TYPE_Q4_K_IL);
@@ -1116,6 +1118,10 @@ TEST(dispatch) {
             kern_matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, ya, p.rows);
             kern_table_by_name(kern_matmul_name(rt[t]))->matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, yb, p.rows);
             ASSERT_TRUE(memcmp(ya, yb, sizeof ya) == 0);
+            if (rt[t] != NX_TYPE_Q8_0) {
+                kern_table_avx2.matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, yb, p.rows);
+                ASSERT_TRUE(memcmp(ya, yb, sizeof ya) == 0);
+            }
             mm_free(&p);
         }
     } else {

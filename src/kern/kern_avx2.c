@@ -326,24 +326,9 @@ Q_TILES(q5k)
  * 32004), then one vpmaddwd per pair.
  */
 
-/* In-lane 4 x 4 dword transpose: out[t] dword i of lane l = in[i] dword 4l + t. */
-AI void tr4x4(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256i out[4]) {
-    __m256i t0 = _mm256_unpacklo_epi32(a0, a1), t1 = _mm256_unpackhi_epi32(a0, a1);
-    __m256i t2 = _mm256_unpacklo_epi32(a2, a3), t3 = _mm256_unpackhi_epi32(a2, a3);
-    out[0] = _mm256_unpacklo_epi64(t0, t2), out[1] = _mm256_unpackhi_epi64(t0, t2);
-    out[2] = _mm256_unpacklo_epi64(t1, t3), out[3] = _mm256_unpackhi_epi64(t1, t3);
-}
-
-#define Q4K_XB (QK_K + 64)  /* permuted activation block: chunks, dx * bsum[s] (8 f32), dx x8 */
 #define Q4K_WB (QK_K + 96)  /* unpacked weight block: chunks, scales (16 i16), dmin * m[s], d x8 */
 #define Q4K_C 3             /* columns of the prefill tiles (Q4_K and Q6_K) */
 #define Q4K_R 3             /* rows of the Q4_K prefill tile (Q6_K: 2) */
-
-/* The scale vector: sc[0, 2, 4, 6] (low lane) / sc[1, 3, 5, 7] (high lane), each over the two
- * i16 lanes of its dword, from R (kq_scales_vec). */
-static const uint8_t g_q4k_sv[32] __attribute__((aligned(32))) = {
-    0, 0x80, 0, 0x80, 2, 0x80, 2, 0x80, 4, 0x80, 4, 0x80, 6, 0x80, 6, 0x80,
-    1, 0x80, 1, 0x80, 3, 0x80, 3, 0x80, 5, 0x80, 5, 0x80, 7, 0x80, 7, 0x80};
 
 /* Writes the permuted form of the nb Q8_K blocks of activation row x to xp. */
 static void q4k_perm_x(const uint8_t *x, uint8_t *xp, int64_t nb) {
@@ -361,49 +346,6 @@ static void q4k_perm_x(const uint8_t *x, uint8_t *xp, int64_t nb) {
         _mm256_storeu_ps((float *)(xp + QK_K), _mm256_mul_ps(dx, _mm256_cvtepi32_ps(bs)));
         _mm256_storeu_ps((float *)(xp + QK_K + 32), dx);
     }
-}
-
-/* The 8 chunks of Q4_K block bw (chunk 2t + l = (t, l)), unsigned 4-bit. */
-AI void q4k_wchunks(const struct block_q4_K *bw, __m256i out[8]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
-    UNROLL for (int l = 0; l < 2; l++) {
-        /* lane l of each qs row, in both lanes; transposed: T[t] = lane l of Q_t twice, whose
-         * low nibbles (low lane) / high nibbles (high lane) make chunk (t, l) */
-        __m256i T[4];
-        tr4x4(_mm256_broadcastsi128_si256(loadu128(bw->qs + 16 * l)),
-              _mm256_broadcastsi128_si256(loadu128(bw->qs + 32 + 16 * l)),
-              _mm256_broadcastsi128_si256(loadu128(bw->qs + 64 + 16 * l)),
-              _mm256_broadcastsi128_si256(loadu128(bw->qs + 96 + 16 * l)), T);
-        UNROLL for (int t = 0; t < 4; t++) out[2 * t + l] = _mm256_and_si256(_mm256_srlv_epi32(T[t], sh), m4);
-    }
-}
-
-/* Block bw's scale vector (see g_q4k_sv), dmin * m[s] (lane s) and d (8 lanes). */
-AI void q4k_wscales(const struct block_q4_K *bw, __m256i *sv, __m256 *mw, __m256 *dw) {
-    uint32_t dd32;
-    memcpy(&dd32, bw, 4);
-    __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd32));
-    __m256i R = kq_scales_vec(bw->scales);
-    *sv = _mm256_shuffle_epi8(R, loadu256(g_q4k_sv));
-    __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(_mm256_castsi256_si128(R), 8)));
-    *mw = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), m);
-    *dw = _mm256_broadcastss_ps(dd);
-}
-
-/* The same 8 chunks from a Q4_K_IL block (quant.h): qs holds chunk a | chunk a + 4 << 4. */
-AI void q4kil_wchunks(const struct block_q4_K *bw, __m256i out[8]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    UNROLL for (int a = 0; a < 4; a++) {
-        __m256i v = loadu256(bw->qs + 32 * a);
-        out[a] = _mm256_and_si256(v, m4);
-        out[a + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    }
-}
-
-/* Q4_K and Q4_K_IL share everything but how the chunks come out of the block. */
-AI void q4k_chunks(bool il, const struct block_q4_K *bw, __m256i out[8]) {
-    if (il) q4kil_wchunks(bw, out);
-    else q4k_wchunks(bw, out);
 }
 
 /* Q4_K -> Q4_K_IL: the chunks of the raw block, packed two per byte. */
@@ -563,34 +505,6 @@ static uint8_t *kq_scratch(size_t n) {
 
 uint8_t *kern_avx2_scratch(size_t n) { return kq_scratch(n); }
 
-/* Q6_K group G (0..7) as unsigned 6-bit quants: low lane sub-block 2G, high lane 2G+1. With
- * half h = G / 4 and g = G % 4: low 4 bits from ql[64h + 32*(g & 1) + l] (low nibble for
- * g < 2, high for g >= 2), high 2 bits from qh[32h + l] >> 2g. */
-AI __m256i q6k_w32(const struct block_q6_K *bw, int G) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    int h = G / 4, g = G % 4;
-    __m256i q = loadu256(bw->ql + 64 * h + 32 * (g & 1));
-    __m256i qh = loadu256(bw->qh + 32 * h);
-    __m256i lo4 = g < 2 ? q : _mm256_srli_epi16(q, 4);
-    __m256i hi2 = g == 0 ? _mm256_slli_epi16(qh, 4) : g == 1 ? _mm256_slli_epi16(qh, 2)
-                  : g == 2 ? qh : _mm256_srli_epi16(qh, 2);
-    return _mm256_or_si256(_mm256_and_si256(lo4, m4), _mm256_and_si256(hi2, m30));
-}
-
-/* Over 8 scales as i16 in both lanes: pair 0 (of these 8) -> sc 0,2 | 1,3, pair 1 -> 4,6 | 5,7,
- * each over 4 i16 lanes. */
-static const uint8_t g_q6k_sc[2][32] __attribute__((aligned(32))) = {
-#define S(a, b, c, d) {2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * a, 2 * a + 1, \
-                       2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, \
-                       2 * c, 2 * c + 1, 2 * c, 2 * c + 1, 2 * c, 2 * c + 1, 2 * c, 2 * c + 1, \
-                       2 * d, 2 * d + 1, 2 * d, 2 * d + 1, 2 * d, 2 * d + 1, 2 * d, 2 * d + 1}
-    S(0, 2, 1, 3), S(4, 6, 5, 7)
-#undef S
-};
-
-/* Bytes per block of a permuted activation row (Q6_K): the unpacked quants (pair P at
- * 64P: A_P then B_P), the 16 bsums, dx 8 times. */
-#define Q6K_XB (QK_K + 64)
 /* Unpacked Q6_K weight block: pairs A_P, B_P; the 4 pair scale vectors; 32 * sc[s] (16 i16);
  * d 8 times. */
 #define Q6K_WB (QK_K + 192)
@@ -606,20 +520,6 @@ static void q6k_perm_x(const uint8_t *x, uint8_t *xp, int64_t nb) {
         _mm256_storeu_si256((__m256i *)(xp + QK_K), loadu256(bx->bsums));
         _mm256_storeu_ps((float *)(xp + QK_K + 32), _mm256_set1_ps(bx->d));
     }
-}
-
-/* The unpacked block (layout of Q6K_WB) of Q6_K block bw, in registers. */
-AI void q6k_wblock(const struct block_q6_K *bw, __m256i wv[8], __m256i scv[4], __m256i *sc32, __m256 *dw) {
-    __m128i s8 = loadu128(bw->scales);
-    *sc32 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5); /* |.| <= 4096 */
-    __m256i s03 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(s8));
-    __m256i s47 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(s8, 8)));
-    UNROLL for (int p = 0; p < 4; p++) {
-        __m256i g0 = q6k_w32(bw, 2 * p), g1 = q6k_w32(bw, 2 * p + 1);
-        wv[2 * p] = _mm256_unpacklo_epi64(g0, g1), wv[2 * p + 1] = _mm256_unpackhi_epi64(g0, g1);
-        scv[p] = _mm256_shuffle_epi8(p < 2 ? s03 : s47, loadu256(g_q6k_sc[p & 1]));
-    }
-    *dw = _mm256_set1_ps(h2f(bw->d));
 }
 
 static void q6k_unpack_w(const uint8_t *w, uint8_t *wp, int64_t nb) {
@@ -721,11 +621,9 @@ Q6K_TILE_FN(1, 1)
  * the decode path's operations in the decode path's order (own float accumulator, one block
  * after another, then hsum8): a column's result is bit-identical to its nc = 1 result.
  * nc > KQ_SMALL_C runs ceil(nc / KQ_SMALL_C) passes of near-equal width per row, the row then
- * being in L1 for the later passes.
+ * being in L1 for the later passes. The AVX-512 set runs the same driver with kernels that
+ * take two rows per zmm (kern_avx512.c, same per-column operations).
  */
-#define KQ_SMALL_NC 16
-#define KQ_SMALL_C 8
-
 AI void q4k_small(bool il, const int C, int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps,
                   float *y, int64_t ys) {
     __m256 acc[KQ_SMALL_C];
@@ -865,8 +763,9 @@ bool kern_avx2_reserve(int64_t k_max, int64_t nc_max) {
     return need == 0 || kq_scratch(need) != NULL;
 }
 
-static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size_t ws, int64_t r0, int64_t r1,
-                      const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
+/* pair: small-batch kernels over two rows ([C], C = 2..KQ_SMALL_C), or NULL */
+static void kq_drive(const struct kq_kern *kk, const kern_kq_pair_fn *pair, int64_t k, const uint8_t *w, size_t ws,
+                     int64_t r0, int64_t r1, const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
     int64_t nb = k / QK_K, rb;
     size_t xps = (size_t)nb * kk->xb, wps = (size_t)nb * kk->wb, xbytes;
     uint8_t *xp = kq_scratch(kq_plan(kk, k, nc, &xbytes, &rb));
@@ -882,12 +781,15 @@ static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size
     }
     if (nc <= KQ_SMALL_NC) {
         int64_t np = (nc + KQ_SMALL_C - 1) / KQ_SMALL_C; /* passes of width nc / np or one more */
-        for (int64_t r = r0; r < r1; r++) {
+        for (int64_t r = r0; r < r1;) {
+            bool two = pair && r + 1 < r1;
             for (int64_t p = 0, c = 0; p < np; p++) {
                 int64_t cw = (nc - c) / (np - p);
-                kk->small[cw](nb, w + (size_t)r * ws, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
+                if (two) pair[cw](nb, w + (size_t)r * ws, ws, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
+                else kk->small[cw](nb, w + (size_t)r * ws, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
                 c += cw;
             }
+            r += two ? 2 : 1;
         }
         return;
     }
@@ -900,11 +802,21 @@ static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size
     }
 }
 
+void kern_avx2_kq_matmul(enum nx_type wt, int64_t k, const void *w, size_t ws, int64_t r0, int64_t r1,
+                         const void *xq, size_t xs, int64_t nc, float *y, int64_t ys,
+                         const struct kern_kq_pairs *pairs) {
+    if (wt == NX_TYPE_Q4_K_IL) kq_drive(&q4kil_kern, pairs ? pairs->q4kil : NULL, k, w, ws, r0, r1, xq, xs, nc, y, ys);
+    else if (wt == NX_TYPE_Q4_K) kq_drive(&q4k_kern, pairs ? pairs->q4k : NULL, k, w, ws, r0, r1, xq, xs, nc, y, ys);
+    else if (wt == NX_TYPE_Q6_K) kq_drive(&q6k_kern, pairs ? pairs->q6k : NULL, k, w, ws, r0, r1, xq, xs, nc, y, ys);
+    else NX_ASSERT(!"kern_avx2_kq_matmul: not a Q4_K / Q6_K type");
+}
+
 void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                       int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                       int64_t y_stride) {
-    if (wt == NX_TYPE_Q4_K_IL) { /* internal id, not an enumerator (types.h) */
-        kq_drive(&q4kil_kern, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
+
+    if (wt == NX_TYPE_Q4_K_IL || wt == NX_TYPE_Q4_K || wt == NX_TYPE_Q6_K) { /* Q4_K_IL: internal id (types.h) */
+        kern_avx2_kq_matmul(wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride, NULL);
         return;
     }
     const struct tile_set *t;
@@ -916,13 +828,7 @@ void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride
     case NX_TYPE_Q8_0:
         kern_avx2_q8t_matmul(wt == NX_TYPE_Q4_0, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
         return;
-    case NX_TYPE_Q4_K:
-        kq_drive(&q4k_kern, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
-        return;
     case NX_TYPE_Q5_K: t = &q5k_set; break;
-    case NX_TYPE_Q6_K:
-        kq_drive(&q6k_kern, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
-        return;
     default: NX_ASSERT(!"kern_matmul: unsupported weight type"); return;
     }
     mm_drive(t, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
