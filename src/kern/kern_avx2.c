@@ -13,7 +13,9 @@
  *   L2-sized buffer, activations permuted once per call, 3 x 3 (Q4_K) / 2 x 3 (Q6_K) integer
  *   register tiles.
  *   Decode (nc = 1) uses the 1 x 1 (quantized) or 4 x 1 (float) tiles; Q4_K/Q6_K decode
- *   unpacks each block in registers (q4k_dec / q6k_dec).
+ *   unpacks each block in registers (q4k_dec / q6k_dec), and 2..16 columns (a decode step of
+ *   several sequences) unpack each block in registers once for up to 8 columns (q4k_small /
+ *   q6k_small), with the decode operations per column.
  * - Weight layout: this set asks for Q4_K weights in memory as Q4_K_IL (kern_weight_layout,
  *   quant.h): the quants already in the chunk order the kernels use, so Q4_K decode gets its 8
  *   chunks from 4 loads, masks and shifts instead of two 4 x 4 transposes of broadcast halves
@@ -306,8 +308,8 @@ Q_TILES(q5k)
  * weight rows are unpacked (unsigned quants in the same permuted order, scale vectors, float
  * scales); then 3 x 3 (Q4_K) or 2 x 3 (Q6_K) register tiles (rows x columns) run over the
  * unpacked rows: each activation load feeds three (two) rows, each weight load three columns.
- * Decode (nc < 3) skips the weight buffer: q4k_dec / q6k_dec unpack in registers with the
- * same operations.
+ * Decode and small batches (nc <= KQ_SMALL_NC) skip the weight buffer: q4k_dec / q6k_dec and
+ * the small-batch kernels unpack in registers with the same operations.
  *
  * The permutation lets several vpmaddubsw products be summed in int16 before one vpmaddwd
  * applies the sub-block scales: every i16 lane of the summed products belongs to one

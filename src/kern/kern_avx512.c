@@ -13,6 +13,10 @@
  *   integer super-block sums are folded to 8 lanes and finished with the AVX2 epilogue.
  * - Q4_0/Q8_0: the row-lane contract of q8t_avx2.c (bit-identical to the AVX2 set): prefill
  *   is a VNNI tile of 16 rows (zmm lanes) x up to 12 columns; decode runs the AVX2 code.
+ * - Q4_K_IL / Q6_K (what the engine runs on AVX-512 CPUs): the AVX2 driver and kernels, with
+ *   this set's small-batch kernels for 2..16 columns (two weight rows per zmm, same bits as
+ *   the AVX2 ones). Raw Q4_K is routed to the AVX2 set (dispatch.c); this set's own Q4_K tiles
+ *   below then only run when the table is called directly.
  * - Float weights: 16-wide FMA tiles (4 x 4 for prefill, 4 x 1 for decode), 16 lanes folded to
  *   8 then summed like AVX2, k % 16 tail in order.
  * - Activation quantization and the attention helpers are the AVX2 ones (not the bottleneck).
