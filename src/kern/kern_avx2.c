@@ -381,10 +381,12 @@ AI void q4k_unpack(bool il, const uint8_t *w, uint8_t *wp, int64_t nb) {
 static void q4k_unpack_w(const uint8_t *w, uint8_t *wp, int64_t nb) { q4k_unpack(false, w, wp, nb); }
 static void q4kil_unpack_w(const uint8_t *w, uint8_t *wp, int64_t nb) { q4k_unpack(true, w, wp, nb); }
 
-/* Decode: one Q4_K (il: Q4_K_IL) row x one permuted column, unpacking in registers; the same
- * per-element operations as q4k_tile. */
-AI void q4k_decode(bool il, int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) {
-    __m256 acc = _mm256_setzero_ps();
+/* One Q4_K (il: Q4_K_IL) row x C <= KQ_SMALL_C permuted columns, unpacking each block in
+ * registers once; per column the same operations as q4k_tile. C = 1 is decode. */
+AI void q4k_small(bool il, const int C, int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps,
+                  float *y, int64_t ys) {
+    __m256 acc[KQ_SMALL_C];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const struct block_q4_K *bw = (const struct block_q4_K *)w + b;
         const uint8_t *xb = xp + (size_t)b * Q4K_XB;
@@ -392,17 +394,21 @@ AI void q4k_decode(bool il, int64_t nb, const uint8_t *w, const uint8_t *xp, flo
         __m256i ch[8], sv;
         __m256 mw, dw;
         q4k_chunks(il, bw, ch);
-        __m256i s = _mm256_maddubs_epi16(ch[0], loadu256(xb));
-        UNROLL for (int i = 1; i < 8; i++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(ch[i], loadu256(xb + 32 * i)));
         q4k_wscales(bw, &sv, &mw, &dw);
-        __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, sv));
-        __m256 a = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + QK_K + 32))), acc);
-        acc = _mm256_fnmadd_ps(mw, _mm256_loadu_ps((const float *)(xb + QK_K)), a);
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint8_t *xc = xb + (size_t)c * xps;
+            __m256i s = _mm256_maddubs_epi16(ch[0], loadu256(xc));
+            UNROLL for (int i = 1; i < 8; i++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(ch[i], loadu256(xc + 32 * i)));
+            __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, sv));
+            __m256 a = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xc + QK_K + 32))), acc[c]);
+            acc[c] = _mm256_fnmadd_ps(mw, _mm256_loadu_ps((const float *)(xc + QK_K)), a);
+        }
     }
-    *y = hsum8(acc);
+    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
 }
-static void q4k_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) { q4k_decode(false, nb, w, xp, y); }
-static void q4kil_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) { q4k_decode(true, nb, w, xp, y); }
+
+static void q4k_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) { q4k_small(false, 1, nb, w, xp, 0, y, 0); }
+static void q4kil_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) { q4k_small(true, 1, nb, w, xp, 0, y, 0); }
 
 /*
  * R unpacked rows (stride wps) x C permuted columns (stride xps). Per super-block, row and
@@ -537,28 +543,35 @@ static void q6k_unpack_w(const uint8_t *w, uint8_t *wp, int64_t nb) {
 }
 
 /* Per super-block, row and column:
- *   acc += cvt(sum_P vpmaddwd(A_P.x + B_P.x, scv_P) - vpmaddwd(bsums, 32 sc)) * (d * dx) */
-static void q6k_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) {
-    __m256 acc = _mm256_setzero_ps();
+ *   acc += cvt(sum_P vpmaddwd(A_P.x + B_P.x, scv_P) - vpmaddwd(bsums, 32 sc)) * (d * dx)
+ * for one row x C <= KQ_SMALL_C permuted columns, each block unpacked once. C = 1 is decode. */
+AI void q6k_small(const int C, int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps, float *y,
+                  int64_t ys) {
+    __m256 acc[KQ_SMALL_C];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const struct block_q6_K *bw = (const struct block_q6_K *)w + b;
-        const uint8_t *xb = xp + (size_t)b * Q6K_XB;
         prefetch_lines((const uint8_t *)bw, sizeof *bw);
         __m256i wv[8], scv[4], sc32;
         __m256 dw;
         q6k_wblock(bw, wv, scv, &sc32, &dw);
-        __m256i isum = _mm256_madd_epi16(loadu256(xb + QK_K), sc32);
-        UNROLL for (int p = 0; p < 4; p++) {
-            __m256i sp = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2 * p], loadu256(xb + 64 * p)),
-                                          _mm256_maddubs_epi16(wv[2 * p + 1], loadu256(xb + 64 * p + 32)));
-            isum = p == 0 ? _mm256_sub_epi32(_mm256_madd_epi16(sp, scv[p]), isum)
-                          : _mm256_add_epi32(isum, _mm256_madd_epi16(sp, scv[p]));
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint8_t *xb = xp + (size_t)c * xps + (size_t)b * Q6K_XB;
+            __m256i isum = _mm256_madd_epi16(loadu256(xb + QK_K), sc32);
+            UNROLL for (int p = 0; p < 4; p++) {
+                __m256i sp = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2 * p], loadu256(xb + 64 * p)),
+                                              _mm256_maddubs_epi16(wv[2 * p + 1], loadu256(xb + 64 * p + 32)));
+                isum = p == 0 ? _mm256_sub_epi32(_mm256_madd_epi16(sp, scv[p]), isum)
+                              : _mm256_add_epi32(isum, _mm256_madd_epi16(sp, scv[p]));
+            }
+            __m256 dwx = _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + QK_K + 32)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dwx, acc[c]);
         }
-        __m256 dwx = _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + QK_K + 32)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dwx, acc);
     }
-    *y = hsum8(acc);
+    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
 }
+
+static void q6k_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) { q6k_small(1, nb, w, xp, 0, y, 0); }
 
 /* R unpacked rows x C permuted columns; the float accumulators live in memory (one load and
  * store per block), the registers hold the int32 sums. */
@@ -618,64 +631,14 @@ Q6K_TILE_FN(1, 1)
  * Small batches (2 <= nc <= KQ_SMALL_NC, e.g. one decode step of several sequences): neither
  * the decode path (weights streamed and unpacked once per column) nor the prefill path (an
  * unpacked copy of every row written to and read back from the buffer, amortized over too few
- * columns) fits. One weight row at a time, each block is unpacked in registers exactly as
- * q4k_decode / q6k_dec do and applied to C <= KQ_SMALL_C permuted columns, each column with
- * the decode path's operations in the decode path's order (own float accumulator, one block
- * after another, then hsum8): a column's result is bit-identical to its nc = 1 result.
+ * columns) fits. One weight row at a time, each block is unpacked in registers once and applied
+ * to C <= KQ_SMALL_C permuted columns (q4k_small / q6k_small, whose C = 1 case is the decode
+ * kernel), each column with its own float accumulator, one block after another, then hsum8:
+ * a column's result is bit-identical to its nc = 1 result.
  * nc > KQ_SMALL_C runs ceil(nc / KQ_SMALL_C) passes of near-equal width per row, the row then
  * being in L1 for the later passes. The AVX-512 set runs the same driver with kernels that
  * take two rows per zmm (kern_avx512.c, same per-column operations).
  */
-AI void q4k_small(bool il, const int C, int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps,
-                  float *y, int64_t ys) {
-    __m256 acc[KQ_SMALL_C];
-    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const struct block_q4_K *bw = (const struct block_q4_K *)w + b;
-        const uint8_t *xb = xp + (size_t)b * Q4K_XB;
-        prefetch_lines((const uint8_t *)bw, sizeof *bw);
-        __m256i ch[8], sv;
-        __m256 mw, dw;
-        q4k_chunks(il, bw, ch);
-        q4k_wscales(bw, &sv, &mw, &dw);
-        UNROLL for (int c = 0; c < C; c++) {
-            const uint8_t *xc = xb + (size_t)c * xps;
-            __m256i s = _mm256_maddubs_epi16(ch[0], loadu256(xc));
-            UNROLL for (int i = 1; i < 8; i++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(ch[i], loadu256(xc + 32 * i)));
-            __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, sv));
-            __m256 a = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xc + QK_K + 32))), acc[c]);
-            acc[c] = _mm256_fnmadd_ps(mw, _mm256_loadu_ps((const float *)(xc + QK_K)), a);
-        }
-    }
-    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
-}
-
-AI void q6k_small(const int C, int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps, float *y,
-                  int64_t ys) {
-    __m256 acc[KQ_SMALL_C];
-    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const struct block_q6_K *bw = (const struct block_q6_K *)w + b;
-        prefetch_lines((const uint8_t *)bw, sizeof *bw);
-        __m256i wv[8], scv[4], sc32;
-        __m256 dw;
-        q6k_wblock(bw, wv, scv, &sc32, &dw);
-        UNROLL for (int c = 0; c < C; c++) {
-            const uint8_t *xb = xp + (size_t)c * xps + (size_t)b * Q6K_XB;
-            __m256i isum = _mm256_madd_epi16(loadu256(xb + QK_K), sc32);
-            UNROLL for (int p = 0; p < 4; p++) {
-                __m256i sp = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2 * p], loadu256(xb + 64 * p)),
-                                              _mm256_maddubs_epi16(wv[2 * p + 1], loadu256(xb + 64 * p + 32)));
-                isum = p == 0 ? _mm256_sub_epi32(_mm256_madd_epi16(sp, scv[p]), isum)
-                              : _mm256_add_epi32(isum, _mm256_madd_epi16(sp, scv[p]));
-            }
-            __m256 dwx = _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + QK_K + 32)));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dwx, acc[c]);
-        }
-    }
-    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
-}
-
 /* One weight row w x C permuted columns (stride xps) -> y[c * ys]. */
 typedef void (*kq_small_fn)(int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps, float *y,
                             int64_t ys);
