@@ -327,14 +327,13 @@ AI void q6k_pair(const int C, int64_t nb, const uint8_t *w, size_t ws, const uin
     __attribute__((noinline)) static void name##_6(KQ_PAIR_ARGS) { call(6); } \
     __attribute__((noinline)) static void name##_7(KQ_PAIR_ARGS) { call(7); } \
     __attribute__((noinline)) static void name##_8(KQ_PAIR_ARGS) { call(8); }
-#define Q4K_PAIR(C) q4k_pair(false, C, nb, w, ws, xp, xps, y, ys)
 #define Q4KIL_PAIR(C) q4k_pair(true, C, nb, w, ws, xp, xps, y, ys)
 #define Q6K_PAIR(C) q6k_pair(C, nb, w, ws, xp, xps, y, ys)
-KQ_PAIR_FNS(q4k_p, Q4K_PAIR)
 KQ_PAIR_FNS(q4kil_p, Q4KIL_PAIR)
 KQ_PAIR_FNS(q6k_p, Q6K_PAIR)
 #define KQ_PAIR_TABLE(name) {NULL, NULL, name##_2, name##_3, name##_4, name##_5, name##_6, name##_7, name##_8}
-static const struct kern_kq_pairs g_kq_pairs = {KQ_PAIR_TABLE(q4k_p), KQ_PAIR_TABLE(q4kil_p), KQ_PAIR_TABLE(q6k_p)};
+/* raw Q4_K: none (it is routed to the AVX2 set, dispatch.c) */
+static const struct kern_kq_pairs g_kq_pairs = {{NULL}, KQ_PAIR_TABLE(q4kil_p), KQ_PAIR_TABLE(q6k_p)};
 
 /* ---- Q4_0 / Q8_0 prefill: row-lane VNNI tile ----------------------------------------------- */
 
