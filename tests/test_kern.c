@@ -768,6 +768,46 @@ TEST(matmul_large_vs_ref) {
 }
 
 /*
+ * A column's result does not depend on how many other columns share the call: for every set
+ * and weight type, columns 0..nc-1 of one call with nc = 1..20 (the decode kernel, the
+ * small-batch kernels of 2..16 columns in one or two passes, the prefill tiles) and of a
+ * 33-column call, over odd row pieces, are bit-identical to the same column computed alone
+ * (nc = 1, all rows in one call).
+ */
+TEST(matmul_columns_bit_identical_any_nc) {
+    const struct kern_table *sets[3] = {&kern_table_ref};
+    int ns = 1 + simd_sets(sets + 1);
+    for (int s = 0; s < ns; s++) {
+        for (int t = 0; t < N_WTYPES; t++) {
+            enum nx_type wt = g_wtypes[t];
+            int64_t k = blck(wt) == 1 ? 1003 : (blck(wt) == QK_K ? 8 : 32) * blck(wt);
+            const int64_t rows = 23, ncmax = 33;
+            struct mm_problem p;
+            mm_setup(&p, wt, k, rows, ncmax, W_RANDOM, X_RANDOM);
+            float *y1 = malloc(ncmax * rows * sizeof(float)), *yn = malloc(ncmax * rows * sizeof(float));
+            for (int64_t c = 0; c < ncmax; c++) sets[s]->matmul(wt, k, p.w, p.ws, 0, rows, p.xq + c * p.xs, p.xs, 1, y1 + c * rows, rows);
+            for (int64_t nc = 2; nc <= ncmax; nc = nc < 20 ? nc + 1 : ncmax + 1) {
+                memset(yn, 0xff, ncmax * rows * sizeof(float));
+                /* odd row pieces: 1, 3, 5, 7, ... rows */
+                for (int64_t r0 = 0, len = 1; r0 < rows; r0 += len, len += 2) {
+                    int64_t r1 = NX_MIN(rows, r0 + len);
+                    sets[s]->matmul(wt, k, p.w, p.ws, r0, r1, p.xq, p.xs, nc, yn, rows);
+                }
+                for (int64_t c = 0; c < nc; c++) {
+                    if (memcmp(y1 + c * rows, yn + c * rows, rows * sizeof(float)) != 0) {
+                        FAILF("%s %s: column %lld of an nc=%lld call differs from nc=1", sets[s]->name,
+                              nx_type_name(wt), (long long)c, (long long)nc);
+                        break;
+                    }
+                }
+            }
+            free(y1), free(yn);
+            mm_free(&p);
+        }
+    }
+}
+
+/*
  * The Q8_0 / Q4_0 row-lane contract (src/kern/q8t_avx2.c), written out here in scalar C: per
  * output, acc = fmaf((float)isum_b, dw_b * dx_b, acc) over the blocks in order. Both SIMD sets
  * must match it bit for bit, in decode (nc < 4) and prefill (tiles of 8 / 16 rows, ragged
@@ -1060,11 +1100,13 @@ TEST(dispatch) {
     ASSERT_STR_EQ(kern_name(), name);
     ASSERT_TRUE(kern_table_by_name("avx2") == &kern_table_avx2);
     ASSERT_TRUE(kern_table_by_name("nope") == NULL);
-    /* per-type routes: on AVX-512 CPUs Q4_K / Q6_K matmuls run the AVX2 kernels (bit for bit),
-       the rest the AVX-512 ones; Q4_K weights then take the AVX2 layout */
+    /* per-type routes: on AVX-512 CPUs raw Q4_K matmuls run the AVX2 set, Q4_K weights take
+       the AVX2 layout, and the AVX-512 set runs Q4_K_IL / Q6_K with the AVX2 driver and its own
+       small-batch kernels: bit for bit the AVX2 set's results (nc = 5 takes the small path) */
     if (strcmp(name, "avx512") == 0) {
         ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q4_K), "avx2");
-        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q6_K), "avx2");
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q6_K), "avx512");
+        ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q4_K_IL), "avx512");
         ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q8_0), "avx512");
         ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_F16), "avx512");
         ASSERT_EQ((int)kern_weight_layout(NX_TYPE_Q4_K), (int)NX_TYPE_Q4_K_IL);
@@ -1076,6 +1118,10 @@ TEST(dispatch) {
             kern_matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, ya, p.rows);
             kern_table_by_name(kern_matmul_name(rt[t]))->matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, yb, p.rows);
             ASSERT_TRUE(memcmp(ya, yb, sizeof ya) == 0);
+            if (rt[t] != NX_TYPE_Q8_0) {
+                kern_table_avx2.matmul(p.wt, p.k, p.w, p.ws, 0, p.rows, p.xq, p.xs, p.nc, yb, p.rows);
+                ASSERT_TRUE(memcmp(ya, yb, sizeof ya) == 0);
+            }
             mm_free(&p);
         }
     } else {

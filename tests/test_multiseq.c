@@ -15,7 +15,9 @@
 #include "core/nx_base.h"
 #include "kv/kv_cache.h"
 #include "model/context.h"
+#include "model/mkmodel.h"
 #include "nexus.h"
+#include "support/tmpdir.h"
 #include "test.h"
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
@@ -37,7 +39,9 @@ static nx_model *stories(void) {
     return g_m;
 }
 
-enum { NV = 512 }; /* stories260K's vocabulary */
+static int g_nv = 512; /* the vocabulary of the model in use (stories260K's) */
+#define NV g_nv
+static nx_model *g_use; /* the model mk() uses; NULL: stories260K */
 
 static struct nx_kv_params kvp(const char *policy, int budget, int regime) {
     struct nx_kv_params k = nx_kv_default_params();
@@ -61,7 +65,7 @@ static nx_ctx *mk(int n_seq, int n_ctx, int extra, int threads, const struct nx_
     if (kv) cp.kv = *kv;
     nx_ctx *c = NULL;
     char err[256];
-    if (nx_ctx_init(stories(), &cp, &c, err, sizeof err)) fprintf(stderr, "  ctx: %s\n", err);
+    if (nx_ctx_init(g_use ? g_use : stories(), &cp, &c, err, sizeof err)) fprintf(stderr, "  ctx: %s\n", err);
     return c;
 }
 
@@ -210,6 +214,30 @@ TEST(batched_1_matches_alone) { batched_vs_alone(1); }
 TEST(batched_2_matches_alone) { batched_vs_alone(2); }
 TEST(batched_4_matches_alone) { batched_vs_alone(4); }
 TEST(batched_8_matches_alone) { batched_vs_alone(8); }
+
+/* The same on a random model of llama.cpp's Q4_K_M mix (Q4_K, one layer's attn_v / ffn_down
+   and the output in Q6_K), loaded into memory (Q4_K in the AVX2 layout): batched steps of 2..8
+   tokens take the small-batch K-quant kernels, the interleaved prompts the prefill tiles, the
+   references the decode kernel; every sequence's logits still match its own, bit for bit. */
+static void q4km_batched_vs_alone(int N) {
+    struct mkmodel_params p;
+    mkmodel_default_params(&p);
+    p.wtype = "q4_k_m";
+    p.n_vocab = 512;
+    char path[512], err[256];
+    struct nx_err e;
+    ASSERT_OK(mkmodel_write(&p, test_tmp_path("multiseq_q4km.gguf", path, sizeof path), &e));
+    nx_model *m = NULL;
+    ASSERT_OK(nx_model_load(path, NULL, &m, err, sizeof err));
+    g_use = m;
+    g_nv = nx_model_n_vocab(m);
+    batched_vs_alone(N);
+    g_use = NULL;
+    g_nv = 512;
+    nx_model_free(m);
+}
+TEST(batched_q4_k_m_3_matches_alone) { q4km_batched_vs_alone(3); }
+TEST(batched_q4_k_m_8_matches_alone) { q4km_batched_vs_alone(8); }
 
 /* ---- two policies in one context ---- */
 

@@ -197,4 +197,46 @@ EMU void emu_mask_storeu_ps(float *p, unsigned m, emu512 v) {
 }
 #define _mm512_mask_storeu_ps(p, m, v) emu_mask_storeu_ps((p), (unsigned)(m), (v))
 
+/* the small-batch pair kernels (Q4_K / Q6_K) */
+EMU emu512 emu_broadcast_i64x4(__m256i v) { return emu_inserti64x4(emu_castsi256_si512(v), v, 1); }
+#define _mm512_broadcast_i64x4 emu_broadcast_i64x4
+EMU emu512 emu_srai_epi32(emu512 v, unsigned n) {
+    for (int i = 0; i < 16; i++) v.d[i] = v.d[i] >> (n > 31 ? 31 : n); /* arithmetic (gcc) */
+    return v;
+}
+#define _mm512_srai_epi32 emu_srai_epi32
+EMU emu512 emu_mullo_epi32(emu512 a, emu512 b) {
+    for (int i = 0; i < 16; i++) a.d[i] = (int32_t)((uint32_t)a.d[i] * (uint32_t)b.d[i]);
+    return a;
+}
+#define _mm512_mullo_epi32 emu_mullo_epi32
+EMU emu512 emu_add_epi32(emu512 a, emu512 b) {
+    for (int i = 0; i < 16; i++) a.d[i] = (int32_t)((uint32_t)a.d[i] + (uint32_t)b.d[i]);
+    return a;
+}
+#define _mm512_add_epi32 emu_add_epi32
+EMU emu512 emu_sub_epi32(emu512 a, emu512 b) {
+    for (int i = 0; i < 16; i++) a.d[i] = (int32_t)((uint32_t)a.d[i] - (uint32_t)b.d[i]);
+    return a;
+}
+#define _mm512_sub_epi32 emu_sub_epi32
+EMU emu512 emu_add_epi16(emu512 a, emu512 b) {
+    for (int i = 0; i < 32; i++) a.w[i] = (int16_t)(uint16_t)((uint16_t)a.w[i] + (uint16_t)b.w[i]);
+    return a;
+}
+#define _mm512_add_epi16 emu_add_epi16
+/* vpmaddwd: i16 x i16, adjacent pairs summed into i32 (wrapping) */
+EMU emu512 emu_madd_epi16(emu512 a, emu512 b) {
+    emu512 r;
+    for (int i = 0; i < 16; i++)
+        r.d[i] = (int32_t)((uint32_t)(a.w[2 * i] * b.w[2 * i]) + (uint32_t)(a.w[2 * i + 1] * b.w[2 * i + 1]));
+    return r;
+}
+#define _mm512_madd_epi16 emu_madd_epi16
+EMU emu512 emu_fnmadd_ps(emu512 a, emu512 b, emu512 c) {
+    for (int i = 0; i < 16; i++) c.f[i] = fmaf(-a.f[i], b.f[i], c.f[i]);
+    return c;
+}
+#define _mm512_fnmadd_ps emu_fnmadd_ps
+
 #endif

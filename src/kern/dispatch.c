@@ -11,7 +11,9 @@
  * - Per-operation choice: matmuls go to g_mm[weight type], which is the chosen set except
  *   where a table for that set says another set's kernels are faster on such CPUs
  *   (g_avx512_routes: on the AVX-512 machines measured, the AVX2 Q4_K / Q6_K drivers beat the
- *   AVX-512 tiles on prefill by 10-30% and tie on decode, see README "Kernel sets"). A static
+ *   AVX-512 tiles on prefill by 10-30% and tie on decode, see README "Kernel sets"; the AVX-512
+ *   set itself now runs Q4_K_IL and Q6_K through the AVX2 driver, adding its own small-batch
+ *   kernels, so only raw Q4_K (mmap, and the layout choice) is routed to the AVX2 set). A static
  *   table, not a start-up measurement: a measurement on a loaded machine could flip between
  *   runs, and sets round differently, so outputs would change from run to run. The choice is
  *   per weight type, never per call shape: decode and prefill of one type stay in one set,
@@ -77,8 +79,6 @@ static const struct {
     const char *set;
 } g_avx512_routes[] = {
     {NX_TYPE_Q4_K, "avx2"},
-    {NX_TYPE_Q4_K_IL, "avx2"},
-    {NX_TYPE_Q6_K, "avx2"},
 };
 #define MM_TYPES 48 /* type ids below this have a route (internal ids included) */
 static const struct kern_table *g_mm[MM_TYPES];

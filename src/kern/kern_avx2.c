@@ -13,7 +13,9 @@
  *   L2-sized buffer, activations permuted once per call, 3 x 3 (Q4_K) / 2 x 3 (Q6_K) integer
  *   register tiles.
  *   Decode (nc = 1) uses the 1 x 1 (quantized) or 4 x 1 (float) tiles; Q4_K/Q6_K decode
- *   unpacks each block in registers (q4k_dec / q6k_dec).
+ *   unpacks each block in registers (q4k_dec / q6k_dec), and 2..16 columns (a decode step of
+ *   several sequences) unpack each block in registers once for up to 8 columns (q4k_small /
+ *   q6k_small), with the decode operations per column.
  * - Weight layout: this set asks for Q4_K weights in memory as Q4_K_IL (kern_weight_layout,
  *   quant.h): the quants already in the chunk order the kernels use, so Q4_K decode gets its 8
  *   chunks from 4 loads, masks and shifts instead of two 4 x 4 transposes of broadcast halves
@@ -306,8 +308,8 @@ Q_TILES(q5k)
  * weight rows are unpacked (unsigned quants in the same permuted order, scale vectors, float
  * scales); then 3 x 3 (Q4_K) or 2 x 3 (Q6_K) register tiles (rows x columns) run over the
  * unpacked rows: each activation load feeds three (two) rows, each weight load three columns.
- * Decode (nc < 3) skips the weight buffer: q4k_dec / q6k_dec unpack in registers with the
- * same operations.
+ * Decode and small batches (nc <= KQ_SMALL_NC) skip the weight buffer: q4k_dec / q6k_dec and
+ * the small-batch kernels unpack in registers with the same operations.
  *
  * The permutation lets several vpmaddubsw products be summed in int16 before one vpmaddwd
  * applies the sub-block scales: every i16 lane of the summed products belongs to one
@@ -326,24 +328,9 @@ Q_TILES(q5k)
  * 32004), then one vpmaddwd per pair.
  */
 
-/* In-lane 4 x 4 dword transpose: out[t] dword i of lane l = in[i] dword 4l + t. */
-AI void tr4x4(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256i out[4]) {
-    __m256i t0 = _mm256_unpacklo_epi32(a0, a1), t1 = _mm256_unpackhi_epi32(a0, a1);
-    __m256i t2 = _mm256_unpacklo_epi32(a2, a3), t3 = _mm256_unpackhi_epi32(a2, a3);
-    out[0] = _mm256_unpacklo_epi64(t0, t2), out[1] = _mm256_unpackhi_epi64(t0, t2);
-    out[2] = _mm256_unpacklo_epi64(t1, t3), out[3] = _mm256_unpackhi_epi64(t1, t3);
-}
-
-#define Q4K_XB (QK_K + 64)  /* permuted activation block: chunks, dx * bsum[s] (8 f32), dx x8 */
 #define Q4K_WB (QK_K + 96)  /* unpacked weight block: chunks, scales (16 i16), dmin * m[s], d x8 */
 #define Q4K_C 3             /* columns of the prefill tiles (Q4_K and Q6_K) */
 #define Q4K_R 3             /* rows of the Q4_K prefill tile (Q6_K: 2) */
-
-/* The scale vector: sc[0, 2, 4, 6] (low lane) / sc[1, 3, 5, 7] (high lane), each over the two
- * i16 lanes of its dword, from R (kq_scales_vec). */
-static const uint8_t g_q4k_sv[32] __attribute__((aligned(32))) = {
-    0, 0x80, 0, 0x80, 2, 0x80, 2, 0x80, 4, 0x80, 4, 0x80, 6, 0x80, 6, 0x80,
-    1, 0x80, 1, 0x80, 3, 0x80, 3, 0x80, 5, 0x80, 5, 0x80, 7, 0x80, 7, 0x80};
 
 /* Writes the permuted form of the nb Q8_K blocks of activation row x to xp. */
 static void q4k_perm_x(const uint8_t *x, uint8_t *xp, int64_t nb) {
@@ -361,49 +348,6 @@ static void q4k_perm_x(const uint8_t *x, uint8_t *xp, int64_t nb) {
         _mm256_storeu_ps((float *)(xp + QK_K), _mm256_mul_ps(dx, _mm256_cvtepi32_ps(bs)));
         _mm256_storeu_ps((float *)(xp + QK_K + 32), dx);
     }
-}
-
-/* The 8 chunks of Q4_K block bw (chunk 2t + l = (t, l)), unsigned 4-bit. */
-AI void q4k_wchunks(const struct block_q4_K *bw, __m256i out[8]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
-    UNROLL for (int l = 0; l < 2; l++) {
-        /* lane l of each qs row, in both lanes; transposed: T[t] = lane l of Q_t twice, whose
-         * low nibbles (low lane) / high nibbles (high lane) make chunk (t, l) */
-        __m256i T[4];
-        tr4x4(_mm256_broadcastsi128_si256(loadu128(bw->qs + 16 * l)),
-              _mm256_broadcastsi128_si256(loadu128(bw->qs + 32 + 16 * l)),
-              _mm256_broadcastsi128_si256(loadu128(bw->qs + 64 + 16 * l)),
-              _mm256_broadcastsi128_si256(loadu128(bw->qs + 96 + 16 * l)), T);
-        UNROLL for (int t = 0; t < 4; t++) out[2 * t + l] = _mm256_and_si256(_mm256_srlv_epi32(T[t], sh), m4);
-    }
-}
-
-/* Block bw's scale vector (see g_q4k_sv), dmin * m[s] (lane s) and d (8 lanes). */
-AI void q4k_wscales(const struct block_q4_K *bw, __m256i *sv, __m256 *mw, __m256 *dw) {
-    uint32_t dd32;
-    memcpy(&dd32, bw, 4);
-    __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd32));
-    __m256i R = kq_scales_vec(bw->scales);
-    *sv = _mm256_shuffle_epi8(R, loadu256(g_q4k_sv));
-    __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(_mm256_castsi256_si128(R), 8)));
-    *mw = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), m);
-    *dw = _mm256_broadcastss_ps(dd);
-}
-
-/* The same 8 chunks from a Q4_K_IL block (quant.h): qs holds chunk a | chunk a + 4 << 4. */
-AI void q4kil_wchunks(const struct block_q4_K *bw, __m256i out[8]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    UNROLL for (int a = 0; a < 4; a++) {
-        __m256i v = loadu256(bw->qs + 32 * a);
-        out[a] = _mm256_and_si256(v, m4);
-        out[a + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    }
-}
-
-/* Q4_K and Q4_K_IL share everything but how the chunks come out of the block. */
-AI void q4k_chunks(bool il, const struct block_q4_K *bw, __m256i out[8]) {
-    if (il) q4kil_wchunks(bw, out);
-    else q4k_wchunks(bw, out);
 }
 
 /* Q4_K -> Q4_K_IL: the chunks of the raw block, packed two per byte. */
@@ -437,10 +381,12 @@ AI void q4k_unpack(bool il, const uint8_t *w, uint8_t *wp, int64_t nb) {
 static void q4k_unpack_w(const uint8_t *w, uint8_t *wp, int64_t nb) { q4k_unpack(false, w, wp, nb); }
 static void q4kil_unpack_w(const uint8_t *w, uint8_t *wp, int64_t nb) { q4k_unpack(true, w, wp, nb); }
 
-/* Decode: one Q4_K (il: Q4_K_IL) row x one permuted column, unpacking in registers; the same
- * per-element operations as q4k_tile. */
-AI void q4k_decode(bool il, int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) {
-    __m256 acc = _mm256_setzero_ps();
+/* One Q4_K (il: Q4_K_IL) row x C <= KQ_SMALL_C permuted columns, unpacking each block in
+ * registers once; per column the same operations as q4k_tile. C = 1 is decode. */
+AI void q4k_small(bool il, const int C, int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps,
+                  float *y, int64_t ys) {
+    __m256 acc[KQ_SMALL_C];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const struct block_q4_K *bw = (const struct block_q4_K *)w + b;
         const uint8_t *xb = xp + (size_t)b * Q4K_XB;
@@ -448,17 +394,21 @@ AI void q4k_decode(bool il, int64_t nb, const uint8_t *w, const uint8_t *xp, flo
         __m256i ch[8], sv;
         __m256 mw, dw;
         q4k_chunks(il, bw, ch);
-        __m256i s = _mm256_maddubs_epi16(ch[0], loadu256(xb));
-        UNROLL for (int i = 1; i < 8; i++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(ch[i], loadu256(xb + 32 * i)));
         q4k_wscales(bw, &sv, &mw, &dw);
-        __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, sv));
-        __m256 a = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + QK_K + 32))), acc);
-        acc = _mm256_fnmadd_ps(mw, _mm256_loadu_ps((const float *)(xb + QK_K)), a);
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint8_t *xc = xb + (size_t)c * xps;
+            __m256i s = _mm256_maddubs_epi16(ch[0], loadu256(xc));
+            UNROLL for (int i = 1; i < 8; i++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(ch[i], loadu256(xc + 32 * i)));
+            __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, sv));
+            __m256 a = _mm256_fmadd_ps(f, _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xc + QK_K + 32))), acc[c]);
+            acc[c] = _mm256_fnmadd_ps(mw, _mm256_loadu_ps((const float *)(xc + QK_K)), a);
+        }
     }
-    *y = hsum8(acc);
+    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
 }
-static void q4k_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) { q4k_decode(false, nb, w, xp, y); }
-static void q4kil_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) { q4k_decode(true, nb, w, xp, y); }
+
+static void q4k_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) { q4k_small(false, 1, nb, w, xp, 0, y, 0); }
+static void q4kil_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) { q4k_small(true, 1, nb, w, xp, 0, y, 0); }
 
 /*
  * R unpacked rows (stride wps) x C permuted columns (stride xps). Per super-block, row and
@@ -563,34 +513,6 @@ static uint8_t *kq_scratch(size_t n) {
 
 uint8_t *kern_avx2_scratch(size_t n) { return kq_scratch(n); }
 
-/* Q6_K group G (0..7) as unsigned 6-bit quants: low lane sub-block 2G, high lane 2G+1. With
- * half h = G / 4 and g = G % 4: low 4 bits from ql[64h + 32*(g & 1) + l] (low nibble for
- * g < 2, high for g >= 2), high 2 bits from qh[32h + l] >> 2g. */
-AI __m256i q6k_w32(const struct block_q6_K *bw, int G) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    int h = G / 4, g = G % 4;
-    __m256i q = loadu256(bw->ql + 64 * h + 32 * (g & 1));
-    __m256i qh = loadu256(bw->qh + 32 * h);
-    __m256i lo4 = g < 2 ? q : _mm256_srli_epi16(q, 4);
-    __m256i hi2 = g == 0 ? _mm256_slli_epi16(qh, 4) : g == 1 ? _mm256_slli_epi16(qh, 2)
-                  : g == 2 ? qh : _mm256_srli_epi16(qh, 2);
-    return _mm256_or_si256(_mm256_and_si256(lo4, m4), _mm256_and_si256(hi2, m30));
-}
-
-/* Over 8 scales as i16 in both lanes: pair 0 (of these 8) -> sc 0,2 | 1,3, pair 1 -> 4,6 | 5,7,
- * each over 4 i16 lanes. */
-static const uint8_t g_q6k_sc[2][32] __attribute__((aligned(32))) = {
-#define S(a, b, c, d) {2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * a, 2 * a + 1, \
-                       2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, \
-                       2 * c, 2 * c + 1, 2 * c, 2 * c + 1, 2 * c, 2 * c + 1, 2 * c, 2 * c + 1, \
-                       2 * d, 2 * d + 1, 2 * d, 2 * d + 1, 2 * d, 2 * d + 1, 2 * d, 2 * d + 1}
-    S(0, 2, 1, 3), S(4, 6, 5, 7)
-#undef S
-};
-
-/* Bytes per block of a permuted activation row (Q6_K): the unpacked quants (pair P at
- * 64P: A_P then B_P), the 16 bsums, dx 8 times. */
-#define Q6K_XB (QK_K + 64)
 /* Unpacked Q6_K weight block: pairs A_P, B_P; the 4 pair scale vectors; 32 * sc[s] (16 i16);
  * d 8 times. */
 #define Q6K_WB (QK_K + 192)
@@ -608,20 +530,6 @@ static void q6k_perm_x(const uint8_t *x, uint8_t *xp, int64_t nb) {
     }
 }
 
-/* The unpacked block (layout of Q6K_WB) of Q6_K block bw, in registers. */
-AI void q6k_wblock(const struct block_q6_K *bw, __m256i wv[8], __m256i scv[4], __m256i *sc32, __m256 *dw) {
-    __m128i s8 = loadu128(bw->scales);
-    *sc32 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5); /* |.| <= 4096 */
-    __m256i s03 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(s8));
-    __m256i s47 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(s8, 8)));
-    UNROLL for (int p = 0; p < 4; p++) {
-        __m256i g0 = q6k_w32(bw, 2 * p), g1 = q6k_w32(bw, 2 * p + 1);
-        wv[2 * p] = _mm256_unpacklo_epi64(g0, g1), wv[2 * p + 1] = _mm256_unpackhi_epi64(g0, g1);
-        scv[p] = _mm256_shuffle_epi8(p < 2 ? s03 : s47, loadu256(g_q6k_sc[p & 1]));
-    }
-    *dw = _mm256_set1_ps(h2f(bw->d));
-}
-
 static void q6k_unpack_w(const uint8_t *w, uint8_t *wp, int64_t nb) {
     for (int64_t b = 0; b < nb; b++, wp += Q6K_WB) {
         __m256i wv[8], scv[4], sc32;
@@ -635,28 +543,35 @@ static void q6k_unpack_w(const uint8_t *w, uint8_t *wp, int64_t nb) {
 }
 
 /* Per super-block, row and column:
- *   acc += cvt(sum_P vpmaddwd(A_P.x + B_P.x, scv_P) - vpmaddwd(bsums, 32 sc)) * (d * dx) */
-static void q6k_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) {
-    __m256 acc = _mm256_setzero_ps();
+ *   acc += cvt(sum_P vpmaddwd(A_P.x + B_P.x, scv_P) - vpmaddwd(bsums, 32 sc)) * (d * dx)
+ * for one row x C <= KQ_SMALL_C permuted columns, each block unpacked once. C = 1 is decode. */
+AI void q6k_small(const int C, int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps, float *y,
+                  int64_t ys) {
+    __m256 acc[KQ_SMALL_C];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const struct block_q6_K *bw = (const struct block_q6_K *)w + b;
-        const uint8_t *xb = xp + (size_t)b * Q6K_XB;
         prefetch_lines((const uint8_t *)bw, sizeof *bw);
         __m256i wv[8], scv[4], sc32;
         __m256 dw;
         q6k_wblock(bw, wv, scv, &sc32, &dw);
-        __m256i isum = _mm256_madd_epi16(loadu256(xb + QK_K), sc32);
-        UNROLL for (int p = 0; p < 4; p++) {
-            __m256i sp = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2 * p], loadu256(xb + 64 * p)),
-                                          _mm256_maddubs_epi16(wv[2 * p + 1], loadu256(xb + 64 * p + 32)));
-            isum = p == 0 ? _mm256_sub_epi32(_mm256_madd_epi16(sp, scv[p]), isum)
-                          : _mm256_add_epi32(isum, _mm256_madd_epi16(sp, scv[p]));
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint8_t *xb = xp + (size_t)c * xps + (size_t)b * Q6K_XB;
+            __m256i isum = _mm256_madd_epi16(loadu256(xb + QK_K), sc32);
+            UNROLL for (int p = 0; p < 4; p++) {
+                __m256i sp = _mm256_add_epi16(_mm256_maddubs_epi16(wv[2 * p], loadu256(xb + 64 * p)),
+                                              _mm256_maddubs_epi16(wv[2 * p + 1], loadu256(xb + 64 * p + 32)));
+                isum = p == 0 ? _mm256_sub_epi32(_mm256_madd_epi16(sp, scv[p]), isum)
+                              : _mm256_add_epi32(isum, _mm256_madd_epi16(sp, scv[p]));
+            }
+            __m256 dwx = _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + QK_K + 32)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dwx, acc[c]);
         }
-        __m256 dwx = _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + QK_K + 32)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dwx, acc);
     }
-    *y = hsum8(acc);
+    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
 }
+
+static void q6k_dec(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y) { q6k_small(1, nb, w, xp, 0, y, 0); }
 
 /* R unpacked rows x C permuted columns; the float accumulators live in memory (one load and
  * store per block), the registers hold the int32 sums. */
@@ -712,6 +627,40 @@ Q6K_TILE_FN(1, 3)
 Q6K_TILE_FN(2, 1)
 Q6K_TILE_FN(1, 1)
 
+/*
+ * Small batches (2 <= nc <= KQ_SMALL_NC, e.g. one decode step of several sequences): neither
+ * the decode path (weights streamed and unpacked once per column) nor the prefill path (an
+ * unpacked copy of every row written to and read back from the buffer, amortized over too few
+ * columns) fits. One weight row at a time, each block is unpacked in registers once and applied
+ * to C <= KQ_SMALL_C permuted columns (q4k_small / q6k_small, whose C = 1 case is the decode
+ * kernel), each column with its own float accumulator, one block after another, then hsum8:
+ * a column's result is bit-identical to its nc = 1 result.
+ * nc > KQ_SMALL_C runs ceil(nc / KQ_SMALL_C) passes of near-equal width per row, the row then
+ * being in L1 for the later passes. The AVX-512 set runs the same driver with kernels that
+ * take two rows per zmm (kern_avx512.c, same per-column operations).
+ */
+/* One weight row w x C permuted columns (stride xps) -> y[c * ys]. */
+typedef void (*kq_small_fn)(int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps, float *y,
+                            int64_t ys);
+#define KQ_SMALL_FNS(name, call) \
+    __attribute__((noinline)) static void name##_2(KQ_SMALL_ARGS) { call(2); } \
+    __attribute__((noinline)) static void name##_3(KQ_SMALL_ARGS) { call(3); } \
+    __attribute__((noinline)) static void name##_4(KQ_SMALL_ARGS) { call(4); } \
+    __attribute__((noinline)) static void name##_5(KQ_SMALL_ARGS) { call(5); } \
+    __attribute__((noinline)) static void name##_6(KQ_SMALL_ARGS) { call(6); } \
+    __attribute__((noinline)) static void name##_7(KQ_SMALL_ARGS) { call(7); } \
+    __attribute__((noinline)) static void name##_8(KQ_SMALL_ARGS) { call(8); }
+#define KQ_SMALL_ARGS int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps, float *y, int64_t ys
+#define Q4K_SMALL(C) q4k_small(false, C, nb, w, xp, xps, y, ys)
+#define Q4KIL_SMALL(C) q4k_small(true, C, nb, w, xp, xps, y, ys)
+#define Q6K_SMALL(C) q6k_small(C, nb, w, xp, xps, y, ys)
+KQ_SMALL_FNS(q4k_s, Q4K_SMALL)
+KQ_SMALL_FNS(q4kil_s, Q4KIL_SMALL)
+KQ_SMALL_FNS(q6k_s, Q6K_SMALL)
+#undef KQ_SMALL_ARGS
+/* [C] for C = 2..KQ_SMALL_C (C = 1 is the decode kernel) */
+#define KQ_SMALL_TABLE(name) {NULL, NULL, name##_2, name##_3, name##_4, name##_5, name##_6, name##_7, name##_8}
+
 struct kq_kern {
     size_t xb, wb; /* bytes per block: permuted activations, unpacked weights */
     void (*perm_x)(const uint8_t *x, uint8_t *xp, int64_t nb);
@@ -720,13 +669,17 @@ struct kq_kern {
     void (*dec)(int64_t nb, const uint8_t *w, const uint8_t *xp, float *y);
     int tr;              /* rows of the widest tile (2 or 3) */
     kq_tile_fn t3[4], t1[4]; /* [R]: R rows x 3 columns, R rows x 1 column (R = 1..tr) */
+    kq_small_fn small[KQ_SMALL_C + 1]; /* [C]: one raw row x C columns (C = 2..KQ_SMALL_C) */
 };
 static const struct kq_kern q4k_kern = {Q4K_XB, Q4K_WB, q4k_perm_x, NX_TYPE_Q4_K, q4k_unpack_w, q4k_dec, 3,
-                                        {NULL, q4k_1x3, q4k_2x3, q4k_3x3}, {NULL, q4k_1x1, q4k_2x1, q4k_3x1}};
+                                        {NULL, q4k_1x3, q4k_2x3, q4k_3x3}, {NULL, q4k_1x1, q4k_2x1, q4k_3x1},
+                                        KQ_SMALL_TABLE(q4k_s)};
 static const struct kq_kern q4kil_kern = {Q4K_XB, Q4K_WB, q4k_perm_x, NX_TYPE_Q4_K_IL, q4kil_unpack_w, q4kil_dec, 3,
-                                          {NULL, q4k_1x3, q4k_2x3, q4k_3x3}, {NULL, q4k_1x1, q4k_2x1, q4k_3x1}};
+                                          {NULL, q4k_1x3, q4k_2x3, q4k_3x3}, {NULL, q4k_1x1, q4k_2x1, q4k_3x1},
+                                          KQ_SMALL_TABLE(q4kil_s)};
 static const struct kq_kern q6k_kern = {Q6K_XB, Q6K_WB, q6k_perm_x, NX_TYPE_Q6_K, q6k_unpack_w, q6k_dec, 2,
-                                        {NULL, q6k_1x3, q6k_2x3, NULL}, {NULL, q6k_1x1, q6k_2x1, NULL}};
+                                        {NULL, q6k_1x3, q6k_2x3, NULL}, {NULL, q6k_1x1, q6k_2x1, NULL},
+                                        KQ_SMALL_TABLE(q6k_s)};
 
 /* Rows [b0, b1) of the unpacked block wp (row b0 first) x columns [c, c + width) through the
  * tiles ts[] (R rows each, the widest kk->tr first). */
@@ -744,11 +697,11 @@ static void kq_rows(const struct kq_kern *kk, kq_tile_fn const ts[4], int64_t nb
 static size_t kq_plan(const struct kq_kern *kk, int64_t k, int64_t nc, size_t *xbytes, int64_t *rb) {
     int64_t nb = k / QK_K;
     size_t xps = (size_t)nb * kk->xb, wps = (size_t)nb * kk->wb;
-    /* decode (and nc < tile width): raw rows, one column at a time, no weight buffer */
-    bool dec = nc < Q4K_C;
+    /* decode and small batches: raw rows, no weight buffer */
+    bool raw = nc <= KQ_SMALL_NC;
     /* rows per block: ~96 KiB of unpacked weights (L2), a multiple of 6 */
-    int64_t r = dec ? 0 : (int64_t)((96 * 1024) / wps);
-    *rb = dec ? 0 : r < 6 ? 6 : r - r % 6;
+    int64_t r = raw ? 0 : (int64_t)((96 * 1024) / wps);
+    *rb = raw ? 0 : r < 6 ? 6 : r - r % 6;
     *xbytes = (xps * (size_t)nc + 63) & ~(size_t)63;
     return *xbytes + wps * (size_t)*rb;
 }
@@ -761,7 +714,7 @@ bool kern_avx2_reserve(int64_t k_max, int64_t nc_max) {
     for (int64_t k = QK_K; k <= k_max; k += QK_K) {
         for (int i = 0; i < 2; i++) {
             need = NX_MAX(need, kq_plan(kks[i], k, nc_max, &xb, &rb));
-            need = NX_MAX(need, kq_plan(kks[i], k, NX_MIN(nc_max, Q4K_C - 1), &xb, &rb));
+            need = NX_MAX(need, kq_plan(kks[i], k, NX_MIN(nc_max, KQ_SMALL_NC), &xb, &rb));
         }
         if (nc_max >= Q8T_MIN_NC) { /* Q8_0 / Q4_0 prefill, either SIMD set */
             need = NX_MAX(need, q8t2_plan(k, nc_max, &xb, &rb));
@@ -775,11 +728,11 @@ bool kern_avx2_reserve(int64_t k_max, int64_t nc_max) {
     return need == 0 || kq_scratch(need) != NULL;
 }
 
-static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size_t ws, int64_t r0, int64_t r1,
-                      const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
+/* pair: small-batch kernels over two rows ([C], C = 2..KQ_SMALL_C), or NULL */
+static void kq_drive(const struct kq_kern *kk, const kern_kq_pair_fn *pair, int64_t k, const uint8_t *w, size_t ws,
+                     int64_t r0, int64_t r1, const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
     int64_t nb = k / QK_K, rb;
     size_t xps = (size_t)nb * kk->xb, wps = (size_t)nb * kk->wb, xbytes;
-    bool dec = nc < Q4K_C;
     uint8_t *xp = kq_scratch(kq_plan(kk, k, nc, &xbytes, &rb));
     if (!xp) {
         kern_ref_matmul(kk->type, k, w, ws, r0, r1, x, xs, nc, y, ys);
@@ -787,9 +740,21 @@ static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size
     }
     uint8_t *wp = xp + xbytes;
     for (int64_t c = 0; c < nc; c++) kk->perm_x(x + (size_t)c * xs, xp + (size_t)c * xps, nb);
-    if (dec) {
-        for (int64_t c = 0; c < nc; c++) {
-            for (int64_t r = r0; r < r1; r++) kk->dec(nb, w + (size_t)r * ws, xp + (size_t)c * xps, y + c * ys + r);
+    if (nc == 1) {
+        for (int64_t r = r0; r < r1; r++) kk->dec(nb, w + (size_t)r * ws, xp, y + r);
+        return;
+    }
+    if (nc <= KQ_SMALL_NC) {
+        int64_t np = (nc + KQ_SMALL_C - 1) / KQ_SMALL_C; /* passes of width nc / np or one more */
+        for (int64_t r = r0; r < r1;) {
+            bool two = pair && r + 1 < r1;
+            for (int64_t p = 0, c = 0; p < np; p++) {
+                int64_t cw = (nc - c) / (np - p);
+                if (two) pair[cw](nb, w + (size_t)r * ws, ws, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
+                else kk->small[cw](nb, w + (size_t)r * ws, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
+                c += cw;
+            }
+            r += two ? 2 : 1;
         }
         return;
     }
@@ -802,11 +767,21 @@ static void kq_drive(const struct kq_kern *kk, int64_t k, const uint8_t *w, size
     }
 }
 
+void kern_avx2_kq_matmul(enum nx_type wt, int64_t k, const void *w, size_t ws, int64_t r0, int64_t r1,
+                         const void *xq, size_t xs, int64_t nc, float *y, int64_t ys,
+                         const struct kern_kq_pairs *pairs) {
+    if (wt == NX_TYPE_Q4_K_IL) kq_drive(&q4kil_kern, pairs ? pairs->q4kil : NULL, k, w, ws, r0, r1, xq, xs, nc, y, ys);
+    else if (wt == NX_TYPE_Q4_K) kq_drive(&q4k_kern, pairs ? pairs->q4k : NULL, k, w, ws, r0, r1, xq, xs, nc, y, ys);
+    else if (wt == NX_TYPE_Q6_K) kq_drive(&q6k_kern, pairs ? pairs->q6k : NULL, k, w, ws, r0, r1, xq, xs, nc, y, ys);
+    else NX_ASSERT(!"kern_avx2_kq_matmul: not a Q4_K / Q6_K type");
+}
+
 void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                       int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                       int64_t y_stride) {
-    if (wt == NX_TYPE_Q4_K_IL) { /* internal id, not an enumerator (types.h) */
-        kq_drive(&q4kil_kern, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
+
+    if (wt == NX_TYPE_Q4_K_IL || wt == NX_TYPE_Q4_K || wt == NX_TYPE_Q6_K) { /* Q4_K_IL: internal id (types.h) */
+        kern_avx2_kq_matmul(wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride, NULL);
         return;
     }
     const struct tile_set *t;
@@ -818,13 +793,7 @@ void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride
     case NX_TYPE_Q8_0:
         kern_avx2_q8t_matmul(wt == NX_TYPE_Q4_0, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
         return;
-    case NX_TYPE_Q4_K:
-        kq_drive(&q4k_kern, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
-        return;
     case NX_TYPE_Q5_K: t = &q5k_set; break;
-    case NX_TYPE_Q6_K:
-        kq_drive(&q6k_kern, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
-        return;
     default: NX_ASSERT(!"kern_matmul: unsupported weight type"); return;
     }
     mm_drive(t, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);

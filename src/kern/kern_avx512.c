@@ -13,6 +13,10 @@
  *   integer super-block sums are folded to 8 lanes and finished with the AVX2 epilogue.
  * - Q4_0/Q8_0: the row-lane contract of q8t_avx2.c (bit-identical to the AVX2 set): prefill
  *   is a VNNI tile of 16 rows (zmm lanes) x up to 12 columns; decode runs the AVX2 code.
+ * - Q4_K_IL / Q6_K (what the engine runs on AVX-512 CPUs): the AVX2 driver and kernels, with
+ *   this set's small-batch kernels for 2..16 columns (two weight rows per zmm, same bits as
+ *   the AVX2 ones). Raw Q4_K is routed to the AVX2 set (dispatch.c); this set's own Q4_K tiles
+ *   below then only run when the table is called directly.
  * - Float weights: 16-wide FMA tiles (4 x 4 for prefill, 4 x 1 for decode), 16 lanes folded to
  *   8 then summed like AVX2, k % 16 tail in order.
  * - Activation quantization and the attention helpers are the AVX2 ones (not the bottleneck).
@@ -224,67 +228,112 @@ AI void q5k_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t w
 Q_TILES(q4k)
 Q_TILES(q5k)
 
-/* ---- Q6_K weights x Q8_K activations ------------------------------------------------------ */
+/* ---- Q4_K / Q6_K small batches: two weight rows per zmm ----------------------------------- */
 
-/* vpermw indices: 64-element chunk m (0..3) covers sub-blocks 4m..4m+3, 8 i16 lanes each. */
-static const uint16_t g_q6_idx[4][32] __attribute__((aligned(64))) = {
-#define I(m) {4 * m,     4 * m,     4 * m,     4 * m,     4 * m,     4 * m,     4 * m,     4 * m, \
-              4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, 4 * m + 1, \
-              4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, 4 * m + 2, \
-              4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3, 4 * m + 3}
-    I(0), I(1), I(2), I(3)
-#undef I
-};
-
-/* Group layout as in the AVX2 q6k_tile; groups 2m and 2m+1 form the zmm of chunk m. */
-AI void q6k_tile(const int R, const int C, int64_t k, const uint8_t *w, size_t ws,
-                 const uint8_t *x, size_t xs, float *y, int64_t ys) {
-    (void)R, (void)ws;
-    __m256 acc[MAXT];
-    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    int64_t nb = k / QK_K;
-    for (int64_t b = 0; b < nb; b++) {
-        const struct block_q6_K *bw = (const struct block_q6_K *)w + b;
-        if (C == 1) prefetch_lines((const uint8_t *)bw, sizeof *bw);
-        float dw = h2f(bw->d);
-        __m256i sc_nat = _mm256_cvtepi8_epi16(loadu128(bw->scales)); /* 16 x i16 */
-        __m512i sc16 = _mm512_castsi256_si512(sc_nat);
-        __m512i isum[MAXT];
-        UNROLL for (int c = 0; c < C; c++) isum[c] = _mm512_setzero_si512();
-        UNROLL for (int h = 0; h < 2; h++) {
-            __m256i qa = loadu256(bw->ql + 64 * h), qb = loadu256(bw->ql + 64 * h + 32);
-            __m256i qh = loadu256(bw->qh + 32 * h);
-            __m256i g0 = _mm256_or_si256(_mm256_and_si256(qa, m4),
-                                         _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-            __m256i g1 = _mm256_or_si256(_mm256_and_si256(qb, m4),
-                                         _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-            __m256i g2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4),
-                                         _mm256_and_si256(qh, m30));
-            __m256i g3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                                         _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-            UNROLL for (int half = 0; half < 2; half++) {
-                int m = 2 * h + half;
-                __m512i qz = half == 0 ? combine256(g0, g1) : combine256(g2, g3);
-                __m512i sv = _mm512_permutexvar_epi16(_mm512_loadu_si512(g_q6_idx[m]), sc16);
-                UNROLL for (int c = 0; c < C; c++) {
-                    const struct block_q8_K *bx = (const struct block_q8_K *)(x + (size_t)c * xs) + b;
-                    __m512i p = _mm512_maddubs_epi16(qz, _mm512_loadu_si512(bx->qs + 64 * m));
-                    isum[c] = _mm512_dpwssd_epi32(isum[c], p, sv);
-                }
-            }
-        }
-        UNROLL for (int c = 0; c < C; c++) {
-            const struct block_q8_K *bx = (const struct block_q8_K *)(x + (size_t)c * xs) + b;
-            __m256i off = _mm256_madd_epi16(loadu256(bx->bsums), sc_nat);
-            __m256i tot = _mm256_sub_epi32(fold16_epi32(isum[c]), _mm256_slli_epi32(off, 5));
-            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), _mm256_set1_ps(dw * bx->d), acc[c]);
-        }
-    }
-    UNROLL for (int c = 0; c < C; c++) y[c * ys] = hsum8(acc[c]);
+/*
+ * The small-batch kernels of kern_avx2.c (q4k_small / q6k_small; kern_impl.h) for two rows at
+ * once: row r in the low 256 bits, row r + 1 in the high 256 bits, each activation chunk
+ * broadcast to both halves (a load, no shuffle). Each half repeats the AVX2 kernel's
+ * operations lane for lane, so both rows' results are bit-identical to the AVX2 decode:
+ * - Q4_K: the int16 sum of 8 vpmaddubsw products then vpmaddwd with the scale (same value in
+ *   both i16 lanes of a dword) is, exactly, the dword's vpdpbusd sum over the 8 chunks times
+ *   that scale: one vpdpbusd per chunk and one vpmulld per block instead of 16 + 1 ops (all
+ *   integer sums exact, |dword| <= 8 * 4 * 15 * 127 * 63 < 2^31); the float steps are the same.
+ * - Q6_K: the AVX2 operations at twice the width.
+ */
+AI __m512i cat256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+AI __m512 cat256ps(__m256 lo, __m256 hi) {
+    return _mm512_castsi512_ps(cat256(_mm256_castps_si256(lo), _mm256_castps_si256(hi)));
+}
+AI __m512i bcast256(const uint8_t *p) { return _mm512_broadcast_i64x4(loadu256(p)); }
+AI void store_pair(__m512 acc, float *y) {
+    y[0] = hsum8(_mm512_castps512_ps256(acc));
+    y[1] = hsum8(_mm512_extractf32x8_ps(acc, 1));
 }
 
-Q_TILES(q6k)
+AI void q4k_pair(bool il, const int C, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *xp,
+                 size_t xps, float *y, int64_t ys) {
+    __m512 acc[KQ_SMALL_C];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_q4_K *b0 = (const struct block_q4_K *)w + b;
+        const struct block_q4_K *b1 = (const struct block_q4_K *)(w + ws) + b;
+        const uint8_t *xb = xp + (size_t)b * Q4K_XB;
+        prefetch_lines((const uint8_t *)b0, sizeof *b0);
+        prefetch_lines((const uint8_t *)b1, sizeof *b1);
+        __m256i c0[8], c1[8], sv0, sv1;
+        __m256 mw0, dw0, mw1, dw1;
+        q4k_chunks(il, b0, c0);
+        q4k_chunks(il, b1, c1);
+        q4k_wscales(b0, &sv0, &mw0, &dw0);
+        q4k_wscales(b1, &sv1, &mw1, &dw1);
+        __m512i ch[8];
+        UNROLL for (int i = 0; i < 8; i++) ch[i] = cat256(c0[i], c1[i]);
+        __m512i sc = _mm512_srai_epi32(cat256(sv0, sv1), 16); /* the dword's scale (both i16 equal) */
+        __m512 mw = cat256ps(mw0, mw1), dw = cat256ps(dw0, dw1);
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint8_t *xc = xb + (size_t)c * xps;
+            __m512i d = _mm512_setzero_si512();
+            UNROLL for (int i = 0; i < 8; i++) d = _mm512_dpbusd_epi32(d, ch[i], bcast256(xc + 32 * i));
+            __m512 f = _mm512_cvtepi32_ps(_mm512_mullo_epi32(d, sc));
+            __m512 dx = _mm512_set1_ps(*(const float *)(xc + QK_K + 32));
+            __m512 a = _mm512_fmadd_ps(f, _mm512_mul_ps(dw, dx), acc[c]);
+            acc[c] = _mm512_fnmadd_ps(mw, _mm512_castsi512_ps(bcast256(xc + QK_K)), a);
+        }
+    }
+    UNROLL for (int c = 0; c < C; c++) store_pair(acc[c], y + c * ys);
+}
+
+AI void q6k_pair(const int C, int64_t nb, const uint8_t *w, size_t ws, const uint8_t *xp, size_t xps,
+                 float *y, int64_t ys) {
+    __m512 acc[KQ_SMALL_C];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_q6_K *b0 = (const struct block_q6_K *)w + b;
+        const struct block_q6_K *b1 = (const struct block_q6_K *)(w + ws) + b;
+        prefetch_lines((const uint8_t *)b0, sizeof *b0);
+        prefetch_lines((const uint8_t *)b1, sizeof *b1);
+        __m256i w0[8], w1[8], s0[4], s1[4], sc0, sc1;
+        __m256 dw0, dw1;
+        q6k_wblock(b0, w0, s0, &sc0, &dw0);
+        q6k_wblock(b1, w1, s1, &sc1, &dw1);
+        __m512i wv[8], scv[4];
+        UNROLL for (int i = 0; i < 8; i++) wv[i] = cat256(w0[i], w1[i]);
+        UNROLL for (int i = 0; i < 4; i++) scv[i] = cat256(s0[i], s1[i]);
+        __m512i sc32 = cat256(sc0, sc1);
+        __m512 dw = cat256ps(dw0, dw1);
+        UNROLL for (int c = 0; c < C; c++) {
+            const uint8_t *xb = xp + (size_t)c * xps + (size_t)b * Q6K_XB;
+            __m512i isum = _mm512_madd_epi16(bcast256(xb + QK_K), sc32);
+            UNROLL for (int p = 0; p < 4; p++) {
+                __m512i sp = _mm512_add_epi16(_mm512_maddubs_epi16(wv[2 * p], bcast256(xb + 64 * p)),
+                                              _mm512_maddubs_epi16(wv[2 * p + 1], bcast256(xb + 64 * p + 32)));
+                isum = p == 0 ? _mm512_sub_epi32(_mm512_madd_epi16(sp, scv[p]), isum)
+                              : _mm512_add_epi32(isum, _mm512_madd_epi16(sp, scv[p]));
+            }
+            __m512 dwx = _mm512_mul_ps(dw, _mm512_set1_ps(*(const float *)(xb + QK_K + 32)));
+            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dwx, acc[c]);
+        }
+    }
+    UNROLL for (int c = 0; c < C; c++) store_pair(acc[c], y + c * ys);
+}
+
+#define KQ_PAIR_ARGS int64_t nb, const uint8_t *w, size_t ws, const uint8_t *xp, size_t xps, float *y, int64_t ys
+#define KQ_PAIR_FNS(name, call) \
+    __attribute__((noinline)) static void name##_2(KQ_PAIR_ARGS) { call(2); } \
+    __attribute__((noinline)) static void name##_3(KQ_PAIR_ARGS) { call(3); } \
+    __attribute__((noinline)) static void name##_4(KQ_PAIR_ARGS) { call(4); } \
+    __attribute__((noinline)) static void name##_5(KQ_PAIR_ARGS) { call(5); } \
+    __attribute__((noinline)) static void name##_6(KQ_PAIR_ARGS) { call(6); } \
+    __attribute__((noinline)) static void name##_7(KQ_PAIR_ARGS) { call(7); } \
+    __attribute__((noinline)) static void name##_8(KQ_PAIR_ARGS) { call(8); }
+#define Q4KIL_PAIR(C) q4k_pair(true, C, nb, w, ws, xp, xps, y, ys)
+#define Q6K_PAIR(C) q6k_pair(C, nb, w, ws, xp, xps, y, ys)
+KQ_PAIR_FNS(q4kil_p, Q4KIL_PAIR)
+KQ_PAIR_FNS(q6k_p, Q6K_PAIR)
+#define KQ_PAIR_TABLE(name) {NULL, NULL, name##_2, name##_3, name##_4, name##_5, name##_6, name##_7, name##_8}
+/* raw Q4_K: none (it is routed to the AVX2 set, dispatch.c) */
+static const struct kern_kq_pairs g_kq_pairs = {{NULL}, KQ_PAIR_TABLE(q4kil_p), KQ_PAIR_TABLE(q6k_p)};
 
 /* ---- Q4_0 / Q8_0 prefill: row-lane VNNI tile ----------------------------------------------- */
 
@@ -433,8 +482,10 @@ static void q8t5_matmul(bool is_q4, int64_t k, const void *w, size_t ws, int64_t
 static void avx512_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                           int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                           int64_t y_stride) {
-    if (wt == NX_TYPE_Q4_K_IL) { /* internal id (types.h): the AVX2 kernels' layout */
-        kern_avx2_matmul(wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
+    /* Q4_K_IL (internal id, types.h: the AVX2 kernels' layout) and Q6_K: the AVX2 driver and
+       kernels, with this set's small-batch pair kernels */
+    if (wt == NX_TYPE_Q4_K_IL || wt == NX_TYPE_Q6_K) {
+        kern_avx2_kq_matmul(wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride, &g_kq_pairs);
         return;
     }
     const struct tile_set *t;
@@ -448,7 +499,6 @@ static void avx512_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_st
         return;
     case NX_TYPE_Q4_K: t = &q4k_set; break;
     case NX_TYPE_Q5_K: t = &q5k_set; break;
-    case NX_TYPE_Q6_K: t = &q6k_set; break;
     default: NX_ASSERT(!"kern_matmul: unsupported weight type"); return;
     }
     mm_drive(t, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);

@@ -100,6 +100,25 @@ void kern_avx2_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k
 void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                       int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                       int64_t y_stride);
+/*
+ * Q4_K / Q4_K_IL / Q6_K small batches (2 <= nc <= KQ_SMALL_NC columns; kern_avx2.c): each
+ * weight block unpacked once for up to KQ_SMALL_C columns, with the decode kernel's operations
+ * per column. A pair kernel does the same for two weight rows at once (w, w + ws) and writes
+ * y[c * ys] and y[c * ys + 1] for c < C, from the AVX2 driver's permuted columns (xp, xps);
+ * the AVX-512 set has such kernels (kern_avx512.c), bit-identical to the AVX2 ones.
+ */
+#define KQ_SMALL_NC 16
+#define KQ_SMALL_C 8
+typedef void (*kern_kq_pair_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *xp, size_t xps,
+                                float *y, int64_t ys);
+struct kern_kq_pairs {
+    kern_kq_pair_fn q4k[KQ_SMALL_C + 1], q4kil[KQ_SMALL_C + 1], q6k[KQ_SMALL_C + 1]; /* [C] */
+};
+/* kern_avx2_matmul for wt = Q4_K, Q4_K_IL or Q6_K; small batches take rows two at a time
+ * through pairs when it is not NULL. */
+void kern_avx2_kq_matmul(enum nx_type wt, int64_t k, const void *w, size_t ws, int64_t r0, int64_t r1,
+                         const void *xq, size_t xs, int64_t nc, float *y, int64_t ys,
+                         const struct kern_kq_pairs *pairs);
 /* Q4_K -> Q4_K_IL (quant.h), bit-identical to quant_q4k_interleave_ref. */
 void kern_avx2_q4k_interleave(const void *src, void *dst, int64_t nb);
 /* Grows the calling thread's K-quant scratch buffer for every call with k <= k_max and

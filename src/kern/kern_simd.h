@@ -155,4 +155,109 @@ AI __m256i kq_scales_vec(const uint8_t *scales) {
     return _mm256_broadcastsi128_si256(_mm_or_si128(lo, hi));
 }
 
+/* ---- Q4_K / Q6_K blocks unpacked in registers (kern_avx2.c, kern_avx512.c) --------------- */
+
+/* The layouts are described in kern_avx2.c (section Q4_K / Q6_K). */
+/* In-lane 4 x 4 dword transpose: out[t] dword i of lane l = in[i] dword 4l + t. */
+AI void tr4x4(__m256i a0, __m256i a1, __m256i a2, __m256i a3, __m256i out[4]) {
+    __m256i t0 = _mm256_unpacklo_epi32(a0, a1), t1 = _mm256_unpackhi_epi32(a0, a1);
+    __m256i t2 = _mm256_unpacklo_epi32(a2, a3), t3 = _mm256_unpackhi_epi32(a2, a3);
+    out[0] = _mm256_unpacklo_epi64(t0, t2), out[1] = _mm256_unpackhi_epi64(t0, t2);
+    out[2] = _mm256_unpacklo_epi64(t1, t3), out[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+#define Q4K_XB (QK_K + 64)  /* permuted activation block: chunks, dx * bsum[s] (8 f32), dx x8 */
+
+/* The scale vector: sc[0, 2, 4, 6] (low lane) / sc[1, 3, 5, 7] (high lane), each over the two
+ * i16 lanes of its dword, from R (kq_scales_vec). */
+static const uint8_t g_q4k_sv[32] __attribute__((aligned(32))) = {
+    0, 0x80, 0, 0x80, 2, 0x80, 2, 0x80, 4, 0x80, 4, 0x80, 6, 0x80, 6, 0x80,
+    1, 0x80, 1, 0x80, 3, 0x80, 3, 0x80, 5, 0x80, 5, 0x80, 7, 0x80, 7, 0x80};
+
+/* The 8 chunks of Q4_K block bw (chunk 2t + l = (t, l)), unsigned 4-bit. */
+AI void q4k_wchunks(const struct block_q4_K *bw, __m256i out[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), sh = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    UNROLL for (int l = 0; l < 2; l++) {
+        /* lane l of each qs row, in both lanes; transposed: T[t] = lane l of Q_t twice, whose
+         * low nibbles (low lane) / high nibbles (high lane) make chunk (t, l) */
+        __m256i T[4];
+        tr4x4(_mm256_broadcastsi128_si256(loadu128(bw->qs + 16 * l)),
+              _mm256_broadcastsi128_si256(loadu128(bw->qs + 32 + 16 * l)),
+              _mm256_broadcastsi128_si256(loadu128(bw->qs + 64 + 16 * l)),
+              _mm256_broadcastsi128_si256(loadu128(bw->qs + 96 + 16 * l)), T);
+        UNROLL for (int t = 0; t < 4; t++) out[2 * t + l] = _mm256_and_si256(_mm256_srlv_epi32(T[t], sh), m4);
+    }
+}
+
+/* Block bw's scale vector (see g_q4k_sv), dmin * m[s] (lane s) and d (8 lanes). */
+AI void q4k_wscales(const struct block_q4_K *bw, __m256i *sv, __m256 *mw, __m256 *dw) {
+    uint32_t dd32;
+    memcpy(&dd32, bw, 4);
+    __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dd32));
+    __m256i R = kq_scales_vec(bw->scales);
+    *sv = _mm256_shuffle_epi8(R, loadu256(g_q4k_sv));
+    __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(_mm256_castsi256_si128(R), 8)));
+    *mw = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), m);
+    *dw = _mm256_broadcastss_ps(dd);
+}
+
+/* The same 8 chunks from a Q4_K_IL block (quant.h): qs holds chunk a | chunk a + 4 << 4. */
+AI void q4kil_wchunks(const struct block_q4_K *bw, __m256i out[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    UNROLL for (int a = 0; a < 4; a++) {
+        __m256i v = loadu256(bw->qs + 32 * a);
+        out[a] = _mm256_and_si256(v, m4);
+        out[a + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+}
+
+/* Q4_K and Q4_K_IL share everything but how the chunks come out of the block. */
+AI void q4k_chunks(bool il, const struct block_q4_K *bw, __m256i out[8]) {
+    if (il) q4kil_wchunks(bw, out);
+    else q4k_wchunks(bw, out);
+}
+
+/* Q6_K group G (0..7) as unsigned 6-bit quants: low lane sub-block 2G, high lane 2G+1. With
+ * half h = G / 4 and g = G % 4: low 4 bits from ql[64h + 32*(g & 1) + l] (low nibble for
+ * g < 2, high for g >= 2), high 2 bits from qh[32h + l] >> 2g. */
+AI __m256i q6k_w32(const struct block_q6_K *bw, int G) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    int h = G / 4, g = G % 4;
+    __m256i q = loadu256(bw->ql + 64 * h + 32 * (g & 1));
+    __m256i qh = loadu256(bw->qh + 32 * h);
+    __m256i lo4 = g < 2 ? q : _mm256_srli_epi16(q, 4);
+    __m256i hi2 = g == 0 ? _mm256_slli_epi16(qh, 4) : g == 1 ? _mm256_slli_epi16(qh, 2)
+                  : g == 2 ? qh : _mm256_srli_epi16(qh, 2);
+    return _mm256_or_si256(_mm256_and_si256(lo4, m4), _mm256_and_si256(hi2, m30));
+}
+
+/* Over 8 scales as i16 in both lanes: pair 0 (of these 8) -> sc 0,2 | 1,3, pair 1 -> 4,6 | 5,7,
+ * each over 4 i16 lanes. */
+static const uint8_t g_q6k_sc[2][32] __attribute__((aligned(32))) = {
+#define S(a, b, c, d) {2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * a, 2 * a + 1, 2 * a, 2 * a + 1, \
+                       2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, 2 * b, 2 * b + 1, \
+                       2 * c, 2 * c + 1, 2 * c, 2 * c + 1, 2 * c, 2 * c + 1, 2 * c, 2 * c + 1, \
+                       2 * d, 2 * d + 1, 2 * d, 2 * d + 1, 2 * d, 2 * d + 1, 2 * d, 2 * d + 1}
+    S(0, 2, 1, 3), S(4, 6, 5, 7)
+#undef S
+};
+
+/* Bytes per block of a permuted activation row (Q6_K): the unpacked quants (pair P at
+ * 64P: A_P then B_P), the 16 bsums, dx 8 times. */
+#define Q6K_XB (QK_K + 64)
+
+/* The unpacked block (layout of Q6K_WB) of Q6_K block bw, in registers. */
+AI void q6k_wblock(const struct block_q6_K *bw, __m256i wv[8], __m256i scv[4], __m256i *sc32, __m256 *dw) {
+    __m128i s8 = loadu128(bw->scales);
+    *sc32 = _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5); /* |.| <= 4096 */
+    __m256i s03 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(s8));
+    __m256i s47 = _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(_mm_srli_si128(s8, 8)));
+    UNROLL for (int p = 0; p < 4; p++) {
+        __m256i g0 = q6k_w32(bw, 2 * p), g1 = q6k_w32(bw, 2 * p + 1);
+        wv[2 * p] = _mm256_unpacklo_epi64(g0, g1), wv[2 * p + 1] = _mm256_unpackhi_epi64(g0, g1);
+        scv[p] = _mm256_shuffle_epi8(p < 2 ? s03 : s47, loadu256(g_q6k_sc[p & 1]));
+    }
+    *dw = _mm256_set1_ps(h2f(bw->d));
+}
+
 #endif
