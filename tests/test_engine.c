@@ -10,6 +10,7 @@
 #include "core/nx_base.h"
 #include "core/readfile.h"
 #include "core/threadpool.h"
+#include "kern/kern.h"
 #include "support/tmpdir.h"
 #include "nexus.h"
 #include "test.h"
@@ -124,7 +125,10 @@ TEST(stories_first_step_logits_1e4) {
     nx_model_free(m);
 }
 
-/* Logits after a 40-token prompt must be bit-identical for 1, 2 and 3 threads. */
+/* Logits after a 40-token prompt must be bit-identical for 1, 2 and 3 threads: with the
+ * default minimum work per thread (stories260K's steps then run on one thread), and with
+ * every operation split over all threads (minimum 0), in 4-token KV blocks so that decode
+ * attention is split by block groups across threads (forward.c). */
 TEST(thread_count_invariance) {
     nx_model *m = load(STORIES);
     ASSERT_TRUE(m != NULL);
@@ -132,24 +136,34 @@ TEST(thread_count_invariance) {
     for (int i = 0; i < 40; i++) toks[i] = (nx_token)((i * 37 + 11) % nx_model_n_vocab(m));
     int nv = nx_model_n_vocab(m);
     float *ref = malloc(sizeof(float) * (size_t)nv * 41);
-    for (int th = 1; th <= 3; th++) {
-        nx_ctx *c = ctx_for(m, th, NX_TYPE_F16, 0);
+    for (int run = 0; run < 6; run++) {
+        int th = run % 3 + 1;
+        kern_set_min_ns_per_thread(run < 3 ? -1 : 0);
+        struct nx_ctx_params cp = nx_ctx_default_params();
+        cp.n_ctx = 512;
+        cp.n_threads = cp.n_threads_batch = th;
+        cp.kv_type = NX_TYPE_F16;
+        cp.kv_block = 4;
+        nx_ctx *c = NULL;
+        char err[256];
+        if (nx_ctx_init(m, &cp, &c, err, sizeof err)) FAILF("ctx: %s", err);
         ASSERT_OK(nx_decode(c, toks, 40, true));
         nx_token t = 5;
         for (int i = 0; i < 40; i++) {
             const float *l = nx_get_logits(c, i);
-            if (th == 1)
+            if (run == 0)
                 memcpy(ref + (size_t)i * nv, l, sizeof(float) * (size_t)nv);
             else if (memcmp(ref + (size_t)i * nv, l, sizeof(float) * (size_t)nv) != 0)
-                FAILF("threads %d: prompt logits at %d differ from 1 thread", th, i);
+                FAILF("threads %d (run %d): prompt logits at %d differ from 1 thread", th, run, i);
         }
         ASSERT_OK(nx_decode(c, &t, 1, false));
-        if (th == 1)
+        if (run == 0)
             memcpy(ref + (size_t)40 * nv, nx_get_logits(c, -1), sizeof(float) * (size_t)nv);
         else if (memcmp(ref + (size_t)40 * nv, nx_get_logits(c, -1), sizeof(float) * (size_t)nv))
-            FAILF("threads %d: decode logits differ from 1 thread", th);
+            FAILF("threads %d (run %d): decode logits differ from 1 thread", th, run);
         nx_ctx_free(c);
     }
+    kern_set_min_ns_per_thread(-1);
     free(ref);
     nx_model_free(m);
 }
