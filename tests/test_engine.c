@@ -168,6 +168,39 @@ TEST(thread_count_invariance) {
     nx_model_free(m);
 }
 
+/* Bit for bit: a 70-token prompt in one batch (attention tiles of 8 entries reading whole KV
+ * blocks once for all of them), in chunks of 7 and token by token, in 4-token KV blocks. */
+TEST(batch_matches_step_by_step_bits) {
+    nx_model *m = load(STORIES);
+    ASSERT_TRUE(m != NULL);
+    int nv = nx_model_n_vocab(m);
+    enum { N = 70 };
+    nx_token toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (nx_token)((i * 53 + 7) % nv);
+    nx_ctx *cs[3];
+    for (int k = 0; k < 3; k++) {
+        struct nx_ctx_params cp = nx_ctx_default_params();
+        cp.n_ctx = 128;
+        cp.n_threads = cp.n_threads_batch = 2;
+        cp.kv_type = NX_TYPE_F16;
+        cp.kv_block = 4;
+        cp.n_batch = k == 1 ? 7 : 128;
+        char err[256];
+        if (nx_ctx_init(m, &cp, &cs[k], err, sizeof err)) FAILF("ctx: %s", err);
+    }
+    ASSERT_OK(nx_decode(cs[0], toks, N, true));
+    ASSERT_OK(nx_decode(cs[1], toks, N, true));
+    for (int i = 0; i < N; i++) {
+        ASSERT_OK(nx_decode(cs[2], &toks[i], 1, false));
+        const float *la = nx_get_logits(cs[0], i), *lb = nx_get_logits(cs[1], i);
+        const float *ls = nx_get_logits(cs[2], -1);
+        if (memcmp(la, ls, sizeof(float) * (size_t)nv) || memcmp(la, lb, sizeof(float) * (size_t)nv))
+            FAILF("token %d: batch / chunks of 7 / one by one logits differ", i);
+    }
+    for (int k = 0; k < 3; k++) nx_ctx_free(cs[k]);
+    nx_model_free(m);
+}
+
 /* A prompt run as one batch, in chunks (n_batch 7) and token by token gives the same logits. */
 TEST(batch_matches_step_by_step) {
     nx_model *m = load(STORIES);

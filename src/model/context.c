@@ -403,9 +403,11 @@ nx_status nx_ctx_set_threads(nx_ctx *c, int32_t n_threads, int32_t n_threads_bat
         bool ok = true;
         int gqa = c->model->hp.n_head / c->model->hp.n_head_kv;
         float *sc = alloc_f((size_t)want * (size_t)gqa, (size_t)c->max_tokens, &ok);
-        float *tmp = alloc_f((size_t)want * (size_t)gqa, (size_t)c->model->hp.head_dim, &ok);
+        float *tmp = alloc_f((size_t)want * 2 * CTX_ATT_TILE * (size_t)gqa,
+                             (size_t)c->model->hp.head_dim, &ok);
         int64_t B = c->kv->p.block, nblk = (c->max_tokens + B - 1) / B;
-        size_t units = (size_t)NX_MAX(want, CTX_ATT_SPLIT_TOKENS * c->model->hp.n_head_kv);
+        size_t units =
+            (size_t)NX_MAX(want * CTX_ATT_TILE, CTX_ATT_SPLIT_TOKENS * c->model->hp.n_head_kv);
         float *parts = alloc_f(units * (size_t)nblk * (size_t)gqa,
                                (size_t)c->model->hp.head_dim + 2, &ok);
         /* every thread of the shared pool sizes its kernel buffers for this context's largest

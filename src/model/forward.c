@@ -6,8 +6,10 @@
  *
  * Work is split deterministically: token rows for norms/quantization, output rows for matrix
  * products (claimed in chunks, see mm_phase), (token, head) pairs for RoPE, (sequence, KV
- * head) units for appending keys and values to that sequence's tables, and (token, KV head)
- * units for attention; barriers separate dependent steps. Each output element is computed by
+ * head) units for appending keys and values to that sequence's tables, and KV blocks, tiles
+ * of tokens or (token, KV head) units for attention (see attention); barriers separate
+ * dependent steps. Each operation runs on the first kern_threads_for(its cost) threads, and a
+ * step none of whose operations is worth a second thread runs on one (step_threads). Each output element is computed by
  * exactly one thread in a fixed order, so the logits depend neither on the thread count nor on
  * which other sequences share the step: a token's row goes through the same kernels whatever
  * the batch (kern_matmul's columns are independent), and its attention reads only its own
@@ -138,7 +140,7 @@ static void attn_unfused(struct nx_ctx *c, int il, int64_t t, int64_t kvh, int i
     const int gqa = hp->n_head / hp->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
     float *sc = c->scores + (size_t)ith * (size_t)gqa * (size_t)c->max_tokens;
-    float *acc = c->att_tmp + (size_t)ith * (size_t)gqa * (size_t)hd;
+    float *acc = c->att_tmp + (size_t)ith * 2 * CTX_ATT_TILE * (size_t)gqa * (size_t)hd;
     int64_t ntok;
     const struct kv_table *tab = attn_table(c, il, t, kvh, &ntok);
     const float *qg = c->q + t * qd + kvh * gqa * hd;
@@ -184,6 +186,74 @@ static void attn_parts(const struct nx_ctx *c, int il, int64_t t, int64_t kvh, i
 }
 
 /*
+ * Attention of the nt (<= CTX_ATT_TILE) consecutive step entries t0.. of one sequence over KV
+ * head kvh, into xn. Blocks every entry sees whole are reduced once for all of them (one
+ * kern_attn_block call with nt * gqa query heads, so each K/V row is read once per tile); the
+ * rest per entry; blocks past an entry's end are empty parts (m = -inf), which the merge skips.
+ * kern_attn_block and kern_attn_merge compute each head independently of the others, so every
+ * entry gets the bits it gets alone (nt = 1: decode, other batches, thread counts).
+ * Scratch: parts (CTX_ATT_TILE * blocks of max_tokens * gqa * (hd + 2) floats), tmp (2 *
+ * CTX_ATT_TILE * gqa * hd floats).
+ */
+static void attn_tile(const struct nx_ctx *c, int il, int64_t t0, int64_t nt, int64_t kvh,
+                      float *parts, float *tmp) {
+    const struct kv_cache *kv = c->kv;
+    const struct nx_hparams *hp = &c->model->hp;
+    const int64_t B = kv->p.block, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd;
+    const int gqa = hp->n_head / hp->n_head_kv;
+    const int64_t psz = gqa * (hd + 2), rec = nt * psz, gq = gqa * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (nt == 1) {
+        int64_t ntok;
+        attn_table(c, il, t0, kvh, &ntok);
+        attn_parts(c, il, t0, kvh, 0, (ntok + B - 1) / B, parts);
+        kern_attn_merge(hd, gqa, (ntok + B - 1) / B, parts, c->xn + t0 * qd + kvh * gq);
+        return;
+    }
+    int64_t nmin = INT64_MAX, nbmax = 0, ntok;
+    const struct kv_table *tab = NULL;
+    float *qbuf = tmp, *obuf = tmp + CTX_ATT_TILE * gq;
+    for (int64_t i = 0; i < nt; i++) {
+        tab = attn_table(c, il, t0 + i, kvh, &ntok);
+        nmin = NX_MIN(nmin, ntok);
+        nbmax = NX_MAX(nbmax, (ntok + B - 1) / B);
+        memcpy(qbuf + i * gq, c->q + (t0 + i) * qd + kvh * gq, sizeof(float) * (size_t)gq);
+    }
+    for (int64_t b = 0; b < nmin / B; b++) {
+        int32_t blk = tab->blocks[b];
+        kern_attn_block(kv->p.type, hd, kv_block_k(kv, blk), kv->row_bytes, kv_block_v(kv, blk),
+                        kv->row_bytes, B, qbuf, nt * gqa, scale, parts + b * rec);
+    }
+    for (int64_t i = 0; i < nt; i++) {
+        attn_table(c, il, t0 + i, kvh, &ntok);
+        int64_t nblk = (ntok + B - 1) / B;
+        for (int64_t b = nmin / B; b < nbmax; b++) {
+            float *p = parts + b * rec + i * psz;
+            if (b < nblk) {
+                int32_t blk = tab->blocks[b];
+                kern_attn_block(kv->p.type, hd, kv_block_k(kv, blk), kv->row_bytes,
+                                kv_block_v(kv, blk), kv->row_bytes, NX_MIN(B, ntok - b * B),
+                                qbuf + i * gq, gqa, scale, p);
+                continue;
+            }
+            for (int g = 0; g < gqa; g++) {
+                p[g * (hd + 2)] = -INFINITY;
+                p[g * (hd + 2) + 1] = 0.0f;
+                memset(p + g * (hd + 2) + 2, 0, sizeof(float) * (size_t)hd);
+            }
+        }
+    }
+    kern_attn_merge(hd, nt * gqa, nbmax, parts, obuf);
+    for (int64_t i = 0; i < nt; i++)
+        memcpy(c->xn + (t0 + i) * qd + kvh * gq, obuf + i * gq, sizeof(float) * (size_t)gq);
+}
+
+/* Entry t starts an attention tile (see attention). */
+static bool tile_start(const struct nx_ctx *c, int64_t t) {
+    return t % CTX_ATT_TILE == 0 || c->job_seq[t] != c->job_seq[t - 1];
+}
+
+/*
  * Causal attention of the step, output into xn (n, qd). Every (token, KV head) reduces its
  * table block by block to fused partial states (kern_attn_block) merged in block order
  * (kern_attn_merge): the same kernel calls on the same inputs whichever thread runs them, so
@@ -192,14 +262,16 @@ static void attn_parts(const struct nx_ctx *c, int il, int64_t t, int64_t kvh, i
  *   pair's blocks are cut into groups of ATT_GROUP_BLOCKS (fixed, independent of nth) dealt
  *   round-robin to the threads (flash-decoding); a barrier, then each pair is merged by one
  *   thread from the shared c->att_parts.
- * - Otherwise: pairs are dealt round-robin (early, short rows and late, long rows of a prompt
- *   spread evenly), each thread reducing and merging a pair in its own slice of att_parts.
- *   With attention accumulators (H2O) one thread owns all tokens of a KV head, in order, and
- *   those sequences take the unfused path (attn_unfused), which yields the probabilities.
+ * - Otherwise (prompts, batches): units of (KV head, tile of up to CTX_ATT_TILE consecutive
+ *   entries of one sequence) are claimed from the chunk counter; a tile reads each KV block
+ *   once for all its entries (attn_tile) in the claiming thread's slice of att_parts.
+ * - With attention accumulators (H2O) one thread owns all tokens of a KV head, in order, one
+ *   entry at a time, and those sequences take the unfused path (attn_unfused), which yields
+ *   the probabilities.
  * Only the first kern_threads_for(cost) threads take part (small attention runs on one).
  */
 #define ATT_GROUP_BLOCKS 8
-static void attention(struct nx_ctx *c, int il, int ith, int nth) {
+static void attention(struct nx_ctx *c, int il, int ith, int nth, int64_t *base) {
     const struct nx_hparams *hp = &c->model->hp;
     const int64_t n = c->job_n, nkv = hp->n_head_kv, hd = hp->head_dim;
     const int64_t qd = (int64_t)hp->n_head * hd, B = c->kv->p.block;
@@ -234,23 +306,45 @@ static void attention(struct nx_ctx *c, int il, int ith, int nth) {
         }
         return;
     }
-    if (ith >= nuse) return;
-    int64_t u0 = ith, u1 = n * nkv, ustep = nuse;
-    if (c->job_acc) {
-        op_split(n * nkv, n, ith, nuse, &u0, &u1);
-        ustep = 1;
-    }
-    float *parts = c->att_parts + (size_t)ith * (size_t)nblk_max * (size_t)psz;
-    for (int64_t u = u0; u < u1; u += ustep) {
-        int64_t t = c->job_acc ? u % n : u / nkv, kvh = c->job_acc ? u / n : u % nkv, ntok;
-        if (c->seqs[c->job_seq[t]].acc_attn) {
-            attn_unfused(c, il, t, kvh, ith);
-            continue;
+    if (ith >= nuse) {
+        if (!c->job_acc) {
+            int64_t ntile = 0;
+            for (int64_t t = 0; t < n; t++) ntile += tile_start(c, t);
+            *base += nkv * ntile + nuse;
         }
-        attn_table(c, il, t, kvh, &ntok);
-        attn_parts(c, il, t, kvh, 0, (ntok + B - 1) / B, parts);
-        kern_attn_merge(hd, gqa, (ntok + B - 1) / B, parts, c->xn + t * qd + kvh * gqa * hd);
+        return;
     }
+    float *parts = c->att_parts + (size_t)ith * CTX_ATT_TILE * (size_t)nblk_max * (size_t)psz;
+    float *tmp = c->att_tmp + (size_t)ith * 2 * CTX_ATT_TILE * (size_t)gqa * (size_t)hd;
+    if (c->job_acc) {
+        int64_t u0, u1;
+        op_split(n * nkv, n, ith, nuse, &u0, &u1);
+        for (int64_t u = u0; u < u1; u++) {
+            int64_t t = u % n, kvh = u / n;
+            if (c->seqs[c->job_seq[t]].acc_attn) attn_unfused(c, il, t, kvh, ith);
+            else attn_tile(c, il, t, 1, kvh, parts, tmp);
+        }
+        return;
+    }
+    /* tiles: runs of up to CTX_ATT_TILE consecutive entries of one sequence, cut at fixed
+       places (every CTX_ATT_TILE entries of the step, and where the sequence changes); units
+       (KV head, tile) claimed from the chunk counter (as mm_phase: a slow thread takes fewer) */
+    int64_t ntile = 0;
+    for (int64_t t = 0; t < n; t++) ntile += tile_start(c, t);
+    for (;;) {
+        int64_t u = atomic_fetch_add_explicit(&c->chunk_ctr, 1, memory_order_relaxed) - *base;
+        if (u >= nkv * ntile) break;
+        int64_t kvh = u / ntile, k = u % ntile, t0 = 0;
+        for (int64_t t = 0;; t++)
+            if (tile_start(c, t) && k-- == 0) {
+                t0 = t;
+                break;
+            }
+        int64_t nt = 1;
+        while (t0 + nt < n && !tile_start(c, t0 + nt)) nt++;
+        attn_tile(c, il, t0, nt, kvh, parts, tmp);
+    }
+    *base += nkv * ntile + nuse;
 }
 
 static void forward_worker(void *arg, int ith, int nth) {
@@ -350,7 +444,7 @@ static void forward_worker(void *arg, int ith, int nth) {
 
         /* causal attention per (token, KV head), the gqa query heads of the group together;
            output into xn (n, qd) */
-        attention(c, il, ith, nth);
+        attention(c, il, ith, nth, &base);
         nx_pool_barrier(pool);
         residual_matmul(c, &L->wo, c->xn, c->ffa, &base, t0, t1, ith, nth);
 
