@@ -306,19 +306,11 @@ static void attention(struct nx_ctx *c, int il, int ith, int nth, int64_t *base)
         }
         return;
     }
-    if (ith >= nuse) {
-        if (!c->job_acc) {
-            int64_t ntile = 0;
-            for (int64_t t = 0; t < n; t++) ntile += tile_start(c, t);
-            *base += nkv * ntile + nuse;
-        }
-        return;
-    }
     float *parts = c->att_parts + (size_t)ith * CTX_ATT_TILE * (size_t)nblk_max * (size_t)psz;
     float *tmp = c->att_tmp + (size_t)ith * 2 * CTX_ATT_TILE * (size_t)gqa * (size_t)hd;
     if (c->job_acc) {
-        int64_t u0, u1;
-        op_split(n * nkv, n, ith, nuse, &u0, &u1);
+        int64_t u0 = 0, u1 = 0;
+        if (ith < nuse) op_split(n * nkv, n, ith, nuse, &u0, &u1);
         for (int64_t u = u0; u < u1; u++) {
             int64_t t = u % n, kvh = u / n;
             if (c->seqs[c->job_seq[t]].acc_attn) attn_unfused(c, il, t, kvh, ith);
@@ -331,7 +323,7 @@ static void attention(struct nx_ctx *c, int il, int ith, int nth, int64_t *base)
        (KV head, tile) claimed from the chunk counter (as mm_phase: a slow thread takes fewer) */
     int64_t ntile = 0;
     for (int64_t t = 0; t < n; t++) ntile += tile_start(c, t);
-    for (;;) {
+    while (ith < nuse) {
         int64_t u = atomic_fetch_add_explicit(&c->chunk_ctr, 1, memory_order_relaxed) - *base;
         if (u >= nkv * ntile) break;
         int64_t kvh = u / ntile, k = u % ntile, t0 = 0;
