@@ -9,15 +9,16 @@
  * head) units for appending keys and values to that sequence's tables, and KV blocks, tiles
  * of tokens or (token, KV head) units for attention (see attention); barriers separate
  * dependent steps. Each operation runs on the first kern_threads_for(its cost) threads, and a
- * step none of whose operations is worth a second thread runs on one (step_threads). Each output element is computed by
- * exactly one thread in a fixed order, so the logits depend neither on the thread count nor on
- * which other sequences share the step: a token's row goes through the same kernels whatever
+ * step none of whose operations is worth a second thread runs on one (step_threads). Each
+ * output element is computed by exactly one thread in a fixed order, so the logits depend
+ * neither on the thread count nor on which other sequences share the step: a token's row goes through the same kernels whatever
  * the batch (kern_matmul's columns are independent), and its attention reads only its own
  * sequence's table, up to its own position (the cached tokens plus the step's earlier entries
  * of the sequence, appended in order before attention runs).
  *
- * Keys are stored after RoPE at their absolute positions; attention walks the table's blocks,
- * the G query heads of a KV head together. For a sequence with an eviction budget the pass
+ * Keys are stored after RoPE at their absolute positions; attention reduces the table's
+ * blocks to fused partial states (kern_attn_block, the G query heads of a KV head together)
+ * merged in block order. For a sequence with an eviction budget the pass
  * feeds its evictor the newest queries and, for H2O, accumulated attention in the table's
  * per-slot accumulators (one thread owns a KV head's tokens then, so the sums keep their
  * order).
