@@ -22,6 +22,7 @@
 
 #include "core/nx_base.h"
 #include "gguf/gguf.h"
+#include "kern/kern.h"
 #include "nexus.h"
 #include "route/embed.h"
 #include "support/ref_encoder.h"
@@ -342,11 +343,14 @@ TEST(token_types_and_normalisation) {
     nx_model_free(m);
 }
 
+/* 1 and 3 threads, with the default minimum work per thread (this tiny model then runs on
+ * one) and with every product and the attention split over all threads (minimum 0). */
 TEST(thread_count_invariance) {
     const char *archs[] = {"bert", "nomic-bert"};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 4; k++) {
+        kern_set_min_ns_per_thread(k < 2 ? -1 : 0);
         char path[256];
-        struct spec s = {.arch = archs[k], .type = "q8_0"};
+        struct spec s = {.arch = archs[k % 2], .type = "q8_0"};
         ASSERT_TRUE(make_model(&s, path, sizeof path) != NULL);
         nx_model *m = load(path);
         ASSERT_TRUE(m != NULL);
@@ -360,6 +364,7 @@ TEST(thread_count_invariance) {
         ASSERT_TRUE(memcmp(a, b, sizeof a) == 0);
         nx_model_free(m);
     }
+    kern_set_min_ns_per_thread(-1);
 }
 
 /* Weights used in place from the file mapping give the same results as weights read in. */

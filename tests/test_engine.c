@@ -10,6 +10,7 @@
 #include "core/nx_base.h"
 #include "core/readfile.h"
 #include "core/threadpool.h"
+#include "kern/kern.h"
 #include "support/tmpdir.h"
 #include "nexus.h"
 #include "test.h"
@@ -124,7 +125,10 @@ TEST(stories_first_step_logits_1e4) {
     nx_model_free(m);
 }
 
-/* Logits after a 40-token prompt must be bit-identical for 1, 2 and 3 threads. */
+/* Logits after a 40-token prompt must be bit-identical for 1, 2 and 3 threads: with the
+ * default minimum work per thread (stories260K's steps then run on one thread), and with
+ * every operation split over all threads (minimum 0), in 4-token KV blocks so that decode
+ * attention is split by block groups across threads (forward.c). */
 TEST(thread_count_invariance) {
     nx_model *m = load(STORIES);
     ASSERT_TRUE(m != NULL);
@@ -132,25 +136,68 @@ TEST(thread_count_invariance) {
     for (int i = 0; i < 40; i++) toks[i] = (nx_token)((i * 37 + 11) % nx_model_n_vocab(m));
     int nv = nx_model_n_vocab(m);
     float *ref = malloc(sizeof(float) * (size_t)nv * 41);
-    for (int th = 1; th <= 3; th++) {
-        nx_ctx *c = ctx_for(m, th, NX_TYPE_F16, 0);
+    for (int run = 0; run < 6; run++) {
+        int th = run % 3 + 1;
+        kern_set_min_ns_per_thread(run < 3 ? -1 : 0);
+        struct nx_ctx_params cp = nx_ctx_default_params();
+        cp.n_ctx = 512;
+        cp.n_threads = cp.n_threads_batch = th;
+        cp.kv_type = NX_TYPE_F16;
+        cp.kv_block = 4;
+        nx_ctx *c = NULL;
+        char err[256];
+        if (nx_ctx_init(m, &cp, &c, err, sizeof err)) FAILF("ctx: %s", err);
         ASSERT_OK(nx_decode(c, toks, 40, true));
         nx_token t = 5;
         for (int i = 0; i < 40; i++) {
             const float *l = nx_get_logits(c, i);
-            if (th == 1)
+            if (run == 0)
                 memcpy(ref + (size_t)i * nv, l, sizeof(float) * (size_t)nv);
             else if (memcmp(ref + (size_t)i * nv, l, sizeof(float) * (size_t)nv) != 0)
-                FAILF("threads %d: prompt logits at %d differ from 1 thread", th, i);
+                FAILF("threads %d (run %d): prompt logits at %d differ from 1 thread", th, run, i);
         }
         ASSERT_OK(nx_decode(c, &t, 1, false));
-        if (th == 1)
+        if (run == 0)
             memcpy(ref + (size_t)40 * nv, nx_get_logits(c, -1), sizeof(float) * (size_t)nv);
         else if (memcmp(ref + (size_t)40 * nv, nx_get_logits(c, -1), sizeof(float) * (size_t)nv))
-            FAILF("threads %d: decode logits differ from 1 thread", th);
+            FAILF("threads %d (run %d): decode logits differ from 1 thread", th, run);
         nx_ctx_free(c);
     }
+    kern_set_min_ns_per_thread(-1);
     free(ref);
+    nx_model_free(m);
+}
+
+/* Bit for bit: a 70-token prompt in one batch (attention tiles of 8 entries reading whole KV
+ * blocks once for all of them), in chunks of 7 and token by token, in 4-token KV blocks. */
+TEST(batch_matches_step_by_step_bits) {
+    nx_model *m = load(STORIES);
+    ASSERT_TRUE(m != NULL);
+    int nv = nx_model_n_vocab(m);
+    enum { N = 70 };
+    nx_token toks[N];
+    for (int i = 0; i < N; i++) toks[i] = (nx_token)((i * 53 + 7) % nv);
+    nx_ctx *cs[3];
+    for (int k = 0; k < 3; k++) {
+        struct nx_ctx_params cp = nx_ctx_default_params();
+        cp.n_ctx = 128;
+        cp.n_threads = cp.n_threads_batch = 2;
+        cp.kv_type = NX_TYPE_F16;
+        cp.kv_block = 4;
+        cp.n_batch = k == 1 ? 7 : 128;
+        char err[256];
+        if (nx_ctx_init(m, &cp, &cs[k], err, sizeof err)) FAILF("ctx: %s", err);
+    }
+    ASSERT_OK(nx_decode(cs[0], toks, N, true));
+    ASSERT_OK(nx_decode(cs[1], toks, N, true));
+    for (int i = 0; i < N; i++) {
+        ASSERT_OK(nx_decode(cs[2], &toks[i], 1, false));
+        const float *la = nx_get_logits(cs[0], i), *lb = nx_get_logits(cs[1], i);
+        const float *ls = nx_get_logits(cs[2], -1);
+        if (memcmp(la, ls, sizeof(float) * (size_t)nv) || memcmp(la, lb, sizeof(float) * (size_t)nv))
+            FAILF("token %d: batch / chunks of 7 / one by one logits differ", i);
+    }
+    for (int k = 0; k < 3; k++) nx_ctx_free(cs[k]);
     nx_model_free(m);
 }
 

@@ -142,7 +142,9 @@ int nx_pool_size(const struct nx_pool *pool) { return pool->n; }
 
 void nx_pool_run(struct nx_pool *pool, nx_pool_fn fn, void *arg, int nth) {
     NX_ASSERT(nth >= 1 && nth <= pool->n);
-    if (pool->n == 1) {
+    if (pool->n == 1 || nth == 1) {
+        /* one participant: run inline, the workers stay asleep (nx_pool_barrier returns) */
+        pool->nth = 1;
         fn(arg, 0, 1);
         return;
     }

@@ -57,8 +57,14 @@ double kern_attn_cost_ns(enum nx_type kvt, int64_t hd, int64_t npos, int64_t ng)
     return CALL_NS + (mem > cpu ? mem : cpu);
 }
 
+static double min_ns_per_thread = KERN_MIN_NS_PER_THREAD;
+
+void kern_set_min_ns_per_thread(double ns) { min_ns_per_thread = ns < 0 ? KERN_MIN_NS_PER_THREAD : ns; }
+
 int kern_threads_for(double cost_ns, int nth) {
-    if (nth <= 1 || !(cost_ns > 0)) return 1;
-    double t = cost_ns / KERN_MIN_NS_PER_THREAD;
+    if (nth <= 1) return 1;
+    if (!(min_ns_per_thread > 0)) return nth;
+    if (!(cost_ns > 0)) return 1;
+    double t = cost_ns / min_ns_per_thread;
     return t < 1 ? 1 : t >= nth ? nth : (int)t;
 }

@@ -139,6 +139,10 @@ double kern_matmul_cost_ns(enum nx_type wt, int64_t k, int64_t rows, int64_t nc)
 /* attention of ng query heads over npos positions of one KV head (any path) */
 double kern_attn_cost_ns(enum nx_type kvt, int64_t hd, int64_t npos, int64_t ng);
 int kern_threads_for(double cost_ns, int nth);
+/* Replace KERN_MIN_NS_PER_THREAD process-wide (ns < 0: back to it). For tests: 0 makes every
+ * operation take all nth threads, so thread-count invariance is checked on small models too.
+ * Set it while no forward pass runs. */
+void kern_set_min_ns_per_thread(double ns);
 
 /* ---- activations ---- */
 /* In place: x[i] = exp(x[i] - max) / sum_j exp(x[j] - max). n <= 0 does nothing. */

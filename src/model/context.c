@@ -403,7 +403,13 @@ nx_status nx_ctx_set_threads(nx_ctx *c, int32_t n_threads, int32_t n_threads_bat
         bool ok = true;
         int gqa = c->model->hp.n_head / c->model->hp.n_head_kv;
         float *sc = alloc_f((size_t)want * (size_t)gqa, (size_t)c->max_tokens, &ok);
-        float *tmp = alloc_f((size_t)want * (size_t)gqa, (size_t)c->model->hp.head_dim, &ok);
+        float *tmp = alloc_f((size_t)want * 2 * CTX_ATT_TILE * (size_t)gqa,
+                             (size_t)c->model->hp.head_dim, &ok);
+        int64_t B = c->kv->p.block, nblk = (c->max_tokens + B - 1) / B;
+        size_t units =
+            (size_t)NX_MAX(want * CTX_ATT_TILE, CTX_ATT_SPLIT_TOKENS * c->model->hp.n_head_kv);
+        float *parts = alloc_f(units * (size_t)nblk * (size_t)gqa,
+                               (size_t)c->model->hp.head_dim + 2, &ok);
         /* every thread of the shared pool sizes its kernel buffers for this context's largest
            matmul, so that no decode step allocates (kern_reserve) */
         const struct nx_hparams *hp = &c->model->hp;
@@ -412,6 +418,7 @@ nx_status nx_ctx_set_threads(nx_ctx *c, int32_t n_threads, int32_t n_threads_bat
                                           k_max, c->p.n_batch) != NX_STATUS_OK) {
             nx_free_aligned(sc);
             nx_free_aligned(tmp);
+            nx_free_aligned(parts);
             return NX_STATUS_NOMEM;
         }
         if (c->pool_ref) nx_pool_shared_release();
@@ -420,6 +427,8 @@ nx_status nx_ctx_set_threads(nx_ctx *c, int32_t n_threads, int32_t n_threads_bat
         nx_free_aligned(c->att_tmp);
         c->scores = sc;
         c->att_tmp = tmp;
+        nx_free_aligned(c->att_parts);
+        c->att_parts = parts;
         c->n_threads_max = want;
     }
     c->p.n_threads = n_threads;
@@ -434,7 +443,9 @@ void nx_ctx_free(nx_ctx *c) {
         for (int s = 0; s < c->n_seq; s++) kv_evict_free(c->seqs[s].ev);
     kv_evict_bufs_free(c->ev_bufs);
     kv_cache_free(c->kv);
-    float *bufs[] = {c->x, c->xn, c->q, c->k, c->v, c->ffa, c->ffb, c->rope_cs, c->scores, c->att_tmp,
+    float *bufs[] = {c->x,       c->xn,      c->q,      c->k,         c->v,
+                     c->ffa,     c->ffb,     c->rope_cs, c->scores,   c->att_tmp,
+                     c->att_parts,
                      c->logits, (float *)c->xq_a, (float *)c->xq_b};
     for (size_t i = 0; i < NX_ARRAY_LEN(bufs); i++) nx_free_aligned(bufs[i]);
     void *ibufs[] = {c->job_tok, c->job_pos, c->job_seq, c->job_tail, c->job_out, c->job_bseq,

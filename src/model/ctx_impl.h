@@ -26,6 +26,12 @@ struct ctx_seq {
     bool acc_attn;              /* accumulate attention per cached token (h2o) */
 };
 
+/* decode steps of up to this many tokens may split one (token, KV head)'s attention across
+   threads by KV block (forward.c) */
+#define CTX_ATT_SPLIT_TOKENS 2
+/* prompt tokens of one sequence whose attention reads each full KV block once (forward.c) */
+#define CTX_ATT_TILE 8
+
 struct nx_ctx {
     const struct nx_model *model;
     struct nx_ctx_params p;
@@ -52,7 +58,10 @@ struct nx_ctx {
     size_t xq_row;
     float *rope_cs;  /* (n_batch, n_rot/2, 2) cos, sin */
     float *scores;   /* (n_threads_max, gqa, max_tokens) attention probabilities */
-    float *att_tmp;  /* (n_threads_max, gqa, head_dim) per-block attention output */
+    float *att_tmp;  /* (n_threads_max, 2 * CTX_ATT_TILE * gqa, head_dim) per-block attention
+                        output / a tile's queries and outputs */
+    float *att_parts; /* (max(n_threads_max * CTX_ATT_TILE, CTX_ATT_SPLIT_TOKENS * n_head_kv),
+                         blocks of max_tokens, gqa, head_dim + 2) fused attention partial states */
 
     /* the current forward step (forward.c reads these) */
     int32_t job_n;

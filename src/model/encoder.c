@@ -17,8 +17,9 @@
  *   then cls.output (+ bias) -> n_cls_out logits. Then optional L2 normalisation.
  * Matrix products go through kern_matmul (activations quantized to each weight's dot type, so
  * F32/F16/BF16/Q8_0/Q4_0/K-quant weights all work); rows of each product and heads of the
- * attention are split over the process's shared thread pool when n_threads > 1 (split and RoPE
- * from model/ops.c, as the decoder). kern_matmul's
+ * attention are split over the process's shared thread pool when n_threads > 1 and the
+ * operation is worth more than one thread (kern_threads_for; split and RoPE from model/ops.c,
+ * as the decoder). kern_matmul's
  * results do not depend on the split and everything else is computed identically whatever the
  * thread count, so outputs are bit-identical for any n_threads.
  * Thread-safety: reads the model only; every buffer is allocated per call.
@@ -55,12 +56,13 @@ struct enc_run {
     float *rope;   /* (T, n_rot/2, 2) cos, sin */
 };
 
-/* Run fn over nth participants: on the process's shared pool, or inline when
-   single-threaded. */
-static void run_par(struct enc_run *r, nx_pool_fn fn, void *arg) {
-    if (r->pool_ref && r->nth > 1) {
+/* Run fn over the participants an operation of single-thread cost cost_ns deserves
+   (kern_threads_for, at most nth): on the process's shared pool, or inline when that is one. */
+static void run_par(struct enc_run *r, nx_pool_fn fn, void *arg, double cost_ns) {
+    int nth = kern_threads_for(cost_ns, r->nth);
+    if (r->pool_ref && nth > 1) {
         struct nx_pool *pool = nx_pool_shared_lock();
-        nx_pool_run(pool, fn, arg, NX_MIN(r->nth, nx_pool_size(pool)));
+        nx_pool_run(pool, fn, arg, NX_MIN(nth, nx_pool_size(pool)));
         nx_pool_shared_unlock();
     } else {
         fn(arg, 0, 1);
@@ -96,7 +98,7 @@ static void matmul(struct enc_run *r, const struct nx_weight *w, const float *b,
     for (int64_t t = 0; t < nc; t++)
         kern_quantize_act(w->type, x + t * x_stride, (char *)r->xq + (size_t)t * rb, w->ne0);
     struct mm_job j = {w, r->xq, rb, nc, y, y_stride};
-    run_par(r, mm_task, &j);
+    run_par(r, mm_task, &j, kern_matmul_cost_ns(w->type, w->ne0, w->ne1, nc));
     if (b)
         for (int64_t t = 0; t < nc; t++)
             for (int64_t i = 0; i < w->ne1; i++) y[t * y_stride + i] += b[i];
@@ -208,7 +210,8 @@ static void forward(struct enc_run *r, const nx_token *tok, const int32_t *types
         }
         if (enc->nomic && hp->n_rot > 0) apply_rope(r);
         struct attn_job aj = {r};
-        run_par(r, attn_task, &aj);
+        run_par(r, attn_task, &aj,
+                kern_attn_cost_ns(NX_TYPE_F32, hp->head_dim, T, 1) * (double)T * hp->n_head);
         /* x = LN(x + Wo a + bo): the product goes to qkv (free now), then the residual */
         matmul(r, &L->wo, L->bo, r->a, E, T, r->qkv, E);
         add_norm(r->x, r->qkv, T, E, L->attn_norm_w, L->attn_norm_b, enc->eps);

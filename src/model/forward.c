@@ -6,16 +6,19 @@
  *
  * Work is split deterministically: token rows for norms/quantization, output rows for matrix
  * products (claimed in chunks, see mm_phase), (token, head) pairs for RoPE, (sequence, KV
- * head) units for appending keys and values to that sequence's tables, and (token, KV head)
- * units for attention; barriers separate dependent steps. Each output element is computed by
- * exactly one thread in a fixed order, so the logits depend neither on the thread count nor on
- * which other sequences share the step: a token's row goes through the same kernels whatever
+ * head) units for appending keys and values to that sequence's tables, and KV blocks, tiles
+ * of tokens or (token, KV head) units for attention (see attention); barriers separate
+ * dependent steps. Each operation runs on the first kern_threads_for(its cost) threads, and a
+ * step none of whose operations is worth a second thread runs on one (step_threads). Each
+ * output element is computed by exactly one thread in a fixed order, so the logits depend
+ * neither on the thread count nor on which other sequences share the step: a token's row goes through the same kernels whatever
  * the batch (kern_matmul's columns are independent), and its attention reads only its own
  * sequence's table, up to its own position (the cached tokens plus the step's earlier entries
  * of the sequence, appended in order before attention runs).
  *
- * Keys are stored after RoPE at their absolute positions; attention walks the table's blocks,
- * the G query heads of a KV head together. For a sequence with an eviction budget the pass
+ * Keys are stored after RoPE at their absolute positions; attention reduces the table's
+ * blocks to fused partial states (kern_attn_block, the G query heads of a KV head together)
+ * merged in block order. For a sequence with an eviction budget the pass
  * feeds its evictor the newest queries and, for H2O, accumulated attention in the table's
  * per-slot accumulators (one thread owns a KV head's tokens then, so the sums keep their
  * order).
@@ -61,8 +64,16 @@ struct mm_job {
 };
 
 static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs, int nj, int64_t n,
-                     int nth) {
+                     int ith, int nth) {
     int64_t chunk[4], count[4], total = 0;
+    /* only the first kern_threads_for(cost) threads claim chunks (small products: one) */
+    double cost = 0;
+    for (int j = 0; j < nj; j++) {
+        cost += kern_matmul_cost_ns(jobs[j].w->type, jobs[j].w->ne0, jobs[j].w->ne1, n);
+        if (jobs[j].post == MM_SWIGLU)
+            cost += kern_matmul_cost_ns(jobs[j].w2->type, jobs[j].w2->ne0, jobs[j].w2->ne1, n);
+    }
+    nth = kern_threads_for(cost, nth);
     for (int j = 0; j < nj; j++) {
         int64_t rows = jobs[j].w->ne1;
         /* decode (and small batches of decode steps): ~8 chunks per thread for balance;
@@ -75,7 +86,7 @@ static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs,
         count[j] = (rows + ch - 1) / ch;
         total += count[j];
     }
-    for (;;) {
+    while (ith < nth) {
         int64_t t = atomic_fetch_add_explicit(&c->chunk_ctr, 1, memory_order_relaxed) - *base;
         if (t >= total) break;
         int j = 0;
@@ -103,12 +114,230 @@ static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs,
 /* x += W . src for the batch: prepare this thread's activation rows [t0, t1) of src (row
  * length W->ne0), then the product into tmp (n, n_embd) with the residual add per chunk. */
 static void residual_matmul(struct nx_ctx *c, const struct nx_weight *w, const float *src,
-                            float *tmp, int64_t *base, int64_t t0, int64_t t1, int nth) {
+                            float *tmp, int64_t *base, int64_t t0, int64_t t1, int ith, int nth) {
     prep_rows(c, c->xq_a, w->type, src, w->ne0, w->ne0, t0, t1);
     nx_pool_barrier(c->pool);
     struct mm_job j = {w, c->xq_a, tmp, w->ne1, MM_ADD_RESIDUAL, 0, 0, 0};
-    mm_phase(c, base, &j, 1, c->job_n, nth);
+    mm_phase(c, base, &j, 1, c->job_n, ith, nth);
     nx_pool_barrier(c->pool);
+}
+
+/* The KV table token t attends to over KV head kvh, and how many of its tokens (causal). */
+static const struct kv_table *attn_table(const struct nx_ctx *c, int il, int64_t t, int64_t kvh,
+                                         int64_t *ntok) {
+    const struct kv_cache *kv = c->kv;
+    const struct kv_table *tab = &kv->tables[(size_t)c->job_seq[t] * (size_t)kv->n_tables_seq +
+                                             (size_t)il * c->model->hp.n_head_kv + kvh];
+    *ntok = tab->n_tokens - c->job_tail[t];
+    return tab;
+}
+
+/* Attention of token t over KV head kvh by the unfused path (scores, softmax, values), for
+ * sequences that accumulate attention per cached token (H2O needs the probabilities). */
+static void attn_unfused(struct nx_ctx *c, int il, int64_t t, int64_t kvh, int ith) {
+    const struct kv_cache *kv = c->kv;
+    const struct nx_hparams *hp = &c->model->hp;
+    const int64_t B = kv->p.block, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd;
+    const int gqa = hp->n_head / hp->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *sc = c->scores + (size_t)ith * (size_t)gqa * (size_t)c->max_tokens;
+    float *acc = c->att_tmp + (size_t)ith * 2 * CTX_ATT_TILE * (size_t)gqa * (size_t)hd;
+    int64_t ntok;
+    const struct kv_table *tab = attn_table(c, il, t, kvh, &ntok);
+    const float *qg = c->q + t * qd + kvh * gqa * hd;
+    float *out = c->xn + t * qd + kvh * gqa * hd;
+    for (int64_t j0 = 0; j0 < ntok; j0 += B) {
+        int32_t b = tab->blocks[j0 / B];
+        kern_attn_scores(kv->p.type, hd, kv_block_k(kv, b), kv->row_bytes, NX_MIN(B, ntok - j0),
+                         qg, gqa, scale, sc + j0, c->max_tokens);
+    }
+    for (int g = 0; g < gqa; g++) kern_softmax(sc + (size_t)g * c->max_tokens, ntok);
+    for (int64_t j0 = 0; j0 < ntok; j0 += B) {
+        float *acc_b = kv_block_acc(kv, tab->blocks[j0 / B]);
+        for (int64_t j = j0; j < NX_MIN(j0 + B, ntok); j++)
+            for (int g = 0; g < gqa; g++) acc_b[j - j0] += sc[(size_t)g * c->max_tokens + j];
+    }
+    memset(out, 0, sizeof(float) * (size_t)(gqa * hd));
+    for (int64_t j0 = 0; j0 < ntok; j0 += B) {
+        int32_t b = tab->blocks[j0 / B];
+        kern_attn_values(kv->p.type, hd, kv_block_v(kv, b), kv->row_bytes, NX_MIN(B, ntok - j0),
+                         sc + j0, c->max_tokens, gqa, acc);
+        for (int64_t i = 0; i < gqa * hd; i++) out[i] += acc[i];
+    }
+}
+
+/* Fused partial states of KV blocks [b0, b1) of token t's table over KV head kvh, part b at
+ * parts + b * gqa * (hd + 2) (kern_attn_block: one part per cache block, a fixed partition). */
+static void attn_parts(const struct nx_ctx *c, int il, int64_t t, int64_t kvh, int64_t b0,
+                       int64_t b1, float *parts) {
+    const struct kv_cache *kv = c->kv;
+    const struct nx_hparams *hp = &c->model->hp;
+    const int64_t B = kv->p.block, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd;
+    const int gqa = hp->n_head / hp->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    int64_t ntok;
+    const struct kv_table *tab = attn_table(c, il, t, kvh, &ntok);
+    const float *qg = c->q + t * qd + kvh * gqa * hd;
+    for (int64_t b = b0; b < b1; b++) {
+        int32_t blk = tab->blocks[b];
+        kern_attn_block(kv->p.type, hd, kv_block_k(kv, blk), kv->row_bytes, kv_block_v(kv, blk),
+                        kv->row_bytes, NX_MIN(B, ntok - b * B), qg, gqa, scale,
+                        parts + b * gqa * (hd + 2));
+    }
+}
+
+/*
+ * Attention of the nt (<= CTX_ATT_TILE) consecutive step entries t0.. of one sequence over KV
+ * head kvh, into xn. Blocks every entry sees whole are reduced once for all of them (one
+ * kern_attn_block call with nt * gqa query heads, so each K/V row is read once per tile); the
+ * rest per entry; blocks past an entry's end are empty parts (m = -inf), which the merge skips.
+ * kern_attn_block and kern_attn_merge compute each head independently of the others, so every
+ * entry gets the bits it gets alone (nt = 1: decode, other batches, thread counts).
+ * Scratch: parts (CTX_ATT_TILE * blocks of max_tokens * gqa * (hd + 2) floats), tmp (2 *
+ * CTX_ATT_TILE * gqa * hd floats).
+ */
+static void attn_tile(const struct nx_ctx *c, int il, int64_t t0, int64_t nt, int64_t kvh,
+                      float *parts, float *tmp) {
+    const struct kv_cache *kv = c->kv;
+    const struct nx_hparams *hp = &c->model->hp;
+    const int64_t B = kv->p.block, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd;
+    const int gqa = hp->n_head / hp->n_head_kv;
+    const int64_t psz = gqa * (hd + 2), rec = nt * psz, gq = gqa * hd;
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (nt == 1) {
+        int64_t ntok;
+        attn_table(c, il, t0, kvh, &ntok);
+        attn_parts(c, il, t0, kvh, 0, (ntok + B - 1) / B, parts);
+        kern_attn_merge(hd, gqa, (ntok + B - 1) / B, parts, c->xn + t0 * qd + kvh * gq);
+        return;
+    }
+    int64_t nmin = INT64_MAX, nbmax = 0, ntok;
+    const struct kv_table *tab = NULL;
+    float *qbuf = tmp, *obuf = tmp + CTX_ATT_TILE * gq;
+    for (int64_t i = 0; i < nt; i++) {
+        tab = attn_table(c, il, t0 + i, kvh, &ntok);
+        nmin = NX_MIN(nmin, ntok);
+        nbmax = NX_MAX(nbmax, (ntok + B - 1) / B);
+        memcpy(qbuf + i * gq, c->q + (t0 + i) * qd + kvh * gq, sizeof(float) * (size_t)gq);
+    }
+    for (int64_t b = 0; b < nmin / B; b++) {
+        int32_t blk = tab->blocks[b];
+        kern_attn_block(kv->p.type, hd, kv_block_k(kv, blk), kv->row_bytes, kv_block_v(kv, blk),
+                        kv->row_bytes, B, qbuf, nt * gqa, scale, parts + b * rec);
+    }
+    for (int64_t i = 0; i < nt; i++) {
+        attn_table(c, il, t0 + i, kvh, &ntok);
+        int64_t nblk = (ntok + B - 1) / B;
+        for (int64_t b = nmin / B; b < nbmax; b++) {
+            float *p = parts + b * rec + i * psz;
+            if (b < nblk) {
+                int32_t blk = tab->blocks[b];
+                kern_attn_block(kv->p.type, hd, kv_block_k(kv, blk), kv->row_bytes,
+                                kv_block_v(kv, blk), kv->row_bytes, NX_MIN(B, ntok - b * B),
+                                qbuf + i * gq, gqa, scale, p);
+                continue;
+            }
+            for (int g = 0; g < gqa; g++) {
+                p[g * (hd + 2)] = -INFINITY;
+                p[g * (hd + 2) + 1] = 0.0f;
+                memset(p + g * (hd + 2) + 2, 0, sizeof(float) * (size_t)hd);
+            }
+        }
+    }
+    kern_attn_merge(hd, nt * gqa, nbmax, parts, obuf);
+    for (int64_t i = 0; i < nt; i++)
+        memcpy(c->xn + (t0 + i) * qd + kvh * gq, obuf + i * gq, sizeof(float) * (size_t)gq);
+}
+
+/* Entry t starts an attention tile (see attention). */
+static bool tile_start(const struct nx_ctx *c, int64_t t) {
+    return t % CTX_ATT_TILE == 0 || c->job_seq[t] != c->job_seq[t - 1];
+}
+
+/*
+ * Causal attention of the step, output into xn (n, qd). Every (token, KV head) reduces its
+ * table block by block to fused partial states (kern_attn_block) merged in block order
+ * (kern_attn_merge): the same kernel calls on the same inputs whichever thread runs them, so
+ * the output does not depend on the thread count, the batch, or how the work below is dealt.
+ * - Decode (n <= CTX_ATT_SPLIT_TOKENS and fewer (token, KV head) pairs than ~4 per thread): each
+ *   pair's blocks are cut into groups of ATT_GROUP_BLOCKS (fixed, independent of nth) dealt
+ *   round-robin to the threads (flash-decoding); a barrier, then each pair is merged by one
+ *   thread from the shared c->att_parts.
+ * - Otherwise (prompts, batches): units of (KV head, tile of up to CTX_ATT_TILE consecutive
+ *   entries of one sequence) are claimed from the chunk counter; a tile reads each KV block
+ *   once for all its entries (attn_tile) in the claiming thread's slice of att_parts.
+ * - With attention accumulators (H2O) one thread owns all tokens of a KV head, in order, one
+ *   entry at a time, and those sequences take the unfused path (attn_unfused), which yields
+ *   the probabilities.
+ * Only the first kern_threads_for(cost) threads take part (small attention runs on one).
+ */
+#define ATT_GROUP_BLOCKS 8
+static void attention(struct nx_ctx *c, int il, int ith, int nth, int64_t *base) {
+    const struct nx_hparams *hp = &c->model->hp;
+    const int64_t n = c->job_n, nkv = hp->n_head_kv, hd = hp->head_dim;
+    const int64_t qd = (int64_t)hp->n_head * hd, B = c->kv->p.block;
+    const int gqa = hp->n_head / hp->n_head_kv;
+    const int64_t psz = gqa * (hd + 2), nblk_max = (c->max_tokens + B - 1) / B;
+    double cost = 0;
+    for (int64_t t = 0; t < n; t++)
+        cost += kern_attn_cost_ns(c->kv->p.type, hd, (int64_t)c->job_pos[t] + 1, gqa) * (double)nkv;
+    int nuse = kern_threads_for(cost, nth);
+    if (!c->job_acc && n <= CTX_ATT_SPLIT_TOKENS && n * nkv < 4 * (int64_t)nuse) {
+        int64_t gmax = 1;
+        for (int64_t u = 0; u < n * nkv; u++) {
+            int64_t ntok;
+            attn_table(c, il, u / nkv, u % nkv, &ntok);
+            int64_t g = ((ntok + B - 1) / B + ATT_GROUP_BLOCKS - 1) / ATT_GROUP_BLOCKS;
+            if (g > gmax) gmax = g;
+        }
+        for (int64_t u = ith; ith < nuse && u < n * nkv * gmax; u += nuse) {
+            int64_t pair = u / gmax, b0 = (u % gmax) * ATT_GROUP_BLOCKS, ntok;
+            attn_table(c, il, pair / nkv, pair % nkv, &ntok);
+            int64_t nblk = (ntok + B - 1) / B;
+            if (b0 < nblk)
+                attn_parts(c, il, pair / nkv, pair % nkv, b0, NX_MIN(b0 + ATT_GROUP_BLOCKS, nblk),
+                           c->att_parts + pair * nblk_max * psz);
+        }
+        nx_pool_barrier(c->pool);
+        for (int64_t pair = ith; ith < nuse && pair < n * nkv; pair += nuse) {
+            int64_t t = pair / nkv, kvh = pair % nkv, ntok;
+            attn_table(c, il, t, kvh, &ntok);
+            kern_attn_merge(hd, gqa, (ntok + B - 1) / B, c->att_parts + pair * nblk_max * psz,
+                            c->xn + t * qd + kvh * gqa * hd);
+        }
+        return;
+    }
+    float *parts = c->att_parts + (size_t)ith * CTX_ATT_TILE * (size_t)nblk_max * (size_t)psz;
+    float *tmp = c->att_tmp + (size_t)ith * 2 * CTX_ATT_TILE * (size_t)gqa * (size_t)hd;
+    if (c->job_acc) {
+        int64_t u0 = 0, u1 = 0;
+        if (ith < nuse) op_split(n * nkv, n, ith, nuse, &u0, &u1);
+        for (int64_t u = u0; u < u1; u++) {
+            int64_t t = u % n, kvh = u / n;
+            if (c->seqs[c->job_seq[t]].acc_attn) attn_unfused(c, il, t, kvh, ith);
+            else attn_tile(c, il, t, 1, kvh, parts, tmp);
+        }
+        return;
+    }
+    /* tiles: runs of up to CTX_ATT_TILE consecutive entries of one sequence, cut at fixed
+       places (every CTX_ATT_TILE entries of the step, and where the sequence changes); units
+       (KV head, tile) claimed from the chunk counter (as mm_phase: a slow thread takes fewer) */
+    int64_t ntile = 0;
+    for (int64_t t = 0; t < n; t++) ntile += tile_start(c, t);
+    while (ith < nuse) {
+        int64_t u = atomic_fetch_add_explicit(&c->chunk_ctr, 1, memory_order_relaxed) - *base;
+        if (u >= nkv * ntile) break;
+        int64_t kvh = u / ntile, k = u % ntile, t0 = 0;
+        for (int64_t t = 0;; t++)
+            if (tile_start(c, t) && k-- == 0) {
+                t0 = t;
+                break;
+            }
+        int64_t nt = 1;
+        while (t0 + nt < n && !tile_start(c, t0 + nt)) nt++;
+        attn_tile(c, il, t0, nt, kvh, parts, tmp);
+    }
+    *base += nkv * ntile + nuse;
 }
 
 static void forward_worker(void *arg, int ith, int nth) {
@@ -120,8 +349,6 @@ static void forward_worker(void *arg, int ith, int nth) {
     const int64_t n_embd = hp->n_embd, hd = hp->head_dim;
     const int64_t qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd;
     const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2;
-    const int gqa = hp->n_head / hp->n_head_kv;
-    const float scale = 1.0f / sqrtf((float)hd);
     int64_t t0, t1;
     op_split(n, 1, ith, nth, &t0, &t1);
     int64_t base = 0; /* this thread's view of where the chunk counter's current phase starts */
@@ -152,18 +379,18 @@ static void forward_worker(void *arg, int ith, int nth) {
             /* three different weight types: q and k first, then v with its own activations */
             struct mm_job qk[2] = {{&L->wq, c->xq_a, c->q, qd, MM_STORE, 0, 0, 0},
                                    {&L->wk, c->xq_b, c->k, kvd, MM_STORE, 0, 0, 0}};
-            mm_phase(c, &base, qk, 2, n, nth);
+            mm_phase(c, &base, qk, 2, n, ith, nth);
             nx_pool_barrier(pool);
             prep_rows(c, c->xq_b, L->wv.type, c->xn, n_embd, n_embd, t0, t1);
             nx_pool_barrier(pool);
             struct mm_job vj = {&L->wv, c->xq_b, c->v, kvd, MM_STORE, 0, 0, 0};
-            mm_phase(c, &base, &vj, 1, n, nth);
+            mm_phase(c, &base, &vj, 1, n, ith, nth);
         } else {
             struct mm_job qkv[3] = {
                 {&L->wq, c->xq_a, c->q, qd, MM_STORE, 0, 0, 0},
                 {&L->wk, k_sep ? c->xq_b : c->xq_a, c->k, kvd, MM_STORE, 0, 0, 0},
                 {&L->wv, v_sep ? c->xq_b : c->xq_a, c->v, kvd, MM_STORE, 0, 0, 0}};
-            mm_phase(c, &base, qkv, 3, n, nth);
+            mm_phase(c, &base, qkv, 3, n, ith, nth);
         }
         nx_pool_barrier(pool);
 
@@ -210,55 +437,9 @@ static void forward_worker(void *arg, int ith, int nth) {
 
         /* causal attention per (token, KV head), the gqa query heads of the group together;
            output into xn (n, qd) */
-        {
-            const struct kv_cache *kv = c->kv;
-            const int64_t B = kv->p.block;
-            float *sc = c->scores + (size_t)ith * (size_t)gqa * (size_t)c->max_tokens;
-            float *acc = c->att_tmp + (size_t)ith * (size_t)gqa * (size_t)hd;
-            /* with accumulators, one thread owns all tokens of a KV head (no shared writes);
-               otherwise units are dealt round-robin, so early (short) and late (long) rows of a
-               prompt are shared evenly */
-            int64_t u0 = ith, u1 = n * hp->n_head_kv, ustep = nth;
-            if (c->job_acc) {
-                op_split(n * hp->n_head_kv, n, ith, nth, &u0, &u1);
-                ustep = 1;
-            }
-            for (int64_t u = u0; u < u1; u += ustep) {
-                int64_t t = c->job_acc ? u % n : u / hp->n_head_kv;
-                int64_t kvh = c->job_acc ? u / n : u % hp->n_head_kv;
-                const struct ctx_seq *sq = &c->seqs[c->job_seq[t]];
-                const struct kv_table *tab =
-                    &kv->tables[(size_t)c->job_seq[t] * (size_t)kv->n_tables_seq +
-                                (size_t)il * hp->n_head_kv + kvh];
-                /* the sequence's cached tokens and its entries up to t (causal) */
-                int64_t ntok = tab->n_tokens - c->job_tail[t];
-                const float *qg = c->q + t * qd + kvh * gqa * hd;
-                float *out = c->xn + t * qd + kvh * gqa * hd;
-                for (int64_t j0 = 0; j0 < ntok; j0 += B) {
-                    int32_t b = tab->blocks[j0 / B];
-                    kern_attn_scores(kv->p.type, hd, kv_block_k(kv, b), kv->row_bytes,
-                                     NX_MIN(B, ntok - j0), qg, gqa, scale, sc + j0, c->max_tokens);
-                }
-                for (int g = 0; g < gqa; g++) kern_softmax(sc + (size_t)g * c->max_tokens, ntok);
-                if (sq->acc_attn) {
-                    for (int64_t j0 = 0; j0 < ntok; j0 += B) {
-                        float *acc_b = kv_block_acc(kv, tab->blocks[j0 / B]);
-                        for (int64_t j = j0; j < NX_MIN(j0 + B, ntok); j++)
-                            for (int g = 0; g < gqa; g++)
-                                acc_b[j - j0] += sc[(size_t)g * c->max_tokens + j];
-                    }
-                }
-                memset(out, 0, sizeof(float) * (size_t)(gqa * hd));
-                for (int64_t j0 = 0; j0 < ntok; j0 += B) {
-                    int32_t b = tab->blocks[j0 / B];
-                    kern_attn_values(kv->p.type, hd, kv_block_v(kv, b), kv->row_bytes,
-                                     NX_MIN(B, ntok - j0), sc + j0, c->max_tokens, gqa, acc);
-                    for (int64_t i = 0; i < gqa * hd; i++) out[i] += acc[i];
-                }
-            }
-        }
+        attention(c, il, ith, nth, &base);
         nx_pool_barrier(pool);
-        residual_matmul(c, &L->wo, c->xn, c->ffa, &base, t0, t1, nth);
+        residual_matmul(c, &L->wo, c->xn, c->ffa, &base, t0, t1, ith, nth);
 
         /* feed-forward: down(silu(gate x) * up x) */
         for (int64_t t = t0; t < t1; t++)
@@ -270,10 +451,10 @@ static void forward_worker(void *arg, int ith, int nth) {
         {
             struct mm_job gj = {&L->gate, c->xq_a, c->ffa, n_ff, MM_SWIGLU, &L->up,
                                 L->up.type != L->gate.type ? c->xq_b : c->xq_a, c->ffb};
-            mm_phase(c, &base, &gj, 1, n, nth);
+            mm_phase(c, &base, &gj, 1, n, ith, nth);
         }
         nx_pool_barrier(pool);
-        residual_matmul(c, &L->down, c->ffa, c->ffb, &base, t0, t1, nth);
+        residual_matmul(c, &L->down, c->ffa, c->ffb, &base, t0, t1, ith, nth);
     }
 
     /* output: final norm and logits for tokens [out0, n) */
@@ -287,7 +468,7 @@ static void forward_worker(void *arg, int ith, int nth) {
     nx_pool_barrier(pool);
     if (nout > 0) {
         struct mm_job lj = {&m->output, c->xq_a, c->job_logits, hp->n_vocab, MM_STORE, 0, 0, 0};
-        mm_phase(c, &base, &lj, 1, nout, nth);
+        mm_phase(c, &base, &lj, 1, nout, ith, nth);
     }
 }
 
@@ -299,7 +480,32 @@ void ctx_pool_run(struct nx_ctx *c, void (*fn)(void *, int, int), void *arg, int
     nx_pool_shared_unlock();
 }
 
+/* Threads the step's largest operation deserves (kern_threads_for): when no product and no
+ * attention of the step is worth a second thread (tiny models), the step runs on one thread
+ * without waking the pool. */
+static int step_threads(const struct nx_ctx *c, int nth) {
+    const struct nx_model *m = c->model;
+    const struct nx_hparams *hp = &m->hp;
+    int64_t n = c->job_n;
+    double most = kern_matmul_cost_ns(m->output.type, m->output.ne0, m->output.ne1, c->job_nout);
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct nx_layer *L = &m->layers[il];
+        const struct nx_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->gate, &L->up, &L->down};
+        double qkv = 0;
+        for (size_t i = 0; i < NX_ARRAY_LEN(ws); i++) {
+            double w = kern_matmul_cost_ns(ws[i]->type, ws[i]->ne0, ws[i]->ne1, n);
+            if (i < 3) qkv += w;
+            most = NX_MAX(most, i < 3 ? qkv : w);
+        }
+    }
+    double att = 0;
+    for (int64_t t = 0; t < n; t++)
+        att += kern_attn_cost_ns(c->kv->p.type, hp->head_dim, (int64_t)c->job_pos[t] + 1,
+                                 hp->n_head / hp->n_head_kv) * (double)hp->n_head_kv;
+    return kern_threads_for(NX_MAX(most, att), nth);
+}
+
 void forward_run(struct nx_ctx *c, int nth) {
     atomic_store(&c->chunk_ctr, 0);
-    ctx_pool_run(c, forward_worker, c, nth);
+    ctx_pool_run(c, forward_worker, c, step_threads(c, nth));
 }
