@@ -43,6 +43,7 @@ struct conn {
     char *body;
     size_t n_body, cap_body;
     bool too_big, too_slow, refused;
+    bool oom; /* the body buffer could not grow: 500 once the body is in */
     double t_start;
     /* streaming */
     struct srv_job *job;
@@ -163,6 +164,22 @@ static enum MHD_Result send_json(struct conn *cs, int status, json_t *j) {
     enum MHD_Result r = send_body(cs, status, "application/json", s, strlen(s));
     json_free_text(s);
     return r;
+}
+
+/* The connection of a request whose state could not be allocated: its 500 is queued at once,
+   the rest of its body is dropped (never written: shared by every such connection). */
+static struct conn k_oom_conn;
+
+static enum MHD_Result send_oom(struct MHD_Connection *c) {
+    static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                              "\"server_error\",\"param\":null,\"code\":null}}";
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result ret = MHD_queue_response(c, 500, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 static const char *error_type(int status) {
@@ -555,7 +572,8 @@ static json_t *messages_for_template(json_t *msgs) {
 }
 
 /* The chat prompt: the template over the messages (and the tools when they are offered), with
-   the generation prompt, then the constraint's prefill. Owned, or NULL with err. */
+   the generation prompt, then the constraint's prefill. Owned, or NULL with err (left empty
+   when memory ran out). */
 static char *render_chat(struct srv_server *S, const struct srv_gen_request *req,
                          const struct srv_constraint *con, char *err, size_t errlen) {
     json_t *msgs = messages_for_template(req->messages);
@@ -575,7 +593,8 @@ static char *render_chat(struct srv_server *S, const struct srv_gen_request *req
         char *text = NULL;
         size_t len = 0;
         char rerr[400];
-        if (nx_chat_render(S->tmpl, &cp, &text, &len, rerr, sizeof rerr) == NX_STATUS_OK) {
+        nx_status st = nx_chat_render(S->tmpl, &cp, &text, &len, rerr, sizeof rerr);
+        if (st == NX_STATUS_OK) {
             size_t pl = strlen(con->prefill);
             out = nx_malloc(len + pl + 1);
             if (out) {
@@ -583,7 +602,7 @@ static char *render_chat(struct srv_server *S, const struct srv_gen_request *req
                 memcpy(out + len, con->prefill, pl + 1);
             }
             nx_chat_free_string(text);
-        } else {
+        } else if (st != NX_STATUS_NOMEM) {
             snprintf(err, errlen, "the chat template cannot render these messages: %s", rerr);
         }
     }
@@ -650,6 +669,7 @@ static enum MHD_Result handle_gen(struct conn *cs) {
             return send_error(cs, 400, what, st == NX_STATUS_UNSUPPORTED ? "unsupported" : NULL,
                               "%s", err);
         }
+        err[0] = 0;
         prompt = render_chat(S, &req, &con, err, sizeof err);
     } else {
         prompt = nx_strdup(req.prompt);
@@ -657,7 +677,8 @@ static enum MHD_Result handle_gen(struct conn *cs) {
     if (!prompt) {
         srv_gen_request_free(&req);
         srv_constraint_free(&con);
-        return send_error(cs, 400, "messages", NULL, "%s", err[0] ? err : "out of memory");
+        if (!err[0]) return send_error(cs, 500, NULL, NULL, "out of memory");
+        return send_error(cs, 400, "messages", NULL, "%s", err);
     }
     cs->model = nx_strdup(req.model ? req.model : S->p.model_name);
     bool stream = req.stream;
@@ -804,9 +825,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   size_t *upload_size, void **con_cls) {
     struct srv_server *S = cls;
     struct conn *cs = *con_cls;
+    if (cs == &k_oom_conn) {
+        *upload_size = 0;
+        return MHD_YES;
+    }
     if (!cs) {
         cs = nx_calloc(1, sizeof *cs);
-        if (!cs) return MHD_NO;
+        if (!cs) {
+            *con_cls = &k_oom_conn;
+            return send_oom(c);
+        }
         cs->S = S;
         cs->c = c;
         cs->ep = route(url);
@@ -862,7 +890,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
            is closed by the idle timeout) */
         size_t n = *upload_size;
         *upload_size = 0;
-        if (cs->too_big || cs->too_slow) return MHD_YES;
+        if (cs->too_big || cs->too_slow || cs->oom) return MHD_YES;
         if (nx_time_s() - cs->t_start > S->p.body_timeout_s) {
             cs->too_slow = true;
             return MHD_YES;
@@ -874,7 +902,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (cs->n_body + n + 1 > cs->cap_body) {
             size_t cap = NX_MAX(cs->cap_body * 2, cs->n_body + n + 1);
             char *p = nx_realloc(cs->body, cap);
-            if (!p) return MHD_NO;
+            if (!p) {
+                cs->oom = true; /* answered once the body is in */
+                return MHD_YES;
+            }
             cs->body = p;
             cs->cap_body = cap;
         }
@@ -884,6 +915,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     (void)version;
+    if (cs->oom) return send_json(cs, 500, NULL);
     if (cs->too_slow)
         return send_error(cs, 408, NULL, "body_timeout",
                           "the request body did not arrive within %g s", S->p.body_timeout_s);
@@ -903,6 +935,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     struct conn *cs = *con_cls;
     (void)cls;
     (void)c;
+    if (cs == &k_oom_conn) {
+        srv_metrics_request(SRV_EP_OTHER, 500);
+        *con_cls = NULL;
+        return;
+    }
     if (!cs) return;
     if (cs->job) {
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) srv_job_cancel(cs->job);
