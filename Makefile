@@ -168,7 +168,11 @@ FUZZ_TABLE = gguf_model:gguf:400000 \
              kvblock:-:65536 \
              mcp_client:jsonrpc:65536 \
              mcp_config:json:16384 \
-             registry:json:65536
+             registry:json:65536 \
+             schema_grammar:schema:16384 \
+             gbnf:gbnf:16384 \
+             jinja:jinja:65536 \
+             server_request:openai:65536
 FUZZ_NAMES  = $(foreach t,$(FUZZ_TABLE),$(word 1,$(subst :, ,$(t))))
 FUZZ_BIN    = $(FUZZ_NAMES:%=build-fuzz/bin/fuzz_%)
 FUZZ_DEB_PKGS = clang libclang-rt-dev

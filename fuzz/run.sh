@@ -14,7 +14,7 @@ if [ -f "$log" ]; then k=1; while [ -f "$log.$k" ]; do k=$((k + 1)); done; mv "$
 dopt=""; [ "$dict" != "-" ] && dopt="-dict=fuzz/dict/$dict.dict"
 echo "fuzz $name: ${secs}s or $runs runs, log build-fuzz/logs/$name.log"
 nice -n 19 "$bin" $dopt -max_len="$maxlen" -max_total_time="$secs" -runs="$runs" -timeout=25 \
-    -rss_limit_mb=3072 -malloc_limit_mb=2048 -print_final_stats=1 \
+    -rss_limit_mb=2048 -malloc_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix=build-fuzz/crashes/"$name"/ "$corpus" build-fuzz/seeds/"$name" \
     > build-fuzz/logs/"$name".log 2>&1
 rc=$?

@@ -74,6 +74,17 @@ registry)
     for f in "$SHARED"/data/mcp/server-*.json; do
         [ -f "$f" ] && [ "$(wc -c < "$f")" -le 65536 ] && cp "$f" "$dir"/
     done ;;
+schema_grammar) ;; # schemas kept in fuzz/seeds/schema_grammar
+gbnf) ;; # grammars kept in fuzz/seeds/gbnf
+jinja)
+    # every shared chat template (those up to 32 KB) with a conversation that has a tool call
+    conv='[{"role":"system","content":"Be brief."},{"role":"user","content":"Weather?"},{"role":"assistant","content":"","tool_calls":[{"type":"function","function":{"name":"get_weather","arguments":{"city":"Paris"}}}]},{"role":"tool","content":"18C"},{"role":"user","content":"Thanks"}]'
+    tools='[{"type":"function","function":{"name":"get_weather","description":"weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]'
+    for f in "$SHARED"/data/chat-templates/*.jinja; do
+        [ -f "$f" ] && [ "$(wc -c < "$f")" -le 32768 ] || continue
+        { cat "$f"; printf '\000%s\000%s' "$conv" "$tools"; } > "$dir/$(basename "$f" .jinja)"
+    done ;;
+server_request) ;; # request bodies kept in fuzz/seeds/server_request
 *) echo "fuzz/seeds.sh: unknown target '$name'" >&2; exit 2 ;;
 esac
 exit 0

@@ -57,7 +57,8 @@ TEST(targets_registered) {
     static const char *const names[] = {
         "gguf_model", "tok_spm", "tok_llama3", "tok_qwen2", "tok_gpt2", "tok_bert",
         "tok_stories", "hftok_json", "hftok_encode", "safetensors", "model2vec", "kvblock",
-        "mcp_client", "mcp_config", "registry"};
+        "mcp_client", "mcp_config", "registry", "schema_grammar", "gbnf", "jinja",
+        "server_request"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!find_target(names[i])) FAILF("fuzz target %s is not linked in", names[i]);
 }

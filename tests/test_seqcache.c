@@ -6,6 +6,7 @@
  * while a live sequence uses them, the pool's free count is back to its start at the end, and
  * the counters add up.
  */
+#include <math.h>
 #include <stdlib.h>
 
 #include "core/nx_base.h"
@@ -288,6 +289,73 @@ TEST(seqcache_copy_on_write_and_refusals) {
     nx_ctx_free(ev);
     nx_ctx_free(c);
     nx_ctx_free(fresh);
+}
+
+/* Sum of the accumulated attention (H2O's statistics) over sequence seq's tables, divided by
+   the query heads per KV head: the number of query rows whose attention was summed, the same
+   for every table (each row's softmax sums to one). Its spread over the tables into *spread. */
+static double acc_rows(nx_ctx *c, int seq, double *spread) {
+    struct kv_cache *kv = ctx_kv_cache(c);
+    const nx_model *m = stories();
+    double g = (double)nx_model_n_head(m) / nx_model_n_head_kv(m), lo = INFINITY, hi = -INFINITY;
+    for (int l = 0; l < kv->p.n_layer; l++)
+        for (int h = 0; h < kv->p.n_head_kv; h++) {
+            const struct kv_table *t = kv_seq_table(kv, seq, l, h);
+            double sum = 0;
+            for (int64_t i = 0; i < t->n_tokens; i++)
+                sum += kv_block_acc(kv, kv_slot_block(kv, t, i))[i % kv->p.block];
+            lo = fmin(lo, sum / g);
+            hi = fmax(hi, sum / g);
+        }
+    *spread = hi - lo;
+    return hi;
+}
+
+/* H2O's accumulated attention is each request's own: blocks reused through the sequence cache
+   (on the same sequence id after a reset, and on another sequence) bring no attention that an
+   earlier request paid. */
+TEST(seqcache_h2o_statistics_are_per_request) {
+    nx_model *m = stories();
+    ASSERT_TRUE(m != NULL);
+    struct nx_ctx_params cp = nx_ctx_default_params();
+    cp.n_ctx = 128;
+    cp.n_seq_max = 2;
+    cp.kv_block = 8;
+    cp.kv_extra_tokens = 256;
+    cp.n_threads = cp.n_threads_batch = 1;
+    cp.kv.policy = "h2o";
+    cp.kv.budget = 120; /* accumulates, never evicts here */
+    nx_ctx *c = NULL;
+    char err[256];
+    ASSERT_OK(nx_ctx_init(m, &cp, &c, err, sizeof err));
+    nx_seqcache *sc = NULL;
+    ASSERT_OK(nx_seqcache_init(c, 8, &sc));
+    nx_token a[64];
+    for (int i = 0; i < 64; i++) a[i] = 1 + (nx_token)rnd(511);
+    double spread;
+    /* request 1: 40 prompt rows, then 8 more decoded one at a time */
+    ASSERT_OK(nx_seqcache_prefill(sc, a, 40, false, NULL));
+    ASSERT_NEAR(acc_rows(c, 0, &spread), 40, 1e-3);
+    ASSERT_NEAR(spread, 0, 1e-3);
+    for (int i = 40; i < 48; i++) ASSERT_OK(nx_decode(c, a + i, 1, false));
+    ASSERT_NEAR(acc_rows(c, 0, &spread), 48, 1e-3);
+    ASSERT_OK(nx_seqcache_store(sc, a, 48));
+    /* request 2 on the same sequence: 48 tokens reused, one row decoded: its statistics are
+       that one row's attention, not 49 rows' */
+    int32_t reused = 0;
+    ASSERT_OK(nx_seqcache_prefill(sc, a, 49, false, &reused));
+    ASSERT_EQ(reused, 48);
+    ASSERT_NEAR(acc_rows(c, 0, &spread), 1, 1e-3);
+    ASSERT_NEAR(spread, 0, 1e-3);
+    /* request 3 on sequence 1 while sequence 0 lives on: its own again */
+    ASSERT_OK(nx_seqcache_prefill_seq(sc, 1, a, 50, false, &reused));
+    ASSERT_EQ(reused, 48);
+    ASSERT_NEAR(acc_rows(c, 1, &spread), 50 - reused, 1e-3);
+    /* sequence 0 kept counting its own rows meanwhile */
+    ASSERT_OK(nx_decode(c, a + 49, 1, false));
+    ASSERT_NEAR(acc_rows(c, 0, &spread), 2, 1e-3);
+    nx_seqcache_free(sc);
+    nx_ctx_free(c);
 }
 
 /* Without spare room the slots give way: the live sequence can always reach n_ctx. */

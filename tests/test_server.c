@@ -23,6 +23,7 @@
 #include "nexus.h"
 #include "server/server.h"
 #include "gen/stopfilter.h"
+#include "support/http.h"
 #include "support/tmpdir.h"
 #include "test.h"
 
@@ -57,77 +58,6 @@ static struct srv_server *start(const struct srv_params *p) {
     nx_status st = srv_start(model(), NULL, p, &s, err, sizeof err);
     if (st) fprintf(stderr, "srv_start: %s\n", err);
     return s;
-}
-
-static int dial(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a)) {
-        close(fd);
-        return -1;
-    }
-    struct timeval tv = {.tv_sec = 20};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    return fd;
-}
-
-static void send_all(int fd, const char *s, size_t n) {
-    while (n > 0) {
-        ssize_t k = send(fd, s, n, MSG_NOSIGNAL);
-        if (k <= 0) return;
-        s += k;
-        n -= (size_t)k;
-    }
-}
-
-struct resp {
-    int status;
-    char *head; /* whole response (owned) */
-    char *body; /* into head */
-};
-
-static void resp_free(struct resp *r) { free(r->head); }
-
-static struct resp read_resp(int fd) {
-    struct resp r = {0};
-    size_t cap = 1 << 16, n = 0;
-    r.head = malloc(cap);
-    for (;;) {
-        if (n + 4096 > cap) r.head = realloc(r.head, cap *= 2);
-        ssize_t k = recv(fd, r.head + n, cap - n - 1, 0);
-        if (k <= 0) break;
-        n += (size_t)k;
-    }
-    r.head[n] = 0;
-    sscanf(r.head, "HTTP/%*s %d", &r.status);
-    char *b = strstr(r.head, "\r\n\r\n");
-    r.body = b ? b + 4 : r.head + n;
-    return r;
-}
-
-/* One request: method, path, extra headers ("" or lines ending in \r\n), body (NULL: none). */
-static struct resp req(int port, const char *method, const char *path, const char *hdrs,
-                       const char *body) {
-    int fd = dial(port);
-    struct resp r = {0};
-    if (fd < 0) return r;
-    char head[1024];
-    int n = snprintf(head, sizeof head, "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%s", method, path,
-                     hdrs);
-    if (body)
-        n += snprintf(head + n, sizeof head - (size_t)n,
-                      "Content-Type: application/json\r\nContent-Length: %zu\r\n", strlen(body));
-    n += snprintf(head + n, sizeof head - (size_t)n, "\r\n");
-    send_all(fd, head, (size_t)n);
-    if (body) send_all(fd, body, strlen(body));
-    r = read_resp(fd);
-    close(fd);
-    return r;
-}
-
-static struct resp post(int port, const char *path, const char *body) {
-    return req(port, "POST", path, "", body);
 }
 
 /* The error object's field (borrowed from a static copy), or "" */
@@ -541,14 +471,14 @@ TEST(server_disconnect_frees_slot) {
     p.lim.max_tokens = 4000;
     struct srv_server *s = start(&p);
     int port = srv_port(s);
-    int fd = dial(port);
+    int fd = http_dial(port);
     const char *body = "{\"prompt\":\"Once\",\"max_tokens\":4000,\"stream\":true,"
                        "\"temperature\":1,\"seed\":3}";
     char head[256];
     int n = snprintf(head, sizeof head,
                      "POST /v1/completions HTTP/1.0\r\nContent-Length: %zu\r\n\r\n%s",
                      strlen(body), body);
-    send_all(fd, head, (size_t)n);
+    http_send_all(fd, head, (size_t)n);
     char buf[512];
     ASSERT_TRUE(recv(fd, buf, sizeof buf, 0) > 0); /* the stream has started */
     close(fd);
@@ -577,11 +507,11 @@ TEST(server_slow_sender_408) {
     struct srv_params p = params();
     p.body_timeout_s = 0.5;
     struct srv_server *s = start(&p);
-    int fd = dial(srv_port(s));
+    int fd = http_dial(srv_port(s));
     const char *h = "POST /v1/completions HTTP/1.0\r\nContent-Length: 40\r\n\r\n{\"prompt\":";
-    send_all(fd, h, strlen(h));
+    http_send_all(fd, h, strlen(h));
     usleep(800 * 1000);
-    send_all(fd, "\"Once upon a time\", \"max_tokens\": 2}  ", 30);
+    http_send_all(fd, "\"Once upon a time\", \"max_tokens\": 2}  ", 30);
     struct resp r = read_resp(fd);
     close(fd);
     ASSERT_EQ(r.status, 408);

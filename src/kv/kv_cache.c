@@ -49,14 +49,16 @@ nx_status kv_cache_init(const struct kv_cache_params *p, struct kv_cache **out) 
     c->v_pool = nx_malloc_aligned(kv_bytes);
     c->pos_pool = nx_malloc(slots * sizeof(int32_t));
     c->acc_pool = nx_calloc(slots, sizeof(float));
+    c->acc_owner = nx_calloc((size_t)p->n_blocks, sizeof(uint32_t));
+    c->seq_tag = nx_calloc((size_t)c->p.n_seq, sizeof(uint32_t));
     c->pin_pool = nx_calloc(slots, 1);
     c->refs = nx_calloc((size_t)p->n_blocks, sizeof(int32_t));
     c->free_ids = nx_malloc((size_t)p->n_blocks * sizeof(int32_t));
     size_t n_tables = (size_t)c->p.n_seq * (size_t)c->n_tables_seq;
     c->tables = nx_calloc(n_tables, sizeof *c->tables);
     c->seq_peak_blocks = nx_calloc((size_t)c->p.n_seq, sizeof(int64_t));
-    if (!c->k_pool || !c->v_pool || !c->pos_pool || !c->acc_pool || !c->pin_pool || !c->refs ||
-        !c->free_ids || !c->tables || !c->seq_peak_blocks)
+    if (!c->k_pool || !c->v_pool || !c->pos_pool || !c->acc_pool || !c->acc_owner || !c->seq_tag ||
+        !c->pin_pool || !c->refs || !c->free_ids || !c->tables || !c->seq_peak_blocks)
         goto nomem;
     /* a table can never hold more than the whole pool, nor (positions being distinct) more
        than max_table_tokens, plus a block for a partly filled first one */
@@ -89,6 +91,8 @@ void kv_cache_free(struct kv_cache *c) {
     nx_free_aligned(c->v_pool);
     nx_free(c->pos_pool);
     nx_free(c->acc_pool);
+    nx_free(c->acc_owner);
+    nx_free(c->seq_tag);
     nx_free(c->pin_pool);
     nx_free(c->refs);
     nx_free(c->free_ids);
@@ -96,8 +100,15 @@ void kv_cache_free(struct kv_cache *c) {
     nx_free(c);
 }
 
+/* A fresh owner tag for sequence seq (0 is never a tag). */
+static void new_seq_tag(struct kv_cache *c, int seq) {
+    if (++c->next_tag == 0) c->next_tag = 1;
+    c->seq_tag[seq] = c->next_tag;
+}
+
 void kv_cache_clear(struct kv_cache *c) {
     size_t n_tables = (size_t)c->p.n_seq * (size_t)c->n_tables_seq;
+    for (int s = 0; s < c->p.n_seq; s++) new_seq_tag(c, s);
     if (c->ext_refs > 0) {
         /* blocks held outside the tables stay; the tables drop their references */
         for (size_t i = 0; i < n_tables; i++) {
@@ -118,6 +129,7 @@ void kv_cache_clear(struct kv_cache *c) {
 }
 
 void kv_cache_clear_seq(struct kv_cache *c, int seq) {
+    new_seq_tag(c, seq);
     struct kv_table *tabs = kv_seq_tables(c, seq);
     for (int64_t i = 0; i < c->n_tables_seq; i++) {
         struct kv_table *t = &tabs[i];
@@ -141,6 +153,7 @@ static int32_t pop_free(struct kv_cache *c) {
     int32_t b = c->free_ids[--c->n_free];
     c->refs[b] = 1;
     if (c->acc_pool) memset(kv_block_acc(c, b), 0, sizeof(float) * (size_t)c->p.block);
+    c->acc_owner[b] = 0;
     return b;
 }
 
@@ -165,6 +178,7 @@ static void copy_block_into(struct kv_cache *c, struct kv_table *t, int32_t bi, 
     memcpy(kv_block_pos(c, dst), kv_block_pos(c, src), rows * sizeof(int32_t));
     memcpy(kv_block_pin(c, dst), kv_block_pin(c, src), rows);
     if (c->acc_pool) memcpy(kv_block_acc(c, dst), kv_block_acc(c, src), rows * sizeof(float));
+    c->acc_owner[dst] = c->acc_owner[src];
     t->blocks[bi] = dst;
     push_free(c, src);
 }
@@ -280,6 +294,17 @@ void kv_table_share_prefix(struct kv_cache *c, struct kv_table *t, const int32_t
     t->n_tokens = n;
 }
 
+void kv_table_own_acc(struct kv_cache *c, struct kv_table *t, int32_t seq) {
+    uint32_t tag = c->seq_tag[seq];
+    for (int32_t bi = 0; bi < t->n_blocks; bi++) {
+        int32_t b = t->blocks[bi];
+        if (c->acc_owner[b] == tag) continue;
+        NX_ASSERT(c->refs[b] == 1);
+        if (c->acc_pool) memset(kv_block_acc(c, b), 0, sizeof(float) * (size_t)c->p.block);
+        c->acc_owner[b] = tag;
+    }
+}
+
 nx_status kv_table_unshare(struct kv_cache *c, struct kv_table *t, int64_t i0) {
     for (int32_t bi = (int32_t)(i0 / c->p.block); bi < t->n_blocks; bi++) {
         /* a reference count above one can only drop concurrently (another table releasing
@@ -370,7 +395,9 @@ nx_status kv_compact(struct kv_cache *c, struct kv_table *t, const uint8_t *keep
                    c->row_bytes);
             kv_block_pos(c, db)[ds] = kv_block_pos(c, sb)[ss];
             kv_block_pin(c, db)[ds] = kv_block_pin(c, sb)[ss];
-            if (c->acc_pool) kv_block_acc(c, db)[ds] = kv_block_acc(c, sb)[ss];
+            if (c->acc_pool)
+                kv_block_acc(c, db)[ds] =
+                    c->acc_owner[db] == c->acc_owner[sb] ? kv_block_acc(c, sb)[ss] : 0.0f;
         }
         w++;
     }

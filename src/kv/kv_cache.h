@@ -51,6 +51,11 @@ struct kv_cache {
     unsigned char *v_pool;
     int32_t *pos_pool;        /* (n_blocks, block) */
     float *acc_pool;          /* (n_blocks, block) or NULL */
+    uint32_t *acc_owner;      /* (n_blocks) the tag of the sequence whose attention the block's
+                                 accumulators hold; 0: none yet (all zero) */
+    uint32_t *seq_tag;        /* (n_seq) each sequence's tag: a new one whenever it is cleared,
+                                 so a later request on the same sequence is another owner */
+    uint32_t next_tag;
     uint8_t *pin_pool;        /* (n_blocks, block): 1 = eviction must keep this slot */
     int32_t *refs;            /* (n_blocks) references: tables holding the block + holders
                                  outside the tables (the sequence cache); 0 = free */
@@ -148,6 +153,12 @@ void kv_block_unref(struct kv_cache *c, int32_t b);
    shared until the next append copies it (kv_cache_reserve). */
 void kv_table_share_prefix(struct kv_cache *c, struct kv_table *t, const int32_t *blocks,
                            int64_t n);
+/* Make t's attention accumulators sequence seq's own: the accumulators of every block of t
+   that were summed for another sequence, or for an earlier use of seq before it was cleared
+   (a block reused through the sequence cache or copied from another sequence's table), are
+   zeroed and the block marked seq's. t's blocks must be private (kv_table_unshare(c, t, 0)
+   first). A sequence's eviction statistics (H2O) thus count only its own queries' attention. */
+void kv_table_own_acc(struct kv_cache *c, struct kv_table *t, int32_t seq);
 /* Give t private copies of the shared blocks holding tokens >= i0. KV_FULL (nothing changed
    for the block that failed) when the pool has no free block. Takes the pool lock, so
    different tables may be unshared at once. */

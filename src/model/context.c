@@ -491,7 +491,17 @@ static nx_status step_prepare(nx_ctx *c) {
                         return NX_STATUS_KV_FULL;
             }
         }
-    return kv_cache_reserve_seqs(c->kv, c->seq_count);
+    nx_status st = kv_cache_reserve_seqs(c->kv, c->seq_count);
+    if (st != NX_STATUS_OK) return st;
+    /* ... and those accumulators count this sequence's attention only (not that of the
+       sequence a block was reused or copied from) */
+    for (int32_t i = 0; i < c->job_nbseq; i++) {
+        int s = c->job_bseq[i];
+        if (!c->seqs[s].acc_attn) continue;
+        struct kv_table *tabs = kv_seq_tables(c->kv, s);
+        for (int64_t k = 0; k < c->kv->n_tables_seq; k++) kv_table_own_acc(c->kv, &tabs[k], s);
+    }
+    return NX_STATUS_OK;
 }
 
 /* After the forward pass: positions advance, and each sequence is held to its budget.

@@ -284,18 +284,6 @@ static nx_status run_init(struct enc_run *r, const struct nx_model *m, int64_t T
 
 /* ---- public API ---- */
 
-static nx_status fail(char *err, size_t errlen, nx_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static nx_status fail(char *err, size_t errlen, nx_status st, const char *fmt, ...) {
-    if (err && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 bool nx_model_is_encoder(const nx_model *m) { return m && m->enc; }
 
 enum nx_pooling nx_model_pooling(const nx_model *m) {
@@ -320,43 +308,43 @@ nx_status nx_embed_tokens(const nx_model *m, const nx_token *tokens, const int32
     struct nx_embed_params p = params ? *params : nx_embed_default_params();
     if (err && errlen) err[0] = 0;
     if (!m || !m->enc)
-        return fail(err, errlen, NX_STATUS_INVALID_ARG,
-                    "not an encoder model (embeddings need a bert or nomic-bert GGUF)");
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG,
+                       "not an encoder model (embeddings need a bert or nomic-bert GGUF)");
     const struct nx_encoder *enc = m->enc;
     int pooling = p.pooling == NX_POOLING_UNSPECIFIED ? enc->pooling : p.pooling;
     if (pooling < NX_POOLING_MEAN || pooling > NX_POOLING_RANK)
-        return fail(err, errlen, NX_STATUS_INVALID_ARG,
-                    "pooling %d is not supported (mean 1, cls 2, last 3, rank 4)", pooling);
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG,
+                       "pooling %d is not supported (mean 1, cls 2, last 3, rank 4)", pooling);
     if (pooling == NX_POOLING_RANK && enc->n_cls_out == 0)
-        return fail(err, errlen, NX_STATUS_INVALID_ARG,
-                    "rank pooling needs a classification head (cls.weight, cls.output.weight), "
-                    "which this model does not have");
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG,
+                       "rank pooling needs a classification head (cls.weight, cls.output.weight), "
+                       "which this model does not have");
     if (p.n_threads < 1 || p.n_threads > 512)
-        return fail(err, errlen, NX_STATUS_INVALID_ARG, "n_threads must be in [1, 512]");
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG, "n_threads must be in [1, 512]");
     if (!tokens || n < 1 || n > enc->n_max_tokens)
-        return fail(err, errlen, NX_STATUS_INVALID_ARG,
-                    "token count %d out of range [1, %d]", n, enc->n_max_tokens);
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG, "token count %d out of range [1, %d]", n,
+                       enc->n_max_tokens);
     int32_t need = pooling == NX_POOLING_RANK ? enc->n_cls_out : m->hp.n_embd;
     if (!out || dim < need)
-        return fail(err, errlen, NX_STATUS_INVALID_ARG,
-                    "output has room for %d floats, %d needed", dim, need);
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG,
+                       "output has room for %d floats, %d needed", dim, need);
     for (int32_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
-            return fail(err, errlen, NX_STATUS_INVALID_ARG,
-                        "token %d at position %d out of range [0, %d)", tokens[i], i,
-                        m->hp.n_vocab);
+            return nx_errf(err, errlen, NX_STATUS_INVALID_ARG,
+                           "token %d at position %d out of range [0, %d)", tokens[i], i,
+                           m->hp.n_vocab);
         int32_t ty = types ? types[i] : 0;
         if (ty < 0 || ty >= NX_MAX(enc->n_types, 1))
-            return fail(err, errlen, NX_STATUS_INVALID_ARG,
-                        "token type %d at position %d out of range [0, %d)", ty, i,
-                        NX_MAX(enc->n_types, 1));
+            return nx_errf(err, errlen, NX_STATUS_INVALID_ARG,
+                           "token type %d at position %d out of range [0, %d)", ty, i,
+                           NX_MAX(enc->n_types, 1));
     }
     kern_init();
     struct enc_run r;
     int nth = (int)NX_MIN(p.n_threads, NX_MAX(m->hp.n_head, 1));
     if (run_init(&r, m, n, nth) != NX_STATUS_OK) {
         run_free(&r);
-        return fail(err, errlen, NX_STATUS_NOMEM, "out of memory (sequence of %d tokens)", n);
+        return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory (sequence of %d tokens)", n);
     }
     forward(&r, tokens, types);
     const int64_t E = m->hp.n_embd;
@@ -394,16 +382,16 @@ static nx_status word_pieces(const nx_model *m, const char *text, nx_token **out
                              char *err, size_t errlen) {
     size_t len = text ? strlen(text) : 0;
     if (len > (size_t)1 << 28)
-        return fail(err, errlen, NX_STATUS_INVALID_ARG, "text longer than 256 MiB");
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG, "text longer than 256 MiB");
     /* every word piece (or [UNK]) consumes at least one byte */
     int32_t cap = (int32_t)len + 1;
     nx_token *t = nx_malloc((size_t)cap * sizeof *t);
-    if (!t) return fail(err, errlen, NX_STATUS_NOMEM, "out of memory");
+    if (!t) return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
     int32_t k = len ? vocab_tokenize(m->vocab, text, len, t, cap, false, false) : 0;
     if (k < 0) {
         nx_free(t);
-        return fail(err, errlen, k == INT32_MIN ? NX_STATUS_NOMEM : NX_STATUS_INVALID_ARG,
-                    "tokenizer failed on the text");
+        return nx_errf(err, errlen, k == INT32_MIN ? NX_STATUS_NOMEM : NX_STATUS_INVALID_ARG,
+                       "tokenizer failed on the text");
     }
     *out = t;
     *n = k;
@@ -415,17 +403,17 @@ static nx_status cls_sep(const nx_model *m, nx_token *cls, nx_token *sep, char *
     *cls = vocab_cls(m->vocab) >= 0 ? vocab_cls(m->vocab) : vocab_bos(m->vocab);
     *sep = vocab_sep(m->vocab) >= 0 ? vocab_sep(m->vocab) : vocab_eos(m->vocab);
     if (*cls < 0 || *sep < 0 || *cls >= m->hp.n_vocab || *sep >= m->hp.n_vocab)
-        return fail(err, errlen, NX_STATUS_INVALID_ARG,
-                    "the tokenizer has no [CLS] / [SEP] tokens (tokenizer.ggml.cls_token_id, "
-                    "tokenizer.ggml.seperator_token_id)");
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG,
+                       "the tokenizer has no [CLS] / [SEP] tokens (tokenizer.ggml.cls_token_id, "
+                       "tokenizer.ggml.seperator_token_id)");
     return NX_STATUS_OK;
 }
 
 nx_status nx_embed(const nx_model *m, const char *text, const struct nx_embed_params *params,
                    float *out, int32_t dim, char *err, size_t errlen) {
     if (!m || !m->enc)
-        return fail(err, errlen, NX_STATUS_INVALID_ARG,
-                    "not an encoder model (embeddings need a bert or nomic-bert GGUF)");
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG,
+                       "not an encoder model (embeddings need a bert or nomic-bert GGUF)");
     nx_token cls, sep, *wp = NULL;
     int32_t n;
     nx_status st = cls_sep(m, &cls, &sep, err, errlen);
@@ -435,7 +423,7 @@ nx_status nx_embed(const nx_model *m, const char *text, const struct nx_embed_pa
     nx_token *seq = nx_malloc((size_t)(keep + 2) * sizeof *seq);
     if (!seq) {
         nx_free(wp);
-        return fail(err, errlen, NX_STATUS_NOMEM, "out of memory");
+        return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
     }
     seq[0] = cls;
     memcpy(seq + 1, wp, (size_t)keep * sizeof *seq);
@@ -450,9 +438,9 @@ nx_status nx_rerank_score(const nx_model *m, const char *query, const char *docu
                           const struct nx_embed_params *params, float *out, char *err,
                           size_t errlen) {
     if (!m || !m->enc || m->enc->n_cls_out < 1)
-        return fail(err, errlen, NX_STATUS_INVALID_ARG,
-                    "not a reranker: the model has no classification head (cls.output.weight)");
-    if (!out) return fail(err, errlen, NX_STATUS_INVALID_ARG, "out is NULL");
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG,
+                       "not a reranker: the model has no classification head (cls.output.weight)");
+    if (!out) return nx_errf(err, errlen, NX_STATUS_INVALID_ARG, "out is NULL");
     nx_token cls, sep, *q = NULL, *d = NULL;
     int32_t nq, nd;
     nx_status st = cls_sep(m, &cls, &sep, err, errlen);
@@ -472,7 +460,7 @@ nx_status nx_rerank_score(const nx_model *m, const char *query, const char *docu
     int32_t *ty = nx_malloc((size_t)n * sizeof *ty);
     float *logits = nx_malloc((size_t)m->enc->n_cls_out * sizeof *logits);
     if (!seq || !ty || !logits) {
-        st = fail(err, errlen, NX_STATUS_NOMEM, "out of memory");
+        st = nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
         goto done;
     }
     seq[0] = cls;

@@ -58,27 +58,15 @@ static void put(struct writer *w, const void *src, size_t n) {
     w->n += n;
 }
 
-static nx_status fail(char *err, size_t errlen, nx_status st, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static nx_status fail(char *err, size_t errlen, nx_status st, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 /* Write buf to path atomically: PATH.tmp.PID, fsync, rename, fsync of the directory. */
 static nx_status write_atomic(const char *path, const unsigned char *buf, size_t n, char *err,
                               size_t errlen) {
     char tmp[4200];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
-        return fail(err, errlen, NX_STATUS_INVALID_ARG, "path too long: %s", path);
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG, "path too long: %s", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        return fail(err, errlen, NX_STATUS_IO, "cannot create %s: %s", tmp, strerror(errno));
+        return nx_errf(err, errlen, NX_STATUS_IO, "cannot create %s: %s", tmp, strerror(errno));
     size_t off = 0;
     while (off < n) {
         ssize_t k = nx_io_write(fd, buf + off, n - off);
@@ -87,7 +75,7 @@ static nx_status write_atomic(const char *path, const unsigned char *buf, size_t
             int e = errno;
             nx_io_close(fd);
             unlink(tmp);
-            return fail(err, errlen, NX_STATUS_IO, "cannot write %s: %s", tmp, strerror(e));
+            return nx_errf(err, errlen, NX_STATUS_IO, "cannot write %s: %s", tmp, strerror(e));
         }
         off += (size_t)k;
     }
@@ -95,12 +83,12 @@ static nx_status write_atomic(const char *path, const unsigned char *buf, size_t
         int e = errno;
         nx_io_close(fd);
         unlink(tmp);
-        return fail(err, errlen, NX_STATUS_IO, "cannot sync %s: %s", tmp, strerror(e));
+        return nx_errf(err, errlen, NX_STATUS_IO, "cannot sync %s: %s", tmp, strerror(e));
     }
     if (nx_io_close(fd) != 0 || nx_io_rename(tmp, path) != 0) {
         int e = errno;
         unlink(tmp);
-        return fail(err, errlen, NX_STATUS_IO, "cannot put %s in place: %s", path, strerror(e));
+        return nx_errf(err, errlen, NX_STATUS_IO, "cannot put %s in place: %s", path, strerror(e));
     }
     char dir[4200];
     snprintf(dir, sizeof dir, "%s", path);
@@ -115,18 +103,18 @@ static nx_status write_atomic(const char *path, const unsigned char *buf, size_t
 nx_status nx_seq_state_save(nx_ctx *ctx, nx_seq_id seq, const char *path, const void *user,
                             size_t user_len, char *err, size_t errlen) {
     if (!ctx || !path || seq < 0 || seq >= ctx_n_seq(ctx))
-        return fail(err, errlen, NX_STATUS_INVALID_ARG, "no such sequence: %d", (int)seq);
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG, "no such sequence: %d", (int)seq);
     struct kv_cache *kv = ctx_kv_cache(ctx);
     const struct nx_model *m = ctx_model(ctx);
     const int64_t nt = kv->n_tables_seq, B = kv->p.block;
     const size_t row = kv->row_bytes;
     struct kv_table *tabs = kv_seq_tables(kv, seq);
-    if (user_len && !user) return fail(err, errlen, NX_STATUS_INVALID_ARG, "no user data");
+    if (user_len && !user) return nx_errf(err, errlen, NX_STATUS_INVALID_ARG, "no user data");
     size_t total = SEQST_HEAD + (size_t)nt * 8 + 8 + user_len + 8;
     for (int64_t t = 0; t < nt; t++)
         total += (size_t)tabs[t].n_tokens * (4 + 1 + 4 + 2 * row);
     struct writer w = {nx_malloc(total), 0, total};
-    if (!w.p) return fail(err, errlen, NX_STATUS_NOMEM, "out of memory (%zu bytes)", total);
+    if (!w.p) return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory (%zu bytes)", total);
     uint32_t u32 = SEQST_VERSION, type = (uint32_t)kv->p.type;
     struct kv_fingerprint fp;
     memset(&fp, 0, sizeof fp);
@@ -169,7 +157,7 @@ nx_status nx_seq_state_save(nx_ctx *ctx, nx_seq_id seq, const char *path, const 
 nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, void *user,
                             size_t user_cap, size_t *user_len, char *err, size_t errlen) {
     if (!ctx || !path || seq < 0 || seq >= ctx_n_seq(ctx))
-        return fail(err, errlen, NX_STATUS_INVALID_ARG, "no such sequence: %d", (int)seq);
+        return nx_errf(err, errlen, NX_STATUS_INVALID_ARG, "no such sequence: %d", (int)seq);
     struct kv_cache *kv = ctx_kv_cache(ctx);
     const struct nx_model *m = ctx_model(ctx);
     const int64_t nt = kv->n_tables_seq;
@@ -178,25 +166,25 @@ nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, void *
     char rerr[512];
     unsigned char *buf = (unsigned char *)nx_read_file(path, SEQST_MAX_BYTES, &n, rerr,
                                                        sizeof rerr);
-    if (!buf) return fail(err, errlen, NX_STATUS_IO, "%s", rerr);
+    if (!buf) return nx_errf(err, errlen, NX_STATUS_IO, "%s", rerr);
     nx_status st = NX_STATUS_FORMAT;
     size_t head = SEQST_HEAD + (size_t)nt * 8;
     if (n < SEQST_HEAD + 8 || memcmp(buf, SEQST_MAGIC, 8)) {
-        fail(err, errlen, st, "%s: not a sequence state file (bad magic or truncated)", path);
+        nx_errf(err, errlen, st, "%s: not a sequence state file (bad magic or truncated)", path);
         goto done;
     }
     uint32_t version, type;
     memcpy(&version, buf + 8, 4);
     memcpy(&type, buf + 12, 4);
     if (version != SEQST_VERSION) {
-        fail(err, errlen, st, "%s: version %u, this build reads %u", path, version,
-             SEQST_VERSION);
+        nx_errf(err, errlen, st, "%s: version %u, this build reads %u", path, version,
+                SEQST_VERSION);
         goto done;
     }
     uint64_t h;
     memcpy(&h, buf + n - 8, 8);
     if (kv_hash64(buf, n - 8, 0) != h) {
-        fail(err, errlen, st, "%s: checksum mismatch (corrupt or truncated file)", path);
+        nx_errf(err, errlen, st, "%s: checksum mismatch (corrupt or truncated file)", path);
         goto done;
     }
     struct kv_fingerprint fp;
@@ -207,7 +195,7 @@ nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, void *
     kv_fingerprint_of(m, &mine);
     if (kv_fingerprint_check(&fp, &mine, &fe) != NX_STATUS_OK) {
         st = NX_STATUS_INVALID_ARG;
-        fail(err, errlen, st, "%s: saved for another model (%s)", path, fe.msg);
+        nx_errf(err, errlen, st, "%s: saved for another model (%s)", path, fe.msg);
         goto done;
     }
     int32_t dims[4];
@@ -215,27 +203,29 @@ nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, void *
     if (type != (uint32_t)kv->p.type || dims[0] != kv->p.n_layer ||
         dims[1] != kv->p.n_head_kv || dims[2] != kv->p.head_dim) {
         st = NX_STATUS_INVALID_ARG;
-        fail(err, errlen, st, "%s: saved with another KV layout (type %u, %d layers, %d KV "
-             "heads, head size %d)", path, type, dims[0], dims[1], dims[2]);
+        nx_errf(err, errlen, st,
+                "%s: saved with another KV layout (type %u, %d layers, %d KV "
+                "heads, head size %d)",
+                path, type, dims[0], dims[1], dims[2]);
         goto done;
     }
     uint64_t ulen = 0;
     if (n >= head + 8) memcpy(&ulen, buf + head, 8);
     if (n < head + 16 || dims[3] < 0 || dims[3] > nx_ctx_n_ctx(ctx) || ulen > n - head - 16) {
-        fail(err, errlen, st, "%s: header out of range", path);
+        nx_errf(err, errlen, st, "%s: header out of range", path);
         goto done;
     }
     if (ulen > user_cap) {
         st = NX_STATUS_INVALID_ARG;
-        fail(err, errlen, st, "%s: %llu bytes of caller data, room for %zu", path,
-             (unsigned long long)ulen, user_cap);
+        nx_errf(err, errlen, st, "%s: %llu bytes of caller data, room for %zu", path,
+                (unsigned long long)ulen, user_cap);
         goto done;
     }
     const unsigned char *udata = buf + head + 8;
     head += 8 + (size_t)ulen;
     int64_t *counts = nx_malloc(sizeof(int64_t) * (size_t)nt);
     if (!counts) {
-        st = fail(err, errlen, NX_STATUS_NOMEM, "out of memory");
+        st = nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
         goto done;
     }
     memcpy(counts, buf + SEQST_HEAD, sizeof(int64_t) * (size_t)nt);
@@ -243,8 +233,8 @@ nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, void *
     int64_t most = 0;
     for (int64_t t = 0; t < nt; t++) {
         if (counts[t] < 0 || counts[t] > dims[3] || counts[t] > ((int64_t)1 << 31)) {
-            fail(err, errlen, st, "%s: table %lld holds %lld tokens (next position %d)", path,
-                 (long long)t, (long long)counts[t], dims[3]);
+            nx_errf(err, errlen, st, "%s: table %lld holds %lld tokens (next position %d)", path,
+                    (long long)t, (long long)counts[t], dims[3]);
             nx_free(counts);
             goto done;
         }
@@ -252,7 +242,7 @@ nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, void *
         most = NX_MAX(most, counts[t]);
     }
     if (need != n) {
-        fail(err, errlen, st, "%s: %zu bytes, the header describes %zu", path, n, need);
+        nx_errf(err, errlen, st, "%s: %zu bytes, the header describes %zu", path, n, need);
         nx_free(counts);
         goto done;
     }
@@ -265,8 +255,8 @@ nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, void *
             int32_t p;
             memcpy(&p, pos + 4 * i, 4);
             if (p <= prev || p >= dims[3]) {
-                fail(err, errlen, st, "%s: table %lld: positions out of order or range", path,
-                     (long long)t);
+                nx_errf(err, errlen, st, "%s: table %lld: positions out of order or range", path,
+                        (long long)t);
                 nx_free(counts);
                 goto done;
             }
@@ -278,8 +268,10 @@ nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, void *
     ctx_seq_clear(ctx, seq);
     st = kv_cache_reserve_seq(kv, seq, most);
     if (st) {
-        fail(err, errlen, st, "the KV pool has no room for the %lld tokens of %s (the "
-             "sequence is left empty)", (long long)most, path);
+        nx_errf(err, errlen, st,
+                "the KV pool has no room for the %lld tokens of %s (the "
+                "sequence is left empty)",
+                (long long)most, path);
         nx_free(counts);
         goto done;
     }

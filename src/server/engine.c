@@ -97,10 +97,14 @@ nx_status srv_job_create(struct srv_engine *e, struct srv_gen_request *req,
     if (j->req.kv_policy[0]) j->req.kv.policy = j->req.kv_policy; /* it pointed into *req */
     size_t len = strlen(text);
     int32_t n = nx_tokenize(e->model, text, len, NULL, 0, true, true);
+    if (n == INT32_MIN) { /* checked before negating: -INT32_MIN overflows */
+        snprintf(err, errlen, "out of memory while tokenizing the prompt");
+        job_free(j);
+        return NX_STATUS_NOMEM;
+    }
     int32_t need = n < 0 ? -n : n;
-    if (n == INT32_MIN || need < 1) {
-        snprintf(err, errlen, n == INT32_MIN ? "the tokenizer failed on the prompt"
-                                             : "the prompt is empty");
+    if (need < 1) {
+        snprintf(err, errlen, "the prompt is empty");
         job_free(j);
         return NX_STATUS_INVALID_ARG;
     }
@@ -110,6 +114,11 @@ nx_status srv_job_create(struct srv_engine *e, struct srv_gen_request *req,
         return NX_STATUS_NOMEM;
     }
     j->n_prompt = nx_tokenize(e->model, text, len, j->prompt, need, true, true);
+    if (j->n_prompt != need) { /* INT32_MIN: the tokenizer ran out of memory this time */
+        snprintf(err, errlen, "out of memory while tokenizing the prompt");
+        job_free(j);
+        return NX_STATUS_NOMEM;
+    }
     if (j->n_prompt + 1 > e->n_ctx) {
         snprintf(err, errlen, "the prompt has %d tokens; this server's context holds %d "
                  "(prompt and generated tokens together)", (int)j->n_prompt, (int)e->n_ctx);

@@ -47,6 +47,7 @@ struct conn {
     char *body;
     size_t n_body, cap_body;
     bool too_big, too_slow, refused;
+    bool oom; /* the body buffer could not grow: 500 once the body is in */
     double t_start;
     /* streaming */
     struct srv_job *job;
@@ -167,6 +168,22 @@ static enum MHD_Result send_json(struct conn *cs, int status, json_t *j) {
     enum MHD_Result r = send_body(cs, status, "application/json", s, strlen(s));
     json_free_text(s);
     return r;
+}
+
+/* The connection of a request whose state could not be allocated: its 500 is queued at once,
+   the rest of its body is dropped (never written: shared by every such connection). */
+static struct conn k_oom_conn;
+
+static enum MHD_Result send_oom(struct MHD_Connection *c) {
+    static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                              "\"server_error\",\"param\":null,\"code\":null}}";
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    enum MHD_Result ret = MHD_queue_response(c, 500, r);
+    MHD_destroy_response(r);
+    return ret;
 }
 
 static const char *error_type(int status) {
@@ -558,9 +575,6 @@ static json_t *messages_for_template(json_t *msgs) {
     return out;
 }
 
-/* The chat prompt: the template over the messages (and the tools when they are offered: shown
-   when given, else the request's), with the generation prompt, then the constraint's prefill.
-   Owned, or NULL with err. */
 /* Whether template t puts the tools it is given into the prompt: a probe conversation
    rendered with one tool and without differ. */
 static bool template_shows_tools(const nx_chat_template *t) {
@@ -645,6 +659,9 @@ static bool add_tools_message(json_t *msgs, json_t *tools, bool described) {
     return ok;
 }
 
+/* The chat prompt: the template over the messages (and the tools when they are offered: shown
+   when given, else the request's), with the generation prompt, then the constraint's prefill.
+   Owned, or NULL with err (left empty when memory ran out). */
 static char *render_chat(struct srv_server *S, const struct srv_gen_request *req,
                          const struct srv_constraint *con, json_t *shown, char *err,
                          size_t errlen) {
@@ -660,7 +677,8 @@ static char *render_chat(struct srv_server *S, const struct srv_gen_request *req
                                                            : NULL;
     if (msgs) json_decref(msgs);
     char *out = NULL;
-    if (mj) {
+    bool tools_lost = offered && req->tool_mode != SRV_TOOLS_NONE && !tj; /* out of memory */
+    if (mj && !tools_lost) {
         struct nx_chat_params cp = nx_chat_default_params();
         cp.messages_json = mj;
         cp.tools_json = tj;
@@ -670,7 +688,8 @@ static char *render_chat(struct srv_server *S, const struct srv_gen_request *req
         char *text = NULL;
         size_t len = 0;
         char rerr[400];
-        if (nx_chat_render(S->tmpl, &cp, &text, &len, rerr, sizeof rerr) == NX_STATUS_OK) {
+        nx_status st = nx_chat_render(S->tmpl, &cp, &text, &len, rerr, sizeof rerr);
+        if (st == NX_STATUS_OK) {
             size_t pl = strlen(con->prefill);
             out = nx_malloc(len + pl + 1);
             if (out) {
@@ -678,7 +697,7 @@ static char *render_chat(struct srv_server *S, const struct srv_gen_request *req
                 memcpy(out + len, con->prefill, pl + 1);
             }
             nx_chat_free_string(text);
-        } else {
+        } else if (st != NX_STATUS_NOMEM) {
             snprintf(err, errlen, "the chat template cannot render these messages: %s", rerr);
         }
     }
@@ -752,6 +771,7 @@ static struct srv_job *start_job(struct conn *cs, json_t *body, json_t *shown,
                                     err);
             return NULL;
         }
+        err[0] = 0;
         prompt = render_chat(S, &req, &con, shown, err, sizeof err);
     } else {
         prompt = nx_strdup(req.prompt);
@@ -759,7 +779,8 @@ static struct srv_job *start_job(struct conn *cs, json_t *body, json_t *shown,
     if (!prompt) {
         srv_gen_request_free(&req);
         srv_constraint_free(&con);
-        *ret = send_error(cs, 400, "messages", NULL, "%s", err[0] ? err : "out of memory");
+        *ret = err[0] ? send_error(cs, 400, "messages", NULL, "%s", err)
+                      : send_error(cs, 500, NULL, NULL, "out of memory");
         return NULL;
     }
     if (!cs->model) cs->model = nx_strdup(req.model ? req.model : S->p.model_name);
@@ -1122,9 +1143,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   size_t *upload_size, void **con_cls) {
     struct srv_server *S = cls;
     struct conn *cs = *con_cls;
+    if (cs == &k_oom_conn) {
+        *upload_size = 0;
+        return MHD_YES;
+    }
     if (!cs) {
         cs = nx_calloc(1, sizeof *cs);
-        if (!cs) return MHD_NO;
+        if (!cs) {
+            *con_cls = &k_oom_conn;
+            return send_oom(c);
+        }
         cs->S = S;
         cs->c = c;
         cs->ep = route(url);
@@ -1180,7 +1208,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
            is closed by the idle timeout) */
         size_t n = *upload_size;
         *upload_size = 0;
-        if (cs->too_big || cs->too_slow) return MHD_YES;
+        if (cs->too_big || cs->too_slow || cs->oom) return MHD_YES;
         if (nx_time_s() - cs->t_start > S->p.body_timeout_s) {
             cs->too_slow = true;
             return MHD_YES;
@@ -1192,7 +1220,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (cs->n_body + n + 1 > cs->cap_body) {
             size_t cap = NX_MAX(cs->cap_body * 2, cs->n_body + n + 1);
             char *p = nx_realloc(cs->body, cap);
-            if (!p) return MHD_NO;
+            if (!p) {
+                cs->oom = true; /* answered once the body is in */
+                return MHD_YES;
+            }
             cs->body = p;
             cs->cap_body = cap;
         }
@@ -1202,6 +1233,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     (void)version;
+    if (cs->oom) return send_json(cs, 500, NULL);
     if (cs->too_slow)
         return send_error(cs, 408, NULL, "body_timeout",
                           "the request body did not arrive within %g s", S->p.body_timeout_s);
@@ -1221,6 +1253,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     struct conn *cs = *con_cls;
     (void)cls;
     (void)c;
+    if (cs == &k_oom_conn) {
+        srv_metrics_request(SRV_EP_OTHER, 500);
+        *con_cls = NULL;
+        return;
+    }
     if (!cs) return;
     if (cs->job) {
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) srv_job_cancel(cs->job);
