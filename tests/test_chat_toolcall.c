@@ -241,6 +241,39 @@ TEST(families_parse) {
           "<｜tool▁call▁begin｜>search_docs<｜tool▁sep｜>{\"query\": \"kv\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "Ok.", 2, w5);
     check(NX_TOOL_FORMAT_DEEPSEEK, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"location\": \"Oslo\"}\n```<｜tool▁call▁end｜>", "", 1, w5);
     check(NX_TOOL_FORMAT_NONE, " anything <tool_call> ", "anything <tool_call>", 0, NULL);
+    /* the later families: two calls each, text around them */
+    check(NX_TOOL_FORMAT_TAGGED_JSON, "Ok.<tool_calls>[{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Oslo\"}}, "
+          "{\"name\": \"search_docs\", \"arguments\": {\"query\": \"kv\"}}]</tool_calls>", "Ok.", 2, w5);
+    check(NX_TOOL_FORMAT_TAGGED_JSON, "<tool_calls>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Oslo\"}}\n"
+          "{\"name\": \"search_docs\", \"arguments\": {\"query\": \"kv\"}}\n</tool_calls>", "", 2, w5);
+    check(NX_TOOL_FORMAT_TAGGED_JSON, "<|START_ACTION|>[{\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": "
+          "{\"location\": \"Oslo\"}}]<|END_ACTION|>", "", 1, (struct want_call[]){{"get_weather", "{\"location\":\"Oslo\"}", "0"}});
+    check(NX_TOOL_FORMAT_TAGGED_JSON, "<|tools_prefix|>[{\"get_weather\": {\"location\": \"Oslo\"}}, {\"search_docs\": {\"query\": \"kv\"}}]<|tools_suffix|>", "", 2, w5);
+    check(NX_TOOL_FORMAT_TAGGED_JSON, "<seed:tool_call>\n<function=get_weather>\n<parameter=location>Oslo</parameter>\n</function>\n</seed:tool_call>", "", 1, w5);
+    check(NX_TOOL_FORMAT_XML_INVOKE, "Hm.<minimax:tool_call>\n<invoke name=\"get_weather\">\n<parameter name=\"location\">Oslo</parameter>\n</invoke>\n"
+          "<invoke name=\"search_docs\">\n<parameter name=\"query\">kv</parameter>\n</invoke>\n</minimax:tool_call>", "Hm.", 2, w5);
+    /* DSML string="true" keeps "3" a string; string="false" decodes JSON */
+    struct want_call w6[] = {{"get_weather", "{\"location\":\"3\",\"days\":[1,2]}", NULL}};
+    check(NX_TOOL_FORMAT_XML_INVOKE, "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"location\" string=\"true\">3</｜DSML｜parameter>\n"
+          "<｜DSML｜parameter name=\"days\" string=\"false\">[1,2]</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>", "", 1, w6);
+    check(NX_TOOL_FORMAT_XML_INVOKE, "<function name=\"get_weather\"><param name=\"location\">Oslo</param></function>"
+          "<function name=\"search_docs\"><param name=\"query\">kv</param></function>", "", 2, w5);
+    struct want_call w7[] = {{"get_weather", "{\"location\":\"Oslo\"}", "functions.get_weather:0"}, {"search_docs", "{\"query\":\"kv\"}", "functions.search_docs:1"}};
+    check(NX_TOOL_FORMAT_KIMI, "A<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{\"location\": \"Oslo\"}<|tool_call_end|>"
+          "<|tool_call_begin|>functions.search_docs:1<|tool_call_argument_begin|>{\"query\": \"kv\"}<|tool_call_end|><|tool_calls_section_end|>", "A", 2, w7);
+    struct want_call w8[] = {{"get_weather", "{\"location\":\"Oslo\"}", "id1"}, {"search_docs", "{\"query\":\"kv\"}", "id2"}};
+    check(NX_TOOL_FORMAT_SOLAR, "<|tool_calls|><|tool_call:begin|>id1<|tool_call:name|>get_weather<|tool_call:args|>{\"location\": \"Oslo\"}<|tool_call:end|>"
+          "<|tool_call:begin|>id2<|tool_call:name|>search_docs<|tool_call:args|>{\"query\": \"kv\"}<|tool_call:end|><|calls|>", "", 2, w8);
+    check(NX_TOOL_FORMAT_HARMONY, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"location\": \"Oslo\"}<|call|>", "<|channel|>commentary", 1, w5);
+    struct want_call w9[] = {{"get_weather", "{\"location\":\"Oslo, NO\",\"days\":3,\"opts\":{\"units\":[\"C\",true]}}", NULL}};
+    check(NX_TOOL_FORMAT_GEMMA4, "<|tool_call>call:get_weather{location:<|\"|>Oslo, NO<|\"|>,days:3,opts:{units:[<|\"|>C<|\"|>,true]}}<tool_call|>", "", 1, w9);
+    check(NX_TOOL_FORMAT_HY, "<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n<arg_key:opensource>location</arg_key:opensource>\n"
+          "<arg_value:opensource>Oslo</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>", "", 1, w5);
+    check(NX_TOOL_FORMAT_PYTHONIC, "<|tool_call_start|>[get_weather(location='Oslo, \\'NO\\'', days=3, opts={'u': [True, None, -1.5]}), search_docs(query=\"kv\")]<|tool_call_end|>",
+          "", 2, (struct want_call[]){{"get_weather", "{\"location\":\"Oslo, 'NO'\",\"days\":3,\"opts\":{\"u\":[true,null,-1.5]}}", NULL}, {"search_docs", "{\"query\":\"kv\"}", NULL}});
+    check(NX_TOOL_FORMAT_FUNCTIONARY, "get_weather\n{\"location\": \"Oslo\"}>>>search_docs\n{\"query\": \"kv\"}", "", 2, w5);
+    check(NX_TOOL_FORMAT_FUNCTIONARY, "all\nLet me look.>>>get_weather\n{\"location\": \"Oslo\"}", "Let me look.", 1, w5);
+    check(NX_TOOL_FORMAT_FUNCTIONARY, "The answer is 4.", "The answer is 4.", 0, NULL);
 }
 
 TEST(malformed_outputs) {
@@ -263,6 +296,24 @@ TEST(malformed_outputs) {
         {NX_TOOL_FORMAT_DEEPSEEK, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{\"a\": ", "truncated JSON"},
         {NX_TOOL_FORMAT_DEEPSEEK, "<｜tool▁calls▁begin｜>junk", "begin marker"},
         {NX_TOOL_FORMAT_GENERIC, "{\"tool_call\": {\"name\": \"f\", \"arguments\": {}", "truncated JSON"},
+        {NX_TOOL_FORMAT_TAGGED_JSON, "<tool_calls>[{\"name\": \"f\", \"arguments\": {", "truncated JSON"},
+        {NX_TOOL_FORMAT_TAGGED_JSON, "<TOOLCALL>oops</TOOLCALL>", "unexpected text"},
+        {NX_TOOL_FORMAT_TAGGED_JSON, "<tool_calls></tool_calls>", "no call"},
+        {NX_TOOL_FORMAT_XML_INVOKE, "<minimax:tool_call><invoke name=\"f\"><parameter name=\"a\">1", "truncated parameter"},
+        {NX_TOOL_FORMAT_XML_INVOKE, "<minimax:tool_call><invoke name=\"f\">", "truncated: no </invoke>"},
+        {NX_TOOL_FORMAT_XML_INVOKE, "<minimax:tool_call>junk</minimax:tool_call>", "expected <invoke name="},
+        {NX_TOOL_FORMAT_KIMI, "<|tool_call_begin|>functions.f:0", "truncated"},
+        {NX_TOOL_FORMAT_KIMI, "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"a\": 1} x", "expected <|tool_call_end|>"},
+        {NX_TOOL_FORMAT_SOLAR, "<|tool_call:begin|>id<|tool_call:name|>f<|tool_call:args|>{\"a\"", "truncated JSON"},
+        {NX_TOOL_FORMAT_HARMONY, "to=functions.f<|channel|>commentary", "truncated"},
+        {NX_TOOL_FORMAT_GEMMA4, "<|tool_call>call:f{a:<|\"|>x}", "truncated string"},
+        {NX_TOOL_FORMAT_GEMMA4, "<|tool_call>call:f{a:1", "truncated arguments"},
+        {NX_TOOL_FORMAT_GEMMA4, "<|tool_call>f{}", "expected call:"},
+        {NX_TOOL_FORMAT_HY, "<tool_call:opensource>f<arg_key:opensource>a</arg_key:opensource>", "truncated"},
+        {NX_TOOL_FORMAT_PYTHONIC, "<|tool_call_start|>[f(a='x)]", "truncated string"},
+        {NX_TOOL_FORMAT_PYTHONIC, "<|tool_call_start|>[f(a=undefined_name)]", "Python literal"},
+        {NX_TOOL_FORMAT_PYTHONIC, "<|tool_call_start|>[f a]", "expected '('"},
+        {NX_TOOL_FORMAT_FUNCTIONARY, "f\n{\"a\": ", "truncated JSON"},
     };
     for (size_t i = 0; i < NX_ARRAY_LEN(cases); i++) {
         nx_tool_calls *c = NULL;
@@ -281,12 +332,26 @@ TEST(malformed_outputs) {
         "a<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": [1, {\"y\": \"z\"}]}}\n</tool_call><tool_call><function=g><parameter=k>\nv\n</parameter></function></tool_call>",
         "<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": 1}}; {\"name\": \"g\", \"parameters\": {}}",
         "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 1}, \"id\": \"abcdefghi\"}][TOOL_CALLS]g[CALL_ID]id1[ARGS]{\"y\": 2}",
-        "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {\"x\": 1}}]}"};
-    enum nx_tool_format fam[] = {NX_TOOL_FORMAT_HERMES, NX_TOOL_FORMAT_LLAMA3, NX_TOOL_FORMAT_MISTRAL, NX_TOOL_FORMAT_GENERIC};
+        "{\"tool_calls\": [{\"name\": \"f\", \"arguments\": {\"x\": 1}}]}",
+        "<tool_calls>[{\"name\": \"f\", \"arguments\": {\"x\": 1}}]</tool_calls><|START_ACTION|>[{\"tool_name\": \"g\", \"parameters\": {}}]<|END_ACTION|>",
+        "<｜DSML｜tool_calls><｜DSML｜invoke name=\"f\"><｜DSML｜parameter name=\"k\" string=\"false\">[1]</｜DSML｜parameter></｜DSML｜invoke></｜DSML｜tool_calls>",
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{\"x\": [1]}<|tool_call_end|><|tool_calls_section_end|>",
+        "<|tool_call:begin|>i<|tool_call:name|>f<|tool_call:args|>{\"x\": 1}<|tool_call:end|>",
+        "to=functions.f<|channel|>commentary json<|message|>{\"x\": {\"y\": 1}}<|call|>",
+        "<|tool_call>call:f{a:<|\"|>x<|\"|>,b:[1,{c:2}]}<tool_call|>",
+        "<tool_call:opensource>f<tool_sep:opensource><arg_key:opensource>a</arg_key:opensource><arg_value:opensource>1</arg_value:opensource></tool_call:opensource>",
+        "<|tool_call_start|>[f(a='x', b=[1, {'c': 2}]), g()]<|tool_call_end|>",
+        ">>>f\n{\"x\": 1}>>>all\nhi"};
+    enum nx_tool_format fam[] = {NX_TOOL_FORMAT_HERMES, NX_TOOL_FORMAT_LLAMA3, NX_TOOL_FORMAT_MISTRAL, NX_TOOL_FORMAT_GENERIC,
+                                 NX_TOOL_FORMAT_TAGGED_JSON, NX_TOOL_FORMAT_XML_INVOKE, NX_TOOL_FORMAT_KIMI, NX_TOOL_FORMAT_SOLAR,
+                                 NX_TOOL_FORMAT_HARMONY, NX_TOOL_FORMAT_GEMMA4, NX_TOOL_FORMAT_HY, NX_TOOL_FORMAT_PYTHONIC,
+                                 NX_TOOL_FORMAT_FUNCTIONARY};
+    int nv = (int)NX_ARRAY_LEN(valid);
+    ASSERT_EQ(nv, (int)NX_ARRAY_LEN(fam));
     srand(11);
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < nv; v++) {
         size_t n = strlen(valid[v]);
-        for (int f = 0; f < 4; f++)
+        for (int f = 0; f < nv; f++)
             for (size_t k = 0; k <= n; k++) {
                 c = NULL;
                 nx_status st = nx_tool_calls_parse(fam[f], valid[v], k, &c, err, sizeof err);
