@@ -804,6 +804,11 @@ typedef struct nx_grammar_matcher nx_grammar_matcher;
  */
 NX_API nx_status nx_grammar_from_gbnf(const char *text, size_t len, const char *root,
                                       nx_grammar **out, char *err, size_t errlen);
+/* As nx_grammar_from_gbnf, also accepting the %jstr{m,n} element nx_grammar_source writes (a
+ * JSON string body of m..n characters and its closing quote), so that schema sources (rules
+ * renamed apart) can be combined into one grammar. */
+NX_API nx_status nx_grammar_from_schema_gbnf(const char *text, size_t len, const char *root,
+                                             nx_grammar **out, char *err, size_t errlen);
 
 struct nx_json_schema_params {
     int32_t max_string_chars; /* strings without maxLength get this cap (0: none, default) */

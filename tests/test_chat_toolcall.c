@@ -406,6 +406,9 @@ TEST(detection_and_triggers) {
     ASSERT_OK(nx_chat_template_open("chatml", &t, err, sizeof err));
     ASSERT_EQ(nx_chat_template_tool_format(t), NX_TOOL_FORMAT_HERMES);
     nx_chat_template_free(t);
+    ASSERT_OK(nx_chat_template_open("llama3", &t, err, sizeof err));
+    ASSERT_EQ(nx_chat_template_tool_format(t), NX_TOOL_FORMAT_LLAMA3);
+    nx_chat_template_free(t);
     ASSERT_OK(nx_chat_template_open("mistral", &t, err, sizeof err));
     ASSERT_EQ(nx_chat_template_tool_format(t), NX_TOOL_FORMAT_MISTRAL);
     nx_chat_template_free(t);

@@ -1210,6 +1210,7 @@ static const struct {
     {NX_TOOL_FORMAT_MISTRAL, {"[TOOL_CALLS]", NULL}},
     {NX_TOOL_FORMAT_LLAMA3, {"<|python_tag|>", NULL}},
     {NX_TOOL_FORMAT_LLAMA3, {"<|start_header_id|>", "\"parameters\"", NULL}},
+    {NX_TOOL_FORMAT_LLAMA3, {"<|start_header_id|>", "'parameters'", NULL}}, /* the built-in */
     {NX_TOOL_FORMAT_GENERIC, {"tool_calls", NULL}},
     {NX_TOOL_FORMAT_GENERIC, {"tools", NULL}},
 };

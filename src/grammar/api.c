@@ -62,6 +62,16 @@ nx_status nx_grammar_from_gbnf(const char *text, size_t len, const char *root, n
     return st;
 }
 
+nx_status nx_grammar_from_schema_gbnf(const char *text, size_t len, const char *root, nx_grammar **out,
+                                      char *err, size_t errlen) {
+    struct nx_err e = {{0}};
+    *out = NULL;
+    if (!text) return NX_STATUS_INVALID_ARG;
+    nx_status st = compile(text, len, root, true, out, &e);
+    if (st != NX_STATUS_OK) copy_err(&e, err, errlen);
+    return st;
+}
+
 nx_status nx_grammar_from_json_schema(const char *json, size_t len,
                                       const struct nx_json_schema_params *params,
                                       nx_grammar **out, char *err, size_t errlen) {
