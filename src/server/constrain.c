@@ -133,13 +133,33 @@ static void put_literal(char *dst, size_t cap, const char *s) {
     dst[o] = 0;
 }
 
+/* The text a NAMED call starts with, up to its arguments (owned by c). */
+static nx_status named_prefill(enum nx_tool_format family, const char *name, struct srv_constraint *c) {
+    json_t *js = json_string(name);
+    char *q = js ? nx_json_dumps(js, JSON_ENCODE_ANY) : NULL;
+    json_decref(js);
+    if (!q) return NX_STATUS_NOMEM;
+    size_t cap = strlen(q) + strlen(name) + 96;
+    c->owned = nx_malloc(cap);
+    if (c->owned) {
+        if (family == NX_TOOL_FORMAT_LLAMA3) snprintf(c->owned, cap, "{\"name\":%s,\"parameters\":", q);
+        else if (family == NX_TOOL_FORMAT_DEEPSEEK)
+            snprintf(c->owned, cap, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>%s<｜tool▁sep｜>", name);
+        else if (family == NX_TOOL_FORMAT_MISTRAL) snprintf(c->owned, cap, "[TOOL_CALLS][{\"name\":%s,\"arguments\":", q);
+        else snprintf(c->owned, cap, "<tool_call>\n{\"name\":%s,\"arguments\":", q);
+        c->prefill = c->owned;
+    }
+    nx_free(q);
+    return c->owned ? NX_STATUS_OK : NX_STATUS_NOMEM;
+}
+
 /*
  * The grammar of what follows the family's trigger (nx_tool_format_trigger) in one call, for
  * the families whose trigger is not a separate tag: llama3 after {"name": the rest of
  * {"name":"N","parameters":ARGS} (compact), deepseek after <｜tool▁calls▁begin｜>: one
  * <｜tool▁call▁begin｜>N<｜tool▁sep｜>ARGS<｜tool▁call▁end｜> and <｜tool▁calls▁end｜> (V3.1's
- * form). ARGS is each tool's full parameters schema (its rules prefixed tN-). Only the named
- * tool when NAMED.
+ * form). ARGS is each tool's full parameters schema (its rules prefixed tN-). NAMED (any
+ * family): only the tool's ARGS and what closes the call, the rest being in the prefill.
  */
 static nx_status after_trigger_grammar(enum nx_tool_format family, json_t *tools, enum srv_tool_mode mode,
                                        const char *name, nx_grammar **g, char *err, size_t errlen) {
@@ -163,7 +183,9 @@ static nx_status after_trigger_grammar(enum nx_tool_format family, json_t *tools
         put_prefixed(parts, nx_grammar_source(tg), prefix);
         json_array_append_new(parts, json_string("\n"));
         nx_grammar_free(tg);
-        if (family == NX_TOOL_FORMAT_LLAMA3) {
+        if (mode == SRV_TOOLS_NAMED) {
+            snprintf(alt, sizeof alt, "t%zu-root", i);
+        } else if (family == NX_TOOL_FORMAT_LLAMA3) {
             char *q = nx_json_dumps(json_object_get(fn, "name"), JSON_ENCODE_ANY);
             put_literal(lit, sizeof lit, q ? q : "\"\"");
             nx_free(q);
@@ -175,8 +197,13 @@ static nx_status after_trigger_grammar(enum nx_tool_format family, json_t *tools
         json_array_append_new(alts, json_string(alt));
     }
     if (st == NX_STATUS_OK) {
-        json_array_append_new(parts, json_string(family == NX_TOOL_FORMAT_LLAMA3 ? "root ::= \":\" call \"}\"\ncall ::= "
-                                                 : "root ::= call \"<｜tool▁call▁end｜><｜tool▁calls▁end｜>\"\ncall ::= "));
+        /* NAMED: the prefill ends where the arguments begin (named_prefill) */
+        const char *root = mode != SRV_TOOLS_NAMED && family == NX_TOOL_FORMAT_LLAMA3 ? "root ::= \":\" call \"}\"\n"
+                           : family == NX_TOOL_FORMAT_DEEPSEEK ? "root ::= call \"<｜tool▁call▁end｜><｜tool▁calls▁end｜>\"\n"
+                           : family == NX_TOOL_FORMAT_MISTRAL  ? "root ::= call \"}]\"\n"
+                                                               : "root ::= call \"}\"\n";
+        json_array_append_new(parts, json_string(root));
+        json_array_append_new(parts, json_string("call ::= "));
         json_array_foreach(alts, i, t) {
             if (i) json_array_append_new(parts, json_string(" | "));
             json_array_append(parts, t);
@@ -248,6 +275,17 @@ nx_status srv_constraint_build(enum nx_tool_format family, json_t *tools,
     json_t *body;
     nx_status st = call_schema(family, tools, mode, name, &body, err, errlen);
     if (st) return st;
+    if (mode == SRV_TOOLS_NAMED) {
+        /* the router chose the tool: the answer starts with the call up to its arguments,
+           and only those are generated, under the tool's full schema */
+        json_decref(body);
+        st = named_prefill(family, name, c);
+        if (st == NX_STATUS_OK) st = after_trigger_grammar(family, tools, mode, name, &c->grammar, err, errlen);
+        if (st == NX_STATUS_NOMEM) snprintf(err, errlen, "out of memory");
+        if (st) srv_constraint_free(c);
+        else if (family == NX_TOOL_FORMAT_HERMES) c->suffix = "\n</tool_call>";
+        return st;
+    }
     if (family == NX_TOOL_FORMAT_LLAMA3 || family == NX_TOOL_FORMAT_DEEPSEEK) {
         /* no separate opening tag: the trigger is the call's own beginning; auto waits for it,
            required / named start the answer with it */
@@ -277,4 +315,7 @@ nx_status srv_constraint_build(enum nx_tool_format family, json_t *tools,
 void srv_constraint_free(struct srv_constraint *c) {
     nx_grammar_free(c->grammar);
     c->grammar = NULL;
+    nx_free(c->owned);
+    c->owned = NULL;
+    c->prefill = "";
 }
