@@ -798,6 +798,68 @@ static nx_status parse_hy(struct tcparse *P) {
     }
 }
 
+/* Values of the non-JSON argument syntaxes (gemma4, pythonic): a reader of one value, and of
+ * an object key up to and past its ':' (nx_malloc'd). */
+typedef json_t *(*value_reader)(struct tcparse *P, size_t *i, size_t end, int depth);
+typedef char *(*key_reader)(struct tcparse *P, size_t *i, size_t end, int depth);
+
+/* {KEY: VALUE, ..} or [VALUE, ..] at s[*i] (after spaces); *i after it */
+static json_t *container(struct tcparse *P, size_t *i, size_t end, int depth, value_reader val, key_reader key) {
+    const char *s = P->s;
+    size_t j = skip_ws(s, end, *i);
+    bool obj = s[j] == '{';
+    json_t *c = obj ? json_object() : json_array();
+    j++;
+    for (;;) {
+        j = skip_ws(s, end, j);
+        if (j < end && s[j] == (obj ? '}' : ']')) {
+            *i = j + 1;
+            return c;
+        }
+        char *k = NULL;
+        if (obj && !(k = key(P, &j, end, depth))) break;
+        json_t *v = val(P, &j, end, depth + 1);
+        int bad = !c || !v || (obj ? json_object_set_new(c, k, v) : json_array_append_new(c, v));
+        nx_free(k);
+        if (bad) {
+            if (!v && P->st == NX_STATUS_OK) fail(P, NX_STATUS_NOMEM, j, "out of memory");
+            json_decref(c);
+            return NULL;
+        }
+        j = skip_ws(s, end, j);
+        if (j < end && s[j] == ',') j++;
+        else if (!(j < end && s[j] == (obj ? '}' : ']'))) break;
+    }
+    json_decref(c);
+    if (P->st == NX_STATUS_OK) fail(P, NX_STATUS_FORMAT, j, j >= end ? "truncated arguments" : "expected ',' or a closing bracket");
+    return NULL;
+}
+
+static json_t *gemma_value(struct tcparse *P, size_t *i, size_t end, int depth);
+static json_t *py_value(struct tcparse *P, size_t *i, size_t end, int depth);
+
+/* gemma4 keys are bare: up to the ':' */
+static char *gemma_key(struct tcparse *P, size_t *i, size_t end, int depth) {
+    size_t j = skip_ws(P->s, end, *i), k0 = j;
+    while (j < end && P->s[j] != ':') j++;
+    if (j >= end) return NULL;
+    *i = j + 1;
+    return dupn(P->s + k0, j - k0);
+}
+
+/* pythonic keys are string literals */
+static char *py_key(struct tcparse *P, size_t *i, size_t end, int depth) {
+    json_t *k = py_value(P, i, end, depth + 1);
+    size_t j = skip_ws(P->s, end, *i);
+    char *r = NULL;
+    if (json_is_string(k) && j < end && P->s[j] == ':') {
+        r = dupn(json_string_value(k), json_string_length(k));
+        *i = j + 1;
+    }
+    json_decref(k);
+    return r;
+}
+
 /* gemma4 values: {key:value,..}, [..], <|"|>text<|"|>, or a bare JSON scalar */
 #define GQ "<|\"|>"
 static json_t *gemma_value(struct tcparse *P, size_t *i, size_t end, int depth) {
@@ -816,39 +878,7 @@ static json_t *gemma_value(struct tcparse *P, size_t *i, size_t end, int depth) 
         *i = (size_t)(e - s) + 5;
         return json_stringn(s + j + 5, (size_t)(e - s) - j - 5);
     }
-    if (j < end && (s[j] == '{' || s[j] == '[')) {
-        bool obj = s[j] == '{';
-        json_t *c = obj ? json_object() : json_array();
-        j++;
-        for (;;) {
-            j = skip_ws(s, end, j);
-            if (j < end && s[j] == (obj ? '}' : ']')) {
-                *i = j + 1;
-                return c;
-            }
-            char *key = NULL;
-            if (obj) {
-                size_t k0 = j;
-                while (j < end && s[j] != ':') j++;
-                if (j >= end) break;
-                key = dupn(s + k0, j - k0);
-                j++;
-            }
-            json_t *v = gemma_value(P, &j, end, depth + 1);
-            int bad = !v || (obj ? json_object_set_new(c, key, v) : json_array_append_new(c, v));
-            nx_free(key);
-            if (bad) {
-                json_decref(c);
-                return NULL;
-            }
-            j = skip_ws(s, end, j);
-            if (j < end && s[j] == ',') j++;
-            else if (!(j < end && s[j] == (obj ? '}' : ']'))) break;
-        }
-        json_decref(c);
-        if (P->st == NX_STATUS_OK) fail(P, NX_STATUS_FORMAT, j, j >= end ? "truncated arguments" : "expected ',' or a closing bracket");
-        return NULL;
-    }
+    if (j < end && (s[j] == '{' || s[j] == '[')) return container(P, i, end, depth, gemma_value, gemma_key);
     size_t v0 = j;
     while (j < end && s[j] != ',' && s[j] != '}' && s[j] != ']') j++;
     size_t v1 = j;
@@ -922,41 +952,7 @@ static json_t *py_value(struct tcparse *P, size_t *i, size_t end, int depth) {
         *i = k + 1;
         return v;
     }
-    if (j < end && (s[j] == '[' || s[j] == '{')) {
-        bool obj = s[j] == '{';
-        json_t *c = obj ? json_object() : json_array();
-        j++;
-        for (;;) {
-            j = skip_ws(s, end, j);
-            if (j < end && s[j] == (obj ? '}' : ']')) {
-                *i = j + 1;
-                return c;
-            }
-            json_t *key = NULL;
-            if (obj) {
-                key = py_value(P, &j, end, depth + 1);
-                j = skip_ws(s, end, j);
-                if (!json_is_string(key) || !(j < end && s[j] == ':')) {
-                    json_decref(key);
-                    break;
-                }
-                j++;
-            }
-            json_t *v = py_value(P, &j, end, depth + 1);
-            int bad = !v || (obj ? json_object_set_new(c, json_string_value(key), v) : json_array_append_new(c, v));
-            json_decref(key);
-            if (bad) {
-                json_decref(c);
-                return NULL;
-            }
-            j = skip_ws(s, end, j);
-            if (j < end && s[j] == ',') j++;
-            else if (!(j < end && s[j] == (obj ? '}' : ']'))) break;
-        }
-        json_decref(c);
-        if (P->st == NX_STATUS_OK) fail(P, NX_STATUS_FORMAT, j, j >= end ? "truncated arguments" : "expected ',' or a closing bracket");
-        return NULL;
-    }
+    if (j < end && (s[j] == '[' || s[j] == '{')) return container(P, i, end, depth, py_value, py_key);
     size_t v0 = j;
     while (j < end && (name_char(s[j]) || s[j] == '+')) j++;
     size_t len = j - v0;
