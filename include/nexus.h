@@ -718,7 +718,8 @@ NX_API void nx_chat_free_string(char *s);
  * </function>), Llama 3.x (a JSON object {"name":..,"parameters":..}, optionally after
  * <|python_tag|>, several separated by ';'; functionary's <function=NAME>{..}</function>), Mistral ([TOOL_CALLS][{...}] and the newer
  * [TOOL_CALLS]name[ARGS]{...}), and the generic form (a JSON object {"tool_call": {...}} or
- * {"tool_calls": [...]}, or {"name":..,"arguments":..}).
+ * {"tool_calls": [...]}, or {"name":..,"arguments":..}); DeepSeek and the model-specific
+ * families after it, each named with its forms below.
  * ------------------------------------------------------------------------------------------- */
 enum nx_tool_format {
     NX_TOOL_FORMAT_NONE = 0, /* the template shows no tool calls */

@@ -14,7 +14,13 @@
  *           [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...} (repeated);
  *   generic {"tool_call": {...}} / {"tool_calls": [...]} / {"name":..,"arguments":..};
  *   deepseek <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...
- *           (V3.1) and the R1 form function<｜tool▁sep｜>NAME ```json {...} ```.
+ *           (V3.1) and the R1 form function<｜tool▁sep｜>NAME ```json {...} ```;
+ *   and the model-specific families (nexus.h): tagged-json (JSON calls between one of several
+ *   tag pairs), xml-invoke (a table of invoke/parameter marker sets), kimi / solar / harmony
+ *   (one marker-driven parser: optional id, name, JSON arguments), gemma4 and pythonic (small
+ *   readers of their argument syntaxes into JSON), hy (the GLM reader with Hunyuan's tags),
+ *   functionary v3.2 (>>>recipient segments).
+ * Detection is a table of marker rules over the template text, the model-specific ones first.
  * Arguments given as a JSON string holding an object are decoded; arguments must end up an
  * object, written back compact (key order kept). Text outside calls is the content (trimmed).
  * A call that begins but does not parse is an error naming the byte offset and the problem;

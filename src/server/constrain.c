@@ -90,10 +90,10 @@ static nx_status call_schema(enum nx_tool_format family, json_t *tools, enum srv
 static bool gbnf_word(char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
-static void put_prefixed(json_t *sb, const char *src, const char *prefix) {
+static bool put_prefixed(json_t *sb, const char *src, const char *prefix) {
     size_t n = strlen(src), i = 0;
     char *out = nx_malloc(n + (n / 2 + 1) * strlen(prefix) + 1); /* at most n/2+1 names */
-    if (!out) return;
+    if (!out) return false;
     size_t o = 0, pl = strlen(prefix);
     while (i < n) {
         char c = src[i];
@@ -119,8 +119,9 @@ static void put_prefixed(json_t *sb, const char *src, const char *prefix) {
         } else out[o++] = src[i++];
     }
     out[o] = 0;
-    json_array_append_new(sb, json_string(out));
+    bool ok = json_array_append_new(sb, json_string(out)) == 0;
     nx_free(out);
+    return ok;
 }
 
 /* s as the body of a GBNF string literal (quotes and backslashes escaped) */
@@ -180,9 +181,14 @@ static nx_status after_trigger_grammar(enum nx_tool_format family, json_t *tools
         if (st) break;
         char prefix[32], lit[600], alt[900];
         snprintf(prefix, sizeof prefix, "t%zu-", i);
-        put_prefixed(parts, nx_grammar_source(tg), prefix);
+        bool put = put_prefixed(parts, nx_grammar_source(tg), prefix);
         json_array_append_new(parts, json_string("\n"));
         nx_grammar_free(tg);
+        if (!put) {
+            st = NX_STATUS_NOMEM;
+            snprintf(err, errlen, "out of memory");
+            break;
+        }
         if (mode == SRV_TOOLS_NAMED) {
             snprintf(alt, sizeof alt, "t%zu-root", i);
         } else if (family == NX_TOOL_FORMAT_LLAMA3) {
@@ -288,7 +294,7 @@ nx_status srv_constraint_build(enum nx_tool_format family, json_t *tools,
     }
     if (family == NX_TOOL_FORMAT_LLAMA3 || family == NX_TOOL_FORMAT_DEEPSEEK) {
         /* no separate opening tag: the trigger is the call's own beginning; auto waits for it,
-           required / named start the answer with it */
+           required starts the answer with it */
         json_decref(body);
         st = after_trigger_grammar(family, tools, mode, name, &c->grammar, err, errlen);
         if (st) return st;
