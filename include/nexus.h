@@ -718,7 +718,8 @@ NX_API void nx_chat_free_string(char *s);
  * </function>), Llama 3.x (a JSON object {"name":..,"parameters":..}, optionally after
  * <|python_tag|>, several separated by ';'; functionary's <function=NAME>{..}</function>), Mistral ([TOOL_CALLS][{...}] and the newer
  * [TOOL_CALLS]name[ARGS]{...}), and the generic form (a JSON object {"tool_call": {...}} or
- * {"tool_calls": [...]}, or {"name":..,"arguments":..}).
+ * {"tool_calls": [...]}, or {"name":..,"arguments":..}); DeepSeek and the model-specific
+ * families after it, each named with its forms below.
  * ------------------------------------------------------------------------------------------- */
 enum nx_tool_format {
     NX_TOOL_FORMAT_NONE = 0, /* the template shows no tool calls */
@@ -726,18 +727,38 @@ enum nx_tool_format {
     NX_TOOL_FORMAT_LLAMA3 = 2,
     NX_TOOL_FORMAT_MISTRAL = 3,
     NX_TOOL_FORMAT_GENERIC = 4,
-    NX_TOOL_FORMAT_DEEPSEEK = 5 /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{..}
+    NX_TOOL_FORMAT_DEEPSEEK = 5, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{..}
                                    <｜tool▁call▁end｜>..<｜tool▁calls▁end｜> (V3.1), and R1's
                                    function<｜tool▁sep｜>NAME ```json {..} ``` */
+    NX_TOOL_FORMAT_TAGGED_JSON = 6, /* JSON calls (objects or an array) between a model's own tags:
+                                       <tool_calls>, <TOOLCALL>, <seed:tool_call> (XML inside),
+                                       Cohere's <|START_ACTION|>, GigaChat's <|function_call|>,
+                                       Apertus' <|tools_prefix|>[{NAME: {..}}] */
+    NX_TOOL_FORMAT_XML_INVOKE = 7,  /* <invoke name="N"><parameter name="K">V</parameter></invoke>
+                                       and its relatives: MiniMax-M2, DeepSeek V3.2/V4 DSML, muse
+                                       <atem:invoke>, MiniCPM <function name=..><param name=..>,
+                                       Kimi-K3 <|open|>call tool=".." */
+    NX_TOOL_FORMAT_KIMI = 8,        /* Kimi-K2 <|tool_calls_section_begin|><|tool_call_begin|>
+                                       functions.NAME:I<|tool_call_argument_begin|>{..}.. */
+    NX_TOOL_FORMAT_SOLAR = 9,       /* <|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{..} */
+    NX_TOOL_FORMAT_HARMONY = 10,    /* gpt-oss: to=functions.NAME<|channel|>..<|message|>{..}<|call|> */
+    NX_TOOL_FORMAT_GEMMA4 = 11,     /* <|tool_call>call:NAME{k:v,..}<tool_call|>, strings <|"|>..<|"|> */
+    NX_TOOL_FORMAT_HY = 12,         /* Hunyuan <tool_call:opensource>NAME<tool_sep:opensource> and
+                                       <arg_key:opensource>K</..><arg_value:opensource>V</..> pairs */
+    NX_TOOL_FORMAT_PYTHONIC = 13,   /* LFM2.5 <|tool_call_start|>[NAME(k='v', n=3), ..]<|tool_call_end|> */
+    NX_TOOL_FORMAT_FUNCTIONARY = 14 /* functionary v3.2: >>>NAME\n{..} segments, >>>all\n text */
 };
 /* The family a template's text shows (detected once at parse). */
 NX_API enum nx_tool_format nx_chat_template_tool_format(const nx_chat_template *t);
-/* "none", "hermes", "llama3", "mistral", "generic", "deepseek". Static. */
+/* "none", "hermes", "llama3", "mistral", "generic", "deepseek", "tagged-json", "xml-invoke",
+ * "kimi", "solar", "harmony", "gemma4", "hy", "pythonic", "functionary". Static. */
 NX_API const char *nx_tool_format_name(enum nx_tool_format f);
 /* The text that begins a tool call in that family: "<tool_call>" (hermes), "{\"name\""
  * (llama3; also "<|python_tag|>" and functionary's "<function=" are parsed), "[TOOL_CALLS]"
- * (mistral), "{\"" (generic), "<｜tool▁calls▁begin｜>" (deepseek), "" (none); for lazy grammars: generation is free until it
- * appears. Static. */
+ * (mistral), "{\"" (generic), "<｜tool▁calls▁begin｜>" (deepseek), and for the later families
+ * the opening marker of the form their templates render (one of several for tagged-json and
+ * xml-invoke, whose parsers accept them all), "" (none); for lazy grammars: generation is free
+ * until it appears. Static. */
 NX_API const char *nx_tool_format_trigger(enum nx_tool_format f);
 
 struct nx_tool_call {
@@ -784,6 +805,11 @@ typedef struct nx_grammar_matcher nx_grammar_matcher;
  */
 NX_API nx_status nx_grammar_from_gbnf(const char *text, size_t len, const char *root,
                                       nx_grammar **out, char *err, size_t errlen);
+/* As nx_grammar_from_gbnf, also accepting the %jstr{m,n} element nx_grammar_source writes (a
+ * JSON string body of m..n characters and its closing quote), so that schema sources (rules
+ * renamed apart) can be combined into one grammar. */
+NX_API nx_status nx_grammar_from_schema_gbnf(const char *text, size_t len, const char *root,
+                                             nx_grammar **out, char *err, size_t errlen);
 
 struct nx_json_schema_params {
     int32_t max_string_chars; /* strings without maxLength get this cap (0: none, default) */

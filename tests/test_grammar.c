@@ -140,6 +140,14 @@ TEST(gbnf_errors) {
         }
         ASSERT_CONTAINS(e.msg, cases[i].msg);
     }
+    /* the public entry points: plain GBNF refuses %jstr, the schema-source one takes it */
+    const char *js = "root ::= \"\\\"\" %jstr{1,2}\n";
+    nx_grammar *pg = NULL;
+    char err[256];
+    ASSERT_TRUE(nx_grammar_from_gbnf(js, strlen(js), NULL, &pg, err, sizeof err) == NX_STATUS_FORMAT);
+    ASSERT_TRUE(pg == NULL);
+    ASSERT_OK(nx_grammar_from_schema_gbnf(js, strlen(js), NULL, &pg, err, sizeof err));
+    nx_grammar_free(pg);
 }
 
 struct schema_case {

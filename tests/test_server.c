@@ -21,6 +21,7 @@
 #include "core/alloc.h"
 #include "core/nx_base.h"
 #include "nexus.h"
+#include "server/constrain.h"
 #include "server/server.h"
 #include "gen/stopfilter.h"
 #include "support/http.h"
@@ -852,6 +853,32 @@ static const char *k_tools =
     "{\"type\":\"function\",\"function\":{\"name\":\"search\",\"parameters\":{\"type\":\"object\","
     "\"properties\":{\"q\":{\"type\":\"string\",\"maxLength\":10}},\"required\":[\"q\"]}}}]";
 
+/* A response holding one call of k_tools (named: that tool) with arguments under its schema,
+   finish_reason "tool_calls". */
+static bool tool_call_ok(json_t *r, const char *named) {
+    json_t *ch = json_array_get(json_object_get(r, "choices"), 0);
+    const char *fr = json_string_value(json_object_get(ch, "finish_reason"));
+    json_t *tc = json_array_get(json_object_get(first_message(r), "tool_calls"), 0);
+    json_t *fn = json_object_get(tc, "function");
+    const char *name = json_string_value(json_object_get(fn, "name"));
+    const char *type = json_string_value(json_object_get(tc, "type"));
+    const char *as = json_string_value(json_object_get(fn, "arguments"));
+    json_t *args = as ? json_loads(as, 0, NULL) : NULL;
+    bool ok = fr && !strcmp(fr, "tool_calls") && type && !strcmp(type, "function") &&
+              json_is_string(json_object_get(tc, "id")) && name && json_is_object(args) &&
+              (!named || !strcmp(name, named));
+    if (ok && !strcmp(name, "get_weather")) {
+        json_t *d = json_object_get(args, "days");
+        ok = json_is_string(json_object_get(args, "location")) && json_is_integer(d) &&
+             json_integer_value(d) >= 1 && json_integer_value(d) <= 7;
+    } else if (ok) {
+        ok = !strcmp(name, "search") && json_is_string(json_object_get(args, "q"));
+    }
+    if (!ok) fprintf(stderr, "  not a valid call: %s %s\n", name ? name : "-", fr ? fr : "-");
+    json_decref(args);
+    return ok;
+}
+
 TEST(server_tool_calls_under_the_full_schema) {
     struct srv_params p = params();
     struct srv_server *s = start(&p);
@@ -870,24 +897,7 @@ TEST(server_tool_calls_under_the_full_schema) {
             json_t *ch = json_array_get(json_object_get(r, "choices"), 0);
             ASSERT_TRUE(!strcmp(json_string_value(json_object_get(ch, "finish_reason")),
                                 "tool_calls"));
-            json_t *tc = json_array_get(json_object_get(first_message(r), "tool_calls"), 0);
-            ASSERT_TRUE(!strcmp(json_string_value(json_object_get(tc, "type")), "function"));
-            ASSERT_TRUE(json_is_string(json_object_get(tc, "id")));
-            json_t *fn = json_object_get(tc, "function");
-            const char *name = json_string_value(json_object_get(fn, "name"));
-            json_t *args = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
-            ASSERT_TRUE(name && json_is_object(args));
-            if (c == 1) ASSERT_TRUE(!strcmp(name, "search"));
-            if (!strcmp(name, "get_weather")) {
-                json_t *d = json_object_get(args, "days");
-                ASSERT_TRUE(json_is_string(json_object_get(args, "location")));
-                ASSERT_TRUE(json_is_integer(d) && json_integer_value(d) >= 1 &&
-                            json_integer_value(d) <= 7);
-            } else {
-                ASSERT_TRUE(!strcmp(name, "search"));
-                ASSERT_TRUE(json_is_string(json_object_get(args, "q")));
-            }
-            json_decref(args);
+            ASSERT_TRUE(tool_call_ok(r, c == 1 ? "search" : NULL));
             json_decref(r);
         }
     /* streamed: the call arrives whole in one delta before the finish chunk */
@@ -927,6 +937,123 @@ TEST(server_tool_calls_under_the_full_schema) {
         ASSERT_EQ(b.status, 400);
         resp_free(&b);
     }
+    srv_stop(s);
+}
+
+/*
+ * Each family's constraint, byte for byte: the text a call is made of after the trigger (auto)
+ * or the prefill (required / named) is accepted by the grammar and complete; a name outside
+ * the choice or arguments outside the schema are rejected; and trigger/prefill + that text
+ * (+ the suffix) parses back, with the family's parser, to the same call.
+ */
+TEST(constraint_grammars_round_trip_through_the_parsers) {
+    nx_grammar_vocab *v = NULL;
+    ASSERT_OK(nx_grammar_vocab_init(model(), &v));
+    json_t *tools = json_loads(k_tools, 0, NULL);
+    const char *args = "{\"location\":\"Oslo\",\"days\":3}";
+    struct { enum nx_tool_format f; const char *body, *bad_days; } fam[] = {
+        {NX_TOOL_FORMAT_HERMES, "{\"name\":\"get_weather\",\"arguments\":{\"location\":\"Oslo\",\"days\":3}}",
+         "{\"name\":\"get_weather\",\"arguments\":{\"location\":\"Oslo\",\"days\":9"},
+        {NX_TOOL_FORMAT_MISTRAL, "[{\"name\":\"get_weather\",\"arguments\":{\"location\":\"Oslo\",\"days\":3}}]",
+         "[{\"name\":\"get_weather\",\"arguments\":{\"location\":\"Oslo\",\"days\":9"},
+        {NX_TOOL_FORMAT_LLAMA3, ":\"get_weather\",\"parameters\":{\"location\":\"Oslo\",\"days\":3}}",
+         ":\"get_weather\",\"parameters\":{\"location\":\"Oslo\",\"days\":9"},
+        {NX_TOOL_FORMAT_DEEPSEEK, "<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"location\":\"Oslo\",\"days\":3}"
+         "<｜tool▁call▁end｜><｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"location\":\"Oslo\",\"days\":9"},
+    };
+    enum srv_tool_mode modes[] = {SRV_TOOLS_AUTO, SRV_TOOLS_REQUIRED, SRV_TOOLS_NAMED};
+    for (size_t k = 0; k < NX_ARRAY_LEN(fam); k++)
+        for (int m = 0; m < 3; m++) {
+            /* NAMED: only "search" may be called, so get_weather is refused */
+            const char *named = m == 2 ? "search" : NULL;
+            struct srv_constraint c;
+            char err[256];
+            nx_status bst = srv_constraint_build(fam[k].f, tools, modes[m], named, NULL, &c, err, sizeof err);
+            if (bst) fprintf(stderr, "  %s mode %d: %s\n", nx_tool_format_name(fam[k].f), m, err);
+            ASSERT_OK(bst);
+            ASSERT_TRUE(c.grammar != NULL && c.tools && c.format == fam[k].f);
+            const char *lead = modes[m] == SRV_TOOLS_AUTO ? c.trigger : c.prefill;
+            ASSERT_TRUE(lead != NULL && lead[0]);
+            if (modes[m] == SRV_TOOLS_AUTO) ASSERT_TRUE(!c.prefill[0]);
+            else ASSERT_TRUE(c.trigger == NULL);
+            nx_grammar_matcher *gm = NULL;
+            ASSERT_OK(nx_grammar_matcher_init(c.grammar, v, &gm));
+            nx_status st = nx_grammar_matcher_accept_text(gm, fam[k].body, strlen(fam[k].body));
+            if (named) {
+                /* the prefill holds the call up to its arguments; only those are generated */
+                ASSERT_TRUE(st != NX_STATUS_OK);
+                ASSERT_TRUE(strstr(c.prefill, "search") != NULL);
+                const char *close = fam[k].f == NX_TOOL_FORMAT_MISTRAL ? "}]" : fam[k].f == NX_TOOL_FORMAT_DEEPSEEK
+                                    ? "<｜tool▁call▁end｜><｜tool▁calls▁end｜>" : "}";
+                char body[256], text[1024];
+                snprintf(body, sizeof body, "{\"q\":\"kv\"}%s", close);
+                ASSERT_OK(nx_grammar_matcher_accept_text(gm, body, strlen(body)));
+                ASSERT_TRUE(nx_grammar_matcher_can_end(gm));
+                nx_grammar_matcher_reset(gm);
+                const char *bad = "{\"q\":\"longer than ten\"}";
+                ASSERT_TRUE(nx_grammar_matcher_accept_text(gm, bad, strlen(bad)) != NX_STATUS_OK);
+                snprintf(text, sizeof text, "%s%s%s", c.prefill, body, c.suffix);
+                nx_tool_calls *calls = NULL;
+                ASSERT_OK(nx_tool_calls_parse(c.format, text, strlen(text), &calls, err, sizeof err));
+                ASSERT_EQ(nx_tool_calls_count(calls), 1);
+                ASSERT_STR_EQ(nx_tool_calls_get(calls, 0)->name, "search");
+                ASSERT_STR_EQ(nx_tool_calls_get(calls, 0)->arguments, "{\"q\":\"kv\"}");
+                nx_tool_calls_free(calls);
+            } else {
+                if (st != NX_STATUS_OK) fprintf(stderr, "  %s mode %d: grammar rejects %s\n", nx_tool_format_name(fam[k].f), m, fam[k].body);
+                ASSERT_OK(st);
+                ASSERT_TRUE(nx_grammar_matcher_can_end(gm));
+                nx_grammar_matcher_reset(gm);
+                ASSERT_TRUE(nx_grammar_matcher_accept_text(gm, fam[k].bad_days, strlen(fam[k].bad_days)) != NX_STATUS_OK);
+                char text[1024];
+                snprintf(text, sizeof text, "%s%s%s%s", modes[m] == SRV_TOOLS_AUTO ? "Let me see. " : "", lead, fam[k].body, c.suffix);
+                nx_tool_calls *calls = NULL;
+                ASSERT_OK(nx_tool_calls_parse(c.format, text, strlen(text), &calls, err, sizeof err));
+                ASSERT_EQ(nx_tool_calls_count(calls), 1);
+                ASSERT_STR_EQ(nx_tool_calls_get(calls, 0)->name, "get_weather");
+                ASSERT_STR_EQ(nx_tool_calls_get(calls, 0)->arguments, args);
+                ASSERT_STR_EQ(nx_tool_calls_content(calls), modes[m] == SRV_TOOLS_AUTO ? "Let me see." : "");
+                nx_tool_calls_free(calls);
+            }
+            nx_grammar_matcher_free(gm);
+            srv_constraint_free(&c);
+        }
+    /* a family without a grammar here: auto is free (parsed with its own parser), required
+       asks for the Hermes shape */
+    struct srv_constraint c;
+    char err[256];
+    ASSERT_OK(srv_constraint_build(NX_TOOL_FORMAT_XML_INVOKE, tools, SRV_TOOLS_AUTO, NULL, NULL, &c, err, sizeof err));
+    ASSERT_TRUE(c.grammar == NULL && c.format == NX_TOOL_FORMAT_XML_INVOKE);
+    srv_constraint_free(&c);
+    ASSERT_OK(srv_constraint_build(NX_TOOL_FORMAT_XML_INVOKE, tools, SRV_TOOLS_REQUIRED, NULL, NULL, &c, err, sizeof err));
+    ASSERT_TRUE(c.grammar != NULL && c.format == NX_TOOL_FORMAT_HERMES);
+    srv_constraint_free(&c);
+    json_decref(tools);
+    nx_grammar_vocab_free(v);
+}
+
+/* The built-in llama3 template: required / named calls come out whole under the schema, and
+   auto answers are well formed (the grammar waits for {"name"). */
+TEST(server_llama3_tool_calls) {
+    struct srv_params p = params();
+    p.chat_template = "llama3";
+    struct srv_server *s = start(&p);
+    ASSERT_TRUE(s != NULL);
+    const char *choices[] = {"\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"search\"}}", "\"auto\""};
+    for (int c = 0; c < 3; c++)
+        for (int seed = 1; seed <= 3; seed++) {
+            char body[2048];
+            snprintf(body, sizeof body,
+                     "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"}],"
+                     "\"temperature\":1.0,\"seed\":%d,\"max_tokens\":60,\"tools\":%s,"
+                     "\"tool_choice\":%s}", seed, k_tools, choices[c]);
+            int st;
+            json_t *r = chat_json(srv_port(s), body, &st);
+            ASSERT_EQ(st, 200);
+            if (c < 2) ASSERT_TRUE(tool_call_ok(r, c == 1 ? "search" : NULL));
+            else ASSERT_TRUE(first_message(r) != NULL);
+            json_decref(r);
+        }
     srv_stop(s);
 }
 

@@ -94,17 +94,6 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...) {
     va_end(ap);
 }
 
-/* which tool-call family a template's text shows */
-static enum nx_tool_format detect_format(const char *s) {
-    if (strstr(s, "<tool_call>")) return NX_TOOL_FORMAT_HERMES;
-    if (strstr(s, "<｜tool▁calls▁begin｜>")) return NX_TOOL_FORMAT_DEEPSEEK;
-    if (strstr(s, "[TOOL_CALLS]")) return NX_TOOL_FORMAT_MISTRAL;
-    if (strstr(s, "<|python_tag|>") || (strstr(s, "<|start_header_id|>") && strstr(s, "\"parameters\"")))
-        return NX_TOOL_FORMAT_LLAMA3;
-    if (strstr(s, "tool_calls") || strstr(s, "tools")) return NX_TOOL_FORMAT_GENERIC;
-    return NX_TOOL_FORMAT_NONE;
-}
-
 nx_status nx_chat_template_parse(const char *source, size_t len, nx_chat_template **out, char *err,
                                  size_t errlen) {
     if (!out) return NX_STATUS_INVALID_ARG;
@@ -141,7 +130,7 @@ nx_status nx_chat_template_parse(const char *source, size_t len, nx_chat_templat
     }
     jinja_parse_src(e, t->src, t->n, &t->ast);
     nx_free(e);
-    t->fmt = detect_format(t->src);
+    t->fmt = chat_tool_format_detect(t->src);
     *out = t;
     return NX_STATUS_OK;
 nomem:

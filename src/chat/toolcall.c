@@ -14,7 +14,13 @@
  *           [TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...} (repeated);
  *   generic {"tool_call": {...}} / {"tool_calls": [...]} / {"name":..,"arguments":..};
  *   deepseek <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...
- *           (V3.1) and the R1 form function<｜tool▁sep｜>NAME ```json {...} ```.
+ *           (V3.1) and the R1 form function<｜tool▁sep｜>NAME ```json {...} ```;
+ *   and the model-specific families (nexus.h): tagged-json (JSON calls between one of several
+ *   tag pairs), xml-invoke (a table of invoke/parameter marker sets), kimi / solar / harmony
+ *   (one marker-driven parser: optional id, name, JSON arguments), gemma4 and pythonic (small
+ *   readers of their argument syntaxes into JSON), hy (the GLM reader with Hunyuan's tags),
+ *   functionary v3.2 (>>>recipient segments).
+ * Detection is a table of marker rules over the template text, the model-specific ones first.
  * Arguments given as a JSON string holding an object are decoded; arguments must end up an
  * object, written back compact (key order kept). Text outside calls is the content (trimmed).
  * A call that begins but does not parse is an error naming the byte offset and the problem;
@@ -28,6 +34,7 @@
 
 #include <jansson.h>
 
+#include "chat/chat.h"
 #include "core/alloc.h"
 #include "nexus.h"
 
@@ -161,10 +168,12 @@ static nx_status call_from_object(struct tcparse *P, json_t *o, size_t at) {
     json_t *fn = json_object_get(o, "function");
     if (json_is_object(fn) && !json_object_get(o, "name")) o = fn; /* OpenAI shape */
     json_t *name = json_object_get(o, "name");
+    if (!name) name = json_object_get(o, "tool_name"); /* Cohere */
     if (!json_is_string(name)) return fail(P, NX_STATUS_FORMAT, at, "the call has no \"name\" string");
     json_t *args = json_object_get(o, "arguments");
     if (!args) args = json_object_get(o, "parameters");
     json_t *id = json_object_get(o, "id");
+    if (!id) id = json_object_get(o, "tool_call_id");
     return add_call(P, json_string_value(name), json_string_length(name), args,
                     json_is_string(id) ? json_string_value(id) : NULL, at);
 }
@@ -216,13 +225,30 @@ static nx_status xml_function(struct tcparse *P, size_t i, size_t end) {
     return st;
 }
 
+/* The tags of GLM's key/value call form; Hunyuan's carry a ":opensource" suffix. */
+struct glm_tags {
+    const char *key_open, *key_close, *val_open, *val_close, *sep; /* sep: after the name, or NULL */
+};
+static const struct glm_tags GLM_TAGS = {"<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", NULL};
+static const struct glm_tags HY_TAGS = {"<arg_key:opensource>", "</arg_key:opensource>", "<arg_value:opensource>",
+                                        "</arg_value:opensource>", "<tool_sep:opensource>"};
+
+/* a parameter value: a JSON value when it is one (and not as_string), otherwise the text */
+static json_t *param_value(const char *v, size_t n, bool as_string) {
+    json_error_t je;
+    json_t *j = as_string ? NULL : json_loadb(v, n, JSON_DECODE_ANY, &je);
+    return j ? j : json_stringn(v, n);
+}
+
 /* NAME then <arg_key>K</arg_key><arg_value>V</arg_value> pairs in [i, end) (GLM-4.x form);
  * a value that is JSON is decoded, otherwise it is a string */
-static nx_status glm_call(struct tcparse *P, size_t i, size_t end) {
+static nx_status glm_call(struct tcparse *P, size_t i, size_t end, const struct glm_tags *T) {
     const char *s = P->s;
     size_t at = i;
-    const char *k = find(s, end, i, "<arg_key>");
+    const char *k = find(s, end, i, T->key_open);
     size_t name_end = k ? (size_t)(k - s) : end;
+    const char *sep = T->sep ? find(s, name_end, i, T->sep) : NULL;
+    if (sep) name_end = (size_t)(sep - s);
     while (name_end > i && is_ws(s[name_end - 1])) name_end--;
     for (size_t q = i; q < name_end; q++)
         if (s[q] == '<' || s[q] == '{' || s[q] == '"')
@@ -230,27 +256,26 @@ static nx_status glm_call(struct tcparse *P, size_t i, size_t end) {
     json_t *args = json_object();
     if (!args) return fail(P, NX_STATUS_NOMEM, at, "out of memory");
     nx_status st = NX_STATUS_OK;
+    size_t ko = strlen(T->key_open), vo = strlen(T->val_open);
     while (k) {
-        size_t k0 = (size_t)(k - s) + 9;
-        const char *k1 = find(s, end, k0, "</arg_key>");
-        const char *v = k1 ? find(s, end, (size_t)(k1 - s), "<arg_value>") : NULL;
-        const char *v1 = v ? find(s, end, (size_t)(v - s), "</arg_value>") : NULL;
+        size_t k0 = (size_t)(k - s) + ko;
+        const char *k1 = find(s, end, k0, T->key_close);
+        const char *v = k1 ? find(s, end, (size_t)(k1 - s), T->val_open) : NULL;
+        const char *v1 = v ? find(s, end, (size_t)(v - s), T->val_close) : NULL;
         if (!v1) {
-            st = fail(P, NX_STATUS_FORMAT, (size_t)(k - s), "truncated <arg_key>/<arg_value> pair");
+            st = fail(P, NX_STATUS_FORMAT, (size_t)(k - s), "truncated %s/%s pair", T->key_open, T->val_open);
             break;
         }
-        size_t v0 = (size_t)(v - s) + 11;
+        size_t v0 = (size_t)(v - s) + vo;
         char *key = dupn(s + k0, (size_t)(k1 - s) - k0);
-        json_error_t je;
-        json_t *val = json_loadb(s + v0, (size_t)(v1 - s) - v0, JSON_DECODE_ANY, &je);
-        if (!val) val = json_stringn(s + v0, (size_t)(v1 - s) - v0);
+        json_t *val = param_value(s + v0, (size_t)(v1 - s) - v0, false);
         if (!key || !val || json_object_set_new(args, key, val)) {
             nx_free(key);
             st = fail(P, NX_STATUS_NOMEM, at, "out of memory");
             break;
         }
         nx_free(key);
-        k = find(s, end, (size_t)(v1 - s), "<arg_key>");
+        k = find(s, end, (size_t)(v1 - s), T->key_open);
     }
     if (st == NX_STATUS_OK) st = add_call(P, s + i, name_end - i, args, NULL, at);
     json_decref(args);
@@ -273,7 +298,7 @@ static nx_status parse_hermes(struct tcparse *P) {
         if (end - j >= 10 && !memcmp(s + j, "<function=", 10)) {
             if ((st = xml_function(P, j, end))) return st;
         } else if (s[j] != '{') { /* GLM: NAME <arg_key>K</arg_key><arg_value>V</arg_value>... */
-            if ((st = glm_call(P, j, end))) return st;
+            if ((st = glm_call(P, j, end, &GLM_TAGS))) return st;
         } else {
             json_t *o = read_json(P, &j, end);
             if (!o) return P->st;
@@ -485,6 +510,568 @@ static nx_status parse_generic(struct tcparse *P) {
     return add_content(P, s + i, n - i);
 }
 
+static bool at_str(const char *s, size_t n, size_t i, const char *t) {
+    size_t k = strlen(t);
+    return i + k <= n && !memcmp(s + i, t, k);
+}
+
+/* the earliest of the NULL-terminated markers m[] in s[from, n): its index, or -1; *pos its offset */
+static int find_first(const char *s, size_t n, size_t from, const char *const *m, size_t *pos) {
+    int best = -1;
+    for (int k = 0; m[k]; k++) {
+        const char *p = find(s, best < 0 ? n : *pos + strlen(m[best]), from, m[k]);
+        if (p && (best < 0 || (size_t)(p - s) < *pos)) {
+            best = k;
+            *pos = (size_t)(p - s);
+        }
+    }
+    return best;
+}
+
+/* A call object of a JSON list: {"name"|"tool_name", "arguments"|"parameters"} or Apertus'
+ * {NAME: {..}} (one key, an object value). */
+static nx_status call_or_named_object(struct tcparse *P, json_t *o, size_t at) {
+    if (json_is_object(o) && json_object_size(o) == 1 && !json_object_get(o, "name") &&
+        !json_object_get(o, "tool_name") && !json_object_get(o, "function")) {
+        const char *k = json_object_iter_key(json_object_iter(o));
+        json_t *v = json_object_iter_value(json_object_iter(o));
+        if (json_is_object(v)) return add_call(P, k, strlen(k), v, NULL, at);
+    }
+    return call_from_object(P, o, at);
+}
+
+/* tagged-json: calls between a model's own tags (the closing tag may be missing at the end) */
+static const char *const TJ_OPEN[] = {"<tool_calls>", "<TOOLCALL>", "<seed:tool_call>", "<|START_ACTION|>",
+                                      "<|function_call|>", "function call<|role_sep|>", "<|tools_prefix|>", NULL};
+static const char *const TJ_CLOSE[] = {"</tool_calls>", "</TOOLCALL>", "</seed:tool_call>", "<|END_ACTION|>",
+                                       "<|message_sep|>", "<|message_sep|>", "<|tools_suffix|>"};
+
+static nx_status parse_tagged_json(struct tcparse *P) {
+    const char *s = P->s;
+    size_t i = 0, n = P->n, at = 0;
+    nx_status st;
+    for (;;) {
+        int k = find_first(s, n, i, TJ_OPEN, &at);
+        if (k < 0) return add_content(P, s + i, n - i);
+        if ((st = add_content(P, s + i, at - i))) return st;
+        size_t j = at + strlen(TJ_OPEN[k]);
+        const char *close = find(s, n, j, TJ_CLOSE[k]);
+        size_t end = close ? (size_t)(close - s) : n;
+        int ncalls = 0;
+        for (;;) {
+            while (j < end && (is_ws(s[j]) || s[j] == ',')) j++;
+            if (j >= end) break;
+            if (at_str(s, end, j, "<function=")) { /* Seed-OSS: the Qwen3-Coder XML form */
+                const char *fe = find(s, end, j, "</function>");
+                if (!fe) return fail(P, NX_STATUS_FORMAT, j, "truncated: <function= without </function>");
+                if ((st = xml_function(P, j, end))) return st;
+                j = (size_t)(fe - s) + strlen("</function>");
+            } else if (s[j] == '[' || s[j] == '{') {
+                size_t c0 = j;
+                json_t *v = read_json(P, &j, end);
+                if (!v) return P->st;
+                if (json_is_array(v)) {
+                    size_t q;
+                    json_t *o;
+                    json_array_foreach(v, q, o) {
+                        if ((st = call_or_named_object(P, o, c0))) break;
+                    }
+                } else st = call_or_named_object(P, v, c0);
+                json_decref(v);
+                if (st) return st;
+            } else return fail(P, NX_STATUS_FORMAT, j, "unexpected text after %s (want JSON calls)", TJ_OPEN[k]);
+            ncalls++;
+        }
+        if (!ncalls) return fail(P, NX_STATUS_FORMAT, at, "%s with no call after it", TJ_OPEN[k]);
+        i = close ? end + strlen(TJ_CLOSE[k]) : n;
+        if (i >= n) return NX_STATUS_OK;
+    }
+}
+
+/* xml-invoke: one form's markers; the name and parameter keys are quoted attributes */
+struct invoke_form {
+    const char *wrap_open, *wrap_close; /* around a group of calls, or NULL */
+    const char *call_open;              /* up to the name's opening quote */
+    const char *head_end;               /* ends the call's opening tag */
+    const char *param_open, *param_head_end, *param_close, *call_close;
+};
+static const struct invoke_form INVOKE_FORMS[] = {
+    {"<minimax:tool_call>", "</minimax:tool_call>", "<invoke name=\"", ">", "<parameter name=\"", ">", "</parameter>",
+     "</invoke>"},
+    {"<｜DSML｜function_calls>", "</｜DSML｜function_calls>", "<｜DSML｜invoke name=\"", ">", "<｜DSML｜parameter name=\"",
+     ">", "</｜DSML｜parameter>", "</｜DSML｜invoke>"},
+    {"<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", "<｜DSML｜invoke name=\"", ">", "<｜DSML｜parameter name=\"", ">",
+     "</｜DSML｜parameter>", "</｜DSML｜invoke>"},
+    {"<atem:function_calls>", "</atem:function_calls>", "<atem:invoke name=\"", ">", "<atem:parameter name=\"", ">",
+     "</atem:parameter>", "</atem:invoke>"},
+    {"<|open|>tools<|sep|>", "<|close|>tools<|sep|>", "<|open|>call tool=\"", "<|sep|>", "<|open|>argument key=\"",
+     "<|sep|>", "<|close|>argument<|sep|>", "<|close|>call<|sep|>"},
+    {NULL, NULL, "<function name=\"", ">", "<param name=\"", ">", "</param>", "</function>"}, /* MiniCPM */
+};
+#define N_INVOKE_FORMS (sizeof INVOKE_FORMS / sizeof INVOKE_FORMS[0])
+
+/* one call of form F at s[*i] (at its call_open) up to end; *i after it */
+static nx_status invoke_call(struct tcparse *P, const struct invoke_form *F, size_t *i, size_t end) {
+    const char *s = P->s;
+    size_t at = *i, j = *i + strlen(F->call_open);
+    const char *q = find(s, end, j, "\"");
+    const char *he = q ? find(s, end, (size_t)(q - s), F->head_end) : NULL;
+    if (!he) return fail(P, NX_STATUS_FORMAT, at, "truncated %s tag", F->call_open);
+    size_t name0 = j, name1 = (size_t)(q - s);
+    j = (size_t)(he - s) + strlen(F->head_end);
+    json_t *args = json_object();
+    if (!args) return fail(P, NX_STATUS_NOMEM, at, "out of memory");
+    nx_status st = NX_STATUS_OK;
+    for (;;) {
+        j = skip_ws(s, end, j);
+        if (at_str(s, end, j, F->call_close)) {
+            j += strlen(F->call_close);
+            break;
+        }
+        if (!at_str(s, end, j, F->param_open)) {
+            st = fail(P, NX_STATUS_FORMAT, j, j >= end ? "truncated: no %s" : "expected %s", j >= end ? F->call_close : F->param_open);
+            break;
+        }
+        size_t k0 = j + strlen(F->param_open);
+        const char *kq = find(s, end, k0, "\"");
+        const char *ph = kq ? find(s, end, (size_t)(kq - s), F->param_head_end) : NULL;
+        const char *pc = ph ? find(s, end, (size_t)(ph - s), F->param_close) : NULL;
+        if (!pc) {
+            st = fail(P, NX_STATUS_FORMAT, j, "truncated parameter (no %s)", F->param_close);
+            break;
+        }
+        /* DSML marks string="true", Kimi-K3 type="string": the value is text, not JSON */
+        size_t h0 = (size_t)(kq - s), h1 = (size_t)(ph - s);
+        bool as_string = find(s, h1, h0, "string=\"true\"") || find(s, h1, h0, "type=\"string\"");
+        size_t v0 = h1 + strlen(F->param_head_end), v1 = (size_t)(pc - s);
+        char *key = dupn(s + k0, h0 - k0);
+        json_t *v = param_value(s + v0, v1 - v0, as_string);
+        if (!key || !v || json_object_set_new(args, key, v)) {
+            nx_free(key);
+            st = fail(P, NX_STATUS_NOMEM, j, "out of memory");
+            break;
+        }
+        nx_free(key);
+        j = v1 + strlen(F->param_close);
+    }
+    if (st == NX_STATUS_OK) st = add_call(P, s + name0, name1 - name0, args, NULL, at);
+    json_decref(args);
+    *i = j;
+    return st;
+}
+
+static nx_status parse_xml_invoke(struct tcparse *P) {
+    const char *s = P->s;
+    size_t i = 0, n = P->n;
+    const char *starts[N_INVOKE_FORMS + 1];
+    for (size_t k = 0; k < N_INVOKE_FORMS; k++)
+        starts[k] = INVOKE_FORMS[k].wrap_open ? INVOKE_FORMS[k].wrap_open : INVOKE_FORMS[k].call_open;
+    starts[N_INVOKE_FORMS] = NULL;
+    nx_status st;
+    for (;;) {
+        size_t at = 0;
+        int k = find_first(s, n, i, starts, &at);
+        if (k < 0) return add_content(P, s + i, n - i);
+        if ((st = add_content(P, s + i, at - i))) return st;
+        const struct invoke_form *F = &INVOKE_FORMS[k];
+        size_t j = at;
+        if (!F->wrap_open) {
+            if ((st = invoke_call(P, F, &j, n))) return st;
+            i = j;
+            continue;
+        }
+        j += strlen(F->wrap_open);
+        const char *close = find(s, n, j, F->wrap_close);
+        size_t end = close ? (size_t)(close - s) : n;
+        int ncalls = 0;
+        for (;;) {
+            j = skip_ws(s, end, j);
+            if (j >= end) break;
+            if (!at_str(s, end, j, F->call_open)) return fail(P, NX_STATUS_FORMAT, j, "expected %s", F->call_open);
+            if ((st = invoke_call(P, F, &j, end))) return st;
+            ncalls++;
+        }
+        if (!ncalls) return fail(P, NX_STATUS_FORMAT, at, "%s with no call after it", F->wrap_open);
+        i = close ? end + strlen(F->wrap_close) : n;
+    }
+}
+
+/* kimi / solar / harmony: a call is markers around an optional id, the name and JSON arguments */
+struct marker_form {
+    const char *const *skip; /* markers dropped from the content (sections), NULL-terminated */
+    const char *call_open, *id_end, *name_end, *args_open, *call_close;
+};
+static const char *const KIMI_SKIP[] = {"<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", NULL};
+static const char *const SOLAR_SKIP[] = {"<|tool_calls|>", "<|calls|>", NULL};
+static const char *const NO_SKIP[] = {NULL};
+static const struct marker_form KIMI_FORM = {KIMI_SKIP, "<|tool_call_begin|>", NULL, "<|tool_call_argument_begin|>",
+                                             "<|tool_call_argument_begin|>", "<|tool_call_end|>"};
+static const struct marker_form SOLAR_FORM = {SOLAR_SKIP, "<|tool_call:begin|>", "<|tool_call:name|>", "<|tool_call:args|>",
+                                              "<|tool_call:args|>", "<|tool_call:end|>"};
+/* harmony: the name ends at the first character that cannot be in one */
+static const struct marker_form HARMONY_FORM = {NO_SKIP, "to=functions.", NULL, NULL, "<|message|>", "<|call|>"};
+
+static bool name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+}
+
+static nx_status parse_markers(struct tcparse *P, const struct marker_form *F) {
+    const char *s = P->s;
+    size_t i = 0, n = P->n;
+    const char *starts[8];
+    int ns = 0;
+    starts[ns++] = F->call_open;
+    for (int k = 0; F->skip[k] && ns < 7; k++) starts[ns++] = F->skip[k];
+    starts[ns] = NULL;
+    nx_status st;
+    for (;;) {
+        size_t at = 0;
+        int k = find_first(s, n, i, starts, &at);
+        if (k < 0) return add_content(P, s + i, n - i);
+        if ((st = add_content(P, s + i, at - i))) return st;
+        size_t j = at + strlen(starts[k]);
+        if (k > 0) {
+            i = j;
+            continue;
+        }
+        char id[128] = "";
+        if (F->id_end) {
+            const char *ie = find(s, n, j, F->id_end);
+            if (!ie) return fail(P, NX_STATUS_FORMAT, at, "truncated: no %s", F->id_end);
+            size_t idn = (size_t)(ie - s) - j;
+            if (idn >= sizeof id) return fail(P, NX_STATUS_FORMAT, j, "call id longer than %zu bytes", sizeof id - 1);
+            memcpy(id, s + j, idn);
+            id[idn] = 0;
+            j = (size_t)(ie - s) + strlen(F->id_end);
+        }
+        size_t name0 = j, name1;
+        if (F->name_end) {
+            const char *ne = find(s, n, j, F->name_end);
+            if (!ne) return fail(P, NX_STATUS_FORMAT, at, "truncated: no %s after the tool name", F->name_end);
+            name1 = (size_t)(ne - s);
+        } else {
+            name1 = j;
+            while (name1 < n && name_char(s[name1])) name1++;
+        }
+        const char *ao = find(s, n, name1, F->args_open);
+        if (!ao) return fail(P, NX_STATUS_FORMAT, at, "truncated: no %s after the tool name", F->args_open);
+        j = skip_ws(s, n, (size_t)(ao - s) + strlen(F->args_open));
+        /* Kimi: functions.NAME:INDEX, the whole of it being the call id */
+        if (F == &KIMI_FORM && name1 - name0 < sizeof id) {
+            memcpy(id, s + name0, name1 - name0);
+            id[name1 - name0] = 0;
+            if (at_str(s, name1, name0, "functions.")) name0 += strlen("functions.");
+            for (size_t q = name1; q > name0; q--)
+                if (s[q - 1] == ':') {
+                    name1 = q - 1;
+                    break;
+                }
+        }
+        json_t *args = read_json(P, &j, n);
+        if (!args) return P->st;
+        st = add_call(P, s + name0, name1 - name0, args, id, at);
+        json_decref(args);
+        if (st) return st;
+        j = skip_ws(s, n, j);
+        if (at_str(s, n, j, F->call_close)) j += strlen(F->call_close);
+        else if (j < n) return fail(P, NX_STATUS_FORMAT, j, "expected %s after the arguments", F->call_close);
+        i = j;
+    }
+}
+
+/* hy: <tool_calls:opensource>(<tool_call:opensource>CALL</tool_call:opensource>)+</tool_calls:opensource> */
+static nx_status parse_hy(struct tcparse *P) {
+    const char *s = P->s;
+    size_t i = 0, n = P->n;
+    static const char *const starts[] = {"<tool_call:opensource>", "<tool_calls:opensource>", "</tool_calls:opensource>", NULL};
+    nx_status st;
+    for (;;) {
+        size_t at = 0;
+        int k = find_first(s, n, i, starts, &at);
+        if (k < 0) return add_content(P, s + i, n - i);
+        if ((st = add_content(P, s + i, at - i))) return st;
+        size_t j = at + strlen(starts[k]);
+        if (k > 0) {
+            i = j;
+            continue;
+        }
+        const char *close = find(s, n, j, "</tool_call:opensource>");
+        size_t end = close ? (size_t)(close - s) : n;
+        j = skip_ws(s, end, j);
+        if (j >= end) return fail(P, NX_STATUS_FORMAT, at, "empty <tool_call:opensource>");
+        if ((st = glm_call(P, j, end, &HY_TAGS))) return st;
+        i = close ? end + strlen("</tool_call:opensource>") : n;
+    }
+}
+
+/* Values of the non-JSON argument syntaxes (gemma4, pythonic): a reader of one value, and of
+ * an object key up to and past its ':' (nx_malloc'd). */
+typedef json_t *(*value_reader)(struct tcparse *P, size_t *i, size_t end, int depth);
+typedef char *(*key_reader)(struct tcparse *P, size_t *i, size_t end, int depth);
+
+/* {KEY: VALUE, ..} or [VALUE, ..] at s[*i] (after spaces); *i after it */
+static json_t *container(struct tcparse *P, size_t *i, size_t end, int depth, value_reader val, key_reader key) {
+    const char *s = P->s;
+    size_t j = skip_ws(s, end, *i);
+    bool obj = s[j] == '{';
+    json_t *c = obj ? json_object() : json_array();
+    j++;
+    for (;;) {
+        j = skip_ws(s, end, j);
+        if (j < end && s[j] == (obj ? '}' : ']')) {
+            *i = j + 1;
+            return c;
+        }
+        char *k = NULL;
+        if (obj && !(k = key(P, &j, end, depth))) break;
+        json_t *v = val(P, &j, end, depth + 1);
+        int bad = !c || !v || (obj ? json_object_set_new(c, k, v) : json_array_append_new(c, v));
+        nx_free(k);
+        if (bad) {
+            if (!v && P->st == NX_STATUS_OK) fail(P, NX_STATUS_NOMEM, j, "out of memory");
+            json_decref(c);
+            return NULL;
+        }
+        j = skip_ws(s, end, j);
+        if (j < end && s[j] == ',') j++;
+        else if (!(j < end && s[j] == (obj ? '}' : ']'))) break;
+    }
+    json_decref(c);
+    if (P->st == NX_STATUS_OK) fail(P, NX_STATUS_FORMAT, j, j >= end ? "truncated arguments" : "expected ',' or a closing bracket");
+    return NULL;
+}
+
+static json_t *gemma_value(struct tcparse *P, size_t *i, size_t end, int depth);
+static json_t *py_value(struct tcparse *P, size_t *i, size_t end, int depth);
+
+/* gemma4 keys are bare: up to the ':' */
+static char *gemma_key(struct tcparse *P, size_t *i, size_t end, int depth) {
+    size_t j = skip_ws(P->s, end, *i), k0 = j;
+    while (j < end && P->s[j] != ':') j++;
+    if (j >= end) return NULL;
+    *i = j + 1;
+    return dupn(P->s + k0, j - k0);
+}
+
+/* pythonic keys are string literals */
+static char *py_key(struct tcparse *P, size_t *i, size_t end, int depth) {
+    json_t *k = py_value(P, i, end, depth + 1);
+    size_t j = skip_ws(P->s, end, *i);
+    char *r = NULL;
+    if (json_is_string(k) && j < end && P->s[j] == ':') {
+        r = dupn(json_string_value(k), json_string_length(k));
+        *i = j + 1;
+    }
+    json_decref(k);
+    return r;
+}
+
+/* gemma4 values: {key:value,..}, [..], <|"|>text<|"|>, or a bare JSON scalar */
+#define GQ "<|\"|>"
+static json_t *gemma_value(struct tcparse *P, size_t *i, size_t end, int depth) {
+    const char *s = P->s;
+    size_t j = skip_ws(s, end, *i);
+    if (depth > 64) {
+        fail(P, NX_STATUS_FORMAT, j, "arguments nested deeper than 64");
+        return NULL;
+    }
+    if (at_str(s, end, j, GQ)) {
+        const char *e = find(s, end, j + 5, GQ);
+        if (!e) {
+            fail(P, NX_STATUS_FORMAT, j, "truncated string (no closing <|\"|>)");
+            return NULL;
+        }
+        *i = (size_t)(e - s) + 5;
+        return json_stringn(s + j + 5, (size_t)(e - s) - j - 5);
+    }
+    if (j < end && (s[j] == '{' || s[j] == '[')) return container(P, i, end, depth, gemma_value, gemma_key);
+    size_t v0 = j;
+    while (j < end && s[j] != ',' && s[j] != '}' && s[j] != ']') j++;
+    size_t v1 = j;
+    while (v1 > v0 && is_ws(s[v1 - 1])) v1--;
+    json_error_t je;
+    json_t *v = v1 > v0 ? json_loadb(s + v0, v1 - v0, JSON_DECODE_ANY, &je) : NULL;
+    if (!v) {
+        fail(P, NX_STATUS_FORMAT, v0, "expected a value");
+        return NULL;
+    }
+    *i = j;
+    return v;
+}
+
+static nx_status parse_gemma4(struct tcparse *P) {
+    const char *s = P->s;
+    size_t i = 0, n = P->n;
+    nx_status st;
+    for (;;) {
+        const char *o = find(s, n, i, "<|tool_call>");
+        if (!o) return add_content(P, s + i, n - i);
+        size_t at = (size_t)(o - s);
+        if ((st = add_content(P, s + i, at - i))) return st;
+        size_t j = at + strlen("<|tool_call>");
+        if (!at_str(s, n, j, "call:")) return fail(P, NX_STATUS_FORMAT, j, "expected call:NAME after <|tool_call>");
+        j += 5;
+        size_t name0 = j;
+        while (j < n && s[j] != '{') j++;
+        if (j >= n) return fail(P, NX_STATUS_FORMAT, at, "truncated: no arguments after the tool name");
+        size_t name1 = j;
+        json_t *args = gemma_value(P, &j, n, 0);
+        if (!args) return P->st;
+        st = add_call(P, s + name0, name1 - name0, args, NULL, at);
+        json_decref(args);
+        if (st) return st;
+        if (at_str(s, n, j, "<tool_call|>")) j += strlen("<tool_call|>");
+        i = j;
+    }
+}
+
+/* pythonic values: 'text' / "text" (backslash escapes), numbers, True / False / None, [..], {k: v} */
+static json_t *py_value(struct tcparse *P, size_t *i, size_t end, int depth) {
+    const char *s = P->s;
+    size_t j = skip_ws(s, end, *i);
+    if (depth > 64) {
+        fail(P, NX_STATUS_FORMAT, j, "arguments nested deeper than 64");
+        return NULL;
+    }
+    if (j < end && (s[j] == '\'' || s[j] == '"')) {
+        char q = s[j];
+        char *buf = nx_malloc(end - j + 1);
+        if (!buf) {
+            fail(P, NX_STATUS_NOMEM, j, "out of memory");
+            return NULL;
+        }
+        size_t b = 0, k = j + 1;
+        while (k < end && s[k] != q) {
+            if (s[k] == '\\' && k + 1 < end) {
+                k++;
+                buf[b++] = s[k] == 'n' ? '\n' : s[k] == 't' ? '\t' : s[k];
+            } else buf[b++] = s[k];
+            k++;
+        }
+        if (k >= end) {
+            nx_free(buf);
+            fail(P, NX_STATUS_FORMAT, j, "truncated string");
+            return NULL;
+        }
+        json_t *v = json_stringn(buf, b);
+        nx_free(buf);
+        *i = k + 1;
+        return v;
+    }
+    if (j < end && (s[j] == '[' || s[j] == '{')) return container(P, i, end, depth, py_value, py_key);
+    size_t v0 = j;
+    while (j < end && (name_char(s[j]) || s[j] == '+')) j++;
+    size_t len = j - v0;
+    if (len == 4 && !memcmp(s + v0, "True", 4)) return *i = j, json_true();
+    if (len == 5 && !memcmp(s + v0, "False", 5)) return *i = j, json_false();
+    if (len == 4 && !memcmp(s + v0, "None", 4)) return *i = j, json_null();
+    json_error_t je;
+    json_t *v = len ? json_loadb(s + v0, len, JSON_DECODE_ANY, &je) : NULL;
+    if (!json_is_number(v)) {
+        json_decref(v);
+        fail(P, NX_STATUS_FORMAT, v0, "expected a Python literal");
+        return NULL;
+    }
+    *i = j;
+    return v;
+}
+
+/* pythonic: <|tool_call_start|>[NAME(key=value, ..), ..]<|tool_call_end|> */
+static nx_status parse_pythonic(struct tcparse *P) {
+    const char *s = P->s;
+    size_t i = 0, n = P->n;
+    nx_status st;
+    for (;;) {
+        const char *o = find(s, n, i, "<|tool_call_start|>");
+        if (!o) return add_content(P, s + i, n - i);
+        size_t at = (size_t)(o - s);
+        if ((st = add_content(P, s + i, at - i))) return st;
+        const char *close = find(s, n, at, "<|tool_call_end|>");
+        size_t end = close ? (size_t)(close - s) : n;
+        size_t j = skip_ws(s, end, at + strlen("<|tool_call_start|>"));
+        if (!(j < end && s[j] == '[')) return fail(P, NX_STATUS_FORMAT, j, "expected '[' after <|tool_call_start|>");
+        j++;
+        for (;;) {
+            j = skip_ws(s, end, j);
+            if (j < end && s[j] == ']') break;
+            size_t name0 = j;
+            while (j < end && name_char(s[j])) j++;
+            size_t name1 = j;
+            if (!(j < end && s[j] == '(')) return fail(P, NX_STATUS_FORMAT, j, j >= end ? "truncated call" : "expected '(' after the tool name");
+            j++;
+            json_t *args = json_object();
+            if (!args) return fail(P, NX_STATUS_NOMEM, j, "out of memory");
+            for (;;) {
+                j = skip_ws(s, end, j);
+                if (j < end && s[j] == ')') break;
+                size_t k0 = j;
+                while (j < end && name_char(s[j])) j++;
+                size_t k1 = j;
+                j = skip_ws(s, end, j);
+                if (k1 == k0 || !(j < end && s[j] == '=')) {
+                    json_decref(args);
+                    return fail(P, NX_STATUS_FORMAT, j, j >= end ? "truncated call" : "expected key=value");
+                }
+                j++;
+                json_t *v = py_value(P, &j, end, 0);
+                char *key = v ? dupn(s + k0, k1 - k0) : NULL;
+                if (!v || !key || json_object_set_new(args, key, v)) {
+                    nx_free(key);
+                    json_decref(args);
+                    return v ? fail(P, NX_STATUS_NOMEM, j, "out of memory") : P->st;
+                }
+                nx_free(key);
+                j = skip_ws(s, end, j);
+                if (j < end && s[j] == ',') j++;
+            }
+            j++;
+            st = add_call(P, s + name0, name1 - name0, args, NULL, name0);
+            json_decref(args);
+            if (st) return st;
+            j = skip_ws(s, end, j);
+            if (j < end && s[j] == ',') j++;
+            else if (!(j < end && s[j] == ']')) return fail(P, NX_STATUS_FORMAT, j, j >= end ? "truncated: no ']'" : "expected ',' or ']'");
+        }
+        i = close ? end + strlen("<|tool_call_end|>") : n;
+    }
+}
+
+/* functionary v3.2: segments >>>RECIPIENT\nBODY; recipient "all" is text, otherwise a tool name
+ * and its JSON arguments. The generation prompt ends with ">>>", so the output may begin with
+ * a recipient directly; a first segment that is not "NAME\n{" is content. */
+static nx_status parse_functionary(struct tcparse *P) {
+    const char *s = P->s;
+    size_t i = 0, n = P->n;
+    nx_status st;
+    while (i < n) {
+        size_t seg = i;
+        if (at_str(s, n, i, ">>>")) i += 3;
+        size_t r1 = i;
+        while (r1 < n && name_char(s[r1])) r1++;
+        bool recipient = r1 > i && r1 < n && s[r1] == '\n';
+        bool all = recipient && r1 - i == 3 && !memcmp(s + i, "all", 3);
+        const char *next = find(s, n, i, ">>>");
+        size_t end = next ? (size_t)(next - s) : n;
+        size_t j = recipient ? skip_ws(s, end, r1 + 1) : end;
+        if (!recipient || all || (seg == 0 && i == 0 && !(j < end && s[j] == '{'))) {
+            size_t c0 = all ? r1 + 1 : seg;
+            if ((st = add_content(P, s + c0, end - c0))) return st;
+            i = end;
+            continue;
+        }
+        json_t *args = read_json(P, &j, n);
+        if (!args) return P->st;
+        st = add_call(P, s + i, r1 - i, args, NULL, seg);
+        json_decref(args);
+        if (st) return st;
+        next = find(s, n, j, ">>>");
+        end = next ? (size_t)(next - s) : n;
+        if ((st = add_content(P, s + j, end - j))) return st;
+        i = end;
+    }
+    return NX_STATUS_OK;
+}
+
 static void trim_content(char *c) {
     if (!c) return;
     size_t n = strlen(c), a = 0;
@@ -498,7 +1085,7 @@ nx_status nx_tool_calls_parse(enum nx_tool_format f, const char *text, size_t le
                               char *err, size_t errlen) {
     if (!out) return NX_STATUS_INVALID_ARG;
     *out = NULL;
-    if (!text || f < NX_TOOL_FORMAT_NONE || f > NX_TOOL_FORMAT_DEEPSEEK) {
+    if (!text || f < NX_TOOL_FORMAT_NONE || f > NX_TOOL_FORMAT_FUNCTIONARY) {
         if (err && errlen) snprintf(err, errlen, "%s", !text ? "text is NULL" : "unknown tool-call format");
         return NX_STATUS_INVALID_ARG;
     }
@@ -515,6 +1102,15 @@ nx_status nx_tool_calls_parse(enum nx_tool_format f, const char *text, size_t le
     case NX_TOOL_FORMAT_MISTRAL: st = parse_mistral(&P); break;
     case NX_TOOL_FORMAT_GENERIC: st = parse_generic(&P); break;
     case NX_TOOL_FORMAT_DEEPSEEK: st = parse_deepseek(&P); break;
+    case NX_TOOL_FORMAT_TAGGED_JSON: st = parse_tagged_json(&P); break;
+    case NX_TOOL_FORMAT_XML_INVOKE: st = parse_xml_invoke(&P); break;
+    case NX_TOOL_FORMAT_KIMI: st = parse_markers(&P, &KIMI_FORM); break;
+    case NX_TOOL_FORMAT_SOLAR: st = parse_markers(&P, &SOLAR_FORM); break;
+    case NX_TOOL_FORMAT_HARMONY: st = parse_markers(&P, &HARMONY_FORM); break;
+    case NX_TOOL_FORMAT_GEMMA4: st = parse_gemma4(&P); break;
+    case NX_TOOL_FORMAT_HY: st = parse_hy(&P); break;
+    case NX_TOOL_FORMAT_PYTHONIC: st = parse_pythonic(&P); break;
+    case NX_TOOL_FORMAT_FUNCTIONARY: st = parse_functionary(&P); break;
     default: st = add_content(&P, text, len); break;
     }
     if (st == NX_STATUS_OK && !P.content) st = add_content(&P, "", 0);
@@ -553,6 +1149,15 @@ const char *nx_tool_format_name(enum nx_tool_format f) {
     case NX_TOOL_FORMAT_MISTRAL: return "mistral";
     case NX_TOOL_FORMAT_GENERIC: return "generic";
     case NX_TOOL_FORMAT_DEEPSEEK: return "deepseek";
+    case NX_TOOL_FORMAT_TAGGED_JSON: return "tagged-json";
+    case NX_TOOL_FORMAT_XML_INVOKE: return "xml-invoke";
+    case NX_TOOL_FORMAT_KIMI: return "kimi";
+    case NX_TOOL_FORMAT_SOLAR: return "solar";
+    case NX_TOOL_FORMAT_HARMONY: return "harmony";
+    case NX_TOOL_FORMAT_GEMMA4: return "gemma4";
+    case NX_TOOL_FORMAT_HY: return "hy";
+    case NX_TOOL_FORMAT_PYTHONIC: return "pythonic";
+    case NX_TOOL_FORMAT_FUNCTIONARY: return "functionary";
     default: return "none";
     }
 }
@@ -564,6 +1169,59 @@ const char *nx_tool_format_trigger(enum nx_tool_format f) {
     case NX_TOOL_FORMAT_MISTRAL: return "[TOOL_CALLS]";
     case NX_TOOL_FORMAT_GENERIC: return "{\"";
     case NX_TOOL_FORMAT_DEEPSEEK: return DS_CALLS_BEGIN;
+    case NX_TOOL_FORMAT_TAGGED_JSON: return "<tool_calls>";
+    case NX_TOOL_FORMAT_XML_INVOKE: return "<invoke name=\"";
+    case NX_TOOL_FORMAT_KIMI: return "<|tool_calls_section_begin|>";
+    case NX_TOOL_FORMAT_SOLAR: return "<|tool_call:begin|>";
+    case NX_TOOL_FORMAT_HARMONY: return "to=functions.";
+    case NX_TOOL_FORMAT_GEMMA4: return "<|tool_call>";
+    case NX_TOOL_FORMAT_HY: return "<tool_call:opensource>";
+    case NX_TOOL_FORMAT_PYTHONIC: return "<|tool_call_start|>";
+    case NX_TOOL_FORMAT_FUNCTIONARY: return ">>>";
     default: return "";
     }
+}
+
+/* Detection: the first rule whose markers all occur in the template text. The model-specific
+ * forms come before hermes (MiniMax and Apriel templates also mention <tool_call>). */
+static const struct {
+    enum nx_tool_format f;
+    const char *m[3];
+} DETECT[] = {
+    {NX_TOOL_FORMAT_XML_INVOKE, {"｜DSML｜", NULL}},
+    {NX_TOOL_FORMAT_XML_INVOKE, {"<minimax:tool_call>", NULL}},
+    {NX_TOOL_FORMAT_XML_INVOKE, {"<atem:invoke", NULL}},
+    {NX_TOOL_FORMAT_XML_INVOKE, {"<|open|>", "open_tag('call'", NULL}},
+    {NX_TOOL_FORMAT_XML_INVOKE, {"<function name=", "<param name=", NULL}},
+    {NX_TOOL_FORMAT_KIMI, {"<|tool_calls_section_begin|>", NULL}},
+    {NX_TOOL_FORMAT_FUNCTIONARY, {">>>${recipient}", NULL}},
+    {NX_TOOL_FORMAT_SOLAR, {"<|tool_call:begin|>", NULL}},
+    {NX_TOOL_FORMAT_HARMONY, {"<|channel|>", " to=", NULL}},
+    {NX_TOOL_FORMAT_GEMMA4, {"<|tool_call>", NULL}},
+    {NX_TOOL_FORMAT_HY, {":opensource", "tool_call", NULL}},
+    {NX_TOOL_FORMAT_PYTHONIC, {"<|tool_call_start|>", NULL}},
+    {NX_TOOL_FORMAT_TAGGED_JSON, {"<tool_calls>", NULL}},
+    {NX_TOOL_FORMAT_TAGGED_JSON, {"<TOOLCALL>", NULL}},
+    {NX_TOOL_FORMAT_TAGGED_JSON, {"<seed:tool_call>", NULL}},
+    {NX_TOOL_FORMAT_TAGGED_JSON, {"<|START_ACTION|>", NULL}},
+    {NX_TOOL_FORMAT_TAGGED_JSON, {"<|function_call|>", NULL}},
+    {NX_TOOL_FORMAT_TAGGED_JSON, {"'function call'", "<|role_sep|>", NULL}},
+    {NX_TOOL_FORMAT_TAGGED_JSON, {"<|tools_prefix|>", NULL}},
+    {NX_TOOL_FORMAT_HERMES, {"<tool_call>", NULL}},
+    {NX_TOOL_FORMAT_DEEPSEEK, {"<｜tool▁calls▁begin｜>", NULL}},
+    {NX_TOOL_FORMAT_MISTRAL, {"[TOOL_CALLS]", NULL}},
+    {NX_TOOL_FORMAT_LLAMA3, {"<|python_tag|>", NULL}},
+    {NX_TOOL_FORMAT_LLAMA3, {"<|start_header_id|>", "\"parameters\"", NULL}},
+    {NX_TOOL_FORMAT_LLAMA3, {"<|start_header_id|>", "'parameters'", NULL}}, /* the built-in */
+    {NX_TOOL_FORMAT_GENERIC, {"tool_calls", NULL}},
+    {NX_TOOL_FORMAT_GENERIC, {"tools", NULL}},
+};
+
+enum nx_tool_format chat_tool_format_detect(const char *src) {
+    for (size_t r = 0; r < sizeof DETECT / sizeof DETECT[0]; r++) {
+        bool all = true;
+        for (int k = 0; DETECT[r].m[k] && all; k++) all = strstr(src, DETECT[r].m[k]) != NULL;
+        if (all) return DETECT[r].f;
+    }
+    return NX_TOOL_FORMAT_NONE;
 }

@@ -52,14 +52,24 @@ static nx_status compile(const char *text, size_t len, const char *root, bool in
     return NX_STATUS_OK;
 }
 
-nx_status nx_grammar_from_gbnf(const char *text, size_t len, const char *root, nx_grammar **out,
-                               char *err, size_t errlen) {
+static nx_status from_gbnf(const char *text, size_t len, const char *root, bool internal, nx_grammar **out,
+                           char *err, size_t errlen) {
     struct nx_err e = {{0}};
     *out = NULL;
     if (!text) return NX_STATUS_INVALID_ARG;
-    nx_status st = compile(text, len, root, false, out, &e);
+    nx_status st = compile(text, len, root, internal, out, &e);
     if (st != NX_STATUS_OK) copy_err(&e, err, errlen);
     return st;
+}
+
+nx_status nx_grammar_from_gbnf(const char *text, size_t len, const char *root, nx_grammar **out,
+                               char *err, size_t errlen) {
+    return from_gbnf(text, len, root, false, out, err, errlen);
+}
+
+nx_status nx_grammar_from_schema_gbnf(const char *text, size_t len, const char *root, nx_grammar **out,
+                                      char *err, size_t errlen) {
+    return from_gbnf(text, len, root, true, out, err, errlen);
 }
 
 nx_status nx_grammar_from_json_schema(const char *json, size_t len,

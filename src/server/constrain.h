@@ -5,17 +5,24 @@
  *
  * DESIGN: the shape of a call is the template family's (nx_chat_template_tool_format): Hermes /
  * Qwen and templates that show no calls: <tool_call>{"name": N, "arguments": A}</tool_call>;
- * Llama 3: {"name": N, "parameters": A}; Mistral: [TOOL_CALLS][{"name": N, "arguments": A}].
- * The call body is compiled from one JSON Schema, an anyOf over the offered tools of
- * {"name": {"const": N}, "arguments": <the tool's full parameters schema>} (a keyword the
- * schema compiler does not support is refused by name: fail closed).
- *  - tool_choice "required" or a named function: the family's opening text is put at the start
- *    of the answer (part of the prompt) and the grammar applies from the first token, so the
- *    output is always one valid call (named: the name is forced).
- *  - "auto": for the families whose call has an opening tag (Hermes: "<tool_call>\n", as
- *    Hermes-trained models write it; Mistral: "[TOOL_CALLS]"), the grammar is lazy: text is
- *    free until the tag appears, then the call must be valid. Llama-3 and
- *    DeepSeek calls have no such tag here: their output is free and parsed afterwards.
+ * Llama 3: {"name": N, "parameters": A}; Mistral: [TOOL_CALLS][{"name": N, "arguments": A}];
+ * DeepSeek: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>A<｜tool▁call▁end｜>
+ * <｜tool▁calls▁end｜>. The other families (nexus.h) have no grammar here: in "auto" their
+ * own format is free and parsed after; a required / named call uses the Hermes shape. A is
+ * always the tool's full parameters schema (a keyword the schema compiler does not support is
+ * refused by name: fail closed); Hermes / Mistral compile one JSON Schema, an anyOf over the
+ * tools of {"name": {"const": N}, "arguments": A}; Llama 3 / DeepSeek combine each tool's
+ * compiled schema source into one GBNF (nx_grammar_from_schema_gbnf).
+ *  - tool_choice "required": the family's opening text is put at the start of the answer
+ *    (part of the prompt) and the grammar applies from the first token, so the output is
+ *    always one valid call.
+ *  - a named function (the router chose it): the answer starts with the call up to its
+ *    arguments (name included), and only the arguments are generated, then what closes the call.
+ *  - "auto": the grammar is lazy: text is free until the family's trigger appears, then the
+ *    call must be valid. Hermes "<tool_call>\n" (as Hermes-trained models write it), Mistral
+ *    "[TOOL_CALLS]": the grammar applies after the tag. Llama 3 and DeepSeek have no separate
+ *    tag: the trigger is the call's own beginning ({"name" / <｜tool▁calls▁begin｜>, from
+ *    nx_tool_format_trigger) and the grammar matches the rest of the call after it.
  *  - response_format json_schema: the schema's grammar from the first token; json_object: any
  *    JSON object.
  * One call per answer under a grammar (parallel_tool_calls is honoured by producing one).
@@ -33,7 +40,8 @@ enum srv_tool_mode { SRV_TOOLS_NONE = 0, SRV_TOOLS_AUTO, SRV_TOOLS_REQUIRED, SRV
 struct srv_constraint {
     nx_grammar *grammar;   /* owned; NULL: free output */
     const char *trigger;   /* static; NULL: the grammar applies from the start */
-    const char *prefill;   /* static text the answer starts with (already in the prompt) */
+    const char *prefill;   /* text the answer starts with (already in the prompt): static, or owned */
+    char *owned;           /* the prefill when built for the request (NAMED), else NULL */
     const char *suffix;    /* static text a finished call is closed with before parsing */
     enum nx_tool_format format; /* how to parse tool calls out of the answer */
     bool tools;            /* tool calls may appear in the answer */
