@@ -3,8 +3,9 @@
 # machine (nothing else running: the script records the load average before each part).
 #
 # Parts (each skippable with SKIP="parallel serve agent toolpath side" entries):
-#   parallel  nexus bench --parallel 1,2,4,8 and llama-batched-bench -npl 1,2,4,8 on the
-#             Llama-3.2-1B-shaped Q4_K_M file, alternating, REPS_PAR rounds   (~5 min)
+#   parallel  bench/parallel_side_by_side.sh: nexus bench --parallel 1,2,4,8 against
+#             llama-batched-bench -npl 1,2,4,8 on the Llama-3.2-1B-shaped Q4_K_M file,
+#             alternating, REPS_PAR rounds                                     (~6 min)
 #   serve     bench/serve_bench.py throughput: nexus serve against llama-server, 8 slots, 2
 #             threads, 1/4/8 clients, 2 rounds alternating                     (~6 min)
 #   agent     bench/serve_bench.py agent workload on a 57M-parameter Llama-shaped Q4_K_M file
@@ -48,37 +49,9 @@ if [ ! -f "$M/agent56m-q4km.gguf" ]; then
 fi
 
 if ! skip parallel; then
-  mkdir -p "$OUT/parallel"
-  for r in $(seq 1 "$REPS_PAR"); do
-    say "parallel round $r: nexus"
-    $NEXUS bench -m "$M/llama1b-q4km.gguf" -t 2 -p 512 -n 64 -r 1 --parallel 1,2,4,8 --json \
-      > "$OUT/parallel/nexus_round$r.json"
-    say "parallel round $r: llama-batched-bench"
-    LD_LIBRARY_PATH=$LLAMA_LIB "$LLAMA_BIN/llama-batched-bench" -m "$M/llama1b-q4km.gguf" -t 2 -tb 2 \
-      -c 8192 -b 2048 -ub 512 -npp 512 -ntg 64 -npl 1,2,4,8 \
-      > "$OUT/parallel/llama_round$r.md" 2> "$OUT/parallel/llama_round$r.log"
-  done
-  python3 - "$OUT/parallel" "$REPS_PAR" <<'PY' | tee "$OUT/parallel/parallel.md"
-import json, statistics, sys
-d, reps = sys.argv[1], int(sys.argv[2])
-nx, ll = {}, {}
-for r in range(1, reps + 1):
-    for line in open(f"{d}/nexus_round{r}.json"):
-        if line.startswith("{"):
-            j = json.loads(line)
-            nx.setdefault(j["parallel"], []).append(j["decode_tps"])
-    for line in open(f"{d}/llama_round{r}.md"):
-        f = [x.strip() for x in line.split("|")[1:-1]]
-        if len(f) == 10 and f[2].isdigit():
-            ll.setdefault(int(f[2]), []).append(float(f[7]))
-one = statistics.median(nx[1])
-print("| N | Nexus aggregate decode t/s (rounds) | x single | llama-batched-bench S_TG t/s | Nexus / llama |")
-print("|---|---|---|---|---|")
-for n in sorted(nx):
-    a, b = statistics.median(nx[n]), statistics.median(ll.get(n, [float("nan")]))
-    print(f"| {n} | {a:.1f} ({', '.join(f'{x:.1f}' for x in nx[n])}) | {a / one:.2f} | "
-          f"{b:.1f} ({', '.join(f'{x:.1f}' for x in ll.get(n, []))}) | {a / b:.2f} |")
-PY
+  say "parallel (issue 11)"
+  REPS=$REPS_PAR MODEL="$M/llama1b-q4km.gguf" LLAMA_BIN=$LLAMA_BIN LLAMA_LIB=$LLAMA_LIB \
+    OUT="$OUT/parallel" bench/parallel_side_by_side.sh
 fi
 
 if ! skip serve; then
