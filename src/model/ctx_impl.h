@@ -58,8 +58,8 @@ struct nx_ctx {
     size_t xq_row;
     float *rope_cs;  /* (n_batch, n_rot/2, 2) cos, sin */
     float *scores;   /* (n_threads_max, gqa, max_tokens) attention probabilities */
-    float *att_tmp;  /* (n_threads_max, 2 * CTX_ATT_TILE * gqa, head_dim) per-block attention
-                        output / a tile's queries and outputs */
+    float *att_tmp;  /* (n_threads_max, 2 * CTX_ATT_TILE * gqa, head_dim) an attention
+                        tile's queries and outputs */
     float *att_parts; /* (max(n_threads_max * CTX_ATT_TILE, CTX_ATT_SPLIT_TOKENS * n_head_kv),
                          blocks of max_tokens, gqa, head_dim + 2) fused attention partial states */
 

@@ -132,20 +132,20 @@ static const struct kv_table *attn_table(const struct nx_ctx *c, int il, int64_t
     return tab;
 }
 
-/* Attention of token t over KV head kvh by the unfused path (scores, softmax, values), for
- * sequences that accumulate attention per cached token (H2O needs the probabilities). */
-static void attn_unfused(struct nx_ctx *c, int il, int64_t t, int64_t kvh, int ith) {
+/* Accumulated attention of token t over KV head kvh (H2O): scores and softmax, the
+ * probabilities summed over the gqa heads into the table's per-slot accumulators. The output
+ * itself comes from the fused path (attn_tile), as for every other sequence, so a sequence
+ * whose budget is never reached gets the same bits as with the full policy. */
+static void attn_accumulate(struct nx_ctx *c, int il, int64_t t, int64_t kvh, int ith) {
     const struct kv_cache *kv = c->kv;
     const struct nx_hparams *hp = &c->model->hp;
     const int64_t B = kv->p.block, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd;
     const int gqa = hp->n_head / hp->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
     float *sc = c->scores + (size_t)ith * (size_t)gqa * (size_t)c->max_tokens;
-    float *acc = c->att_tmp + (size_t)ith * 2 * CTX_ATT_TILE * (size_t)gqa * (size_t)hd;
     int64_t ntok;
     const struct kv_table *tab = attn_table(c, il, t, kvh, &ntok);
     const float *qg = c->q + t * qd + kvh * gqa * hd;
-    float *out = c->xn + t * qd + kvh * gqa * hd;
     for (int64_t j0 = 0; j0 < ntok; j0 += B) {
         int32_t b = tab->blocks[j0 / B];
         kern_attn_scores(kv->p.type, hd, kv_block_k(kv, b), kv->row_bytes, NX_MIN(B, ntok - j0),
@@ -156,13 +156,6 @@ static void attn_unfused(struct nx_ctx *c, int il, int64_t t, int64_t kvh, int i
         float *acc_b = kv_block_acc(kv, tab->blocks[j0 / B]);
         for (int64_t j = j0; j < NX_MIN(j0 + B, ntok); j++)
             for (int g = 0; g < gqa; g++) acc_b[j - j0] += sc[(size_t)g * c->max_tokens + j];
-    }
-    memset(out, 0, sizeof(float) * (size_t)(gqa * hd));
-    for (int64_t j0 = 0; j0 < ntok; j0 += B) {
-        int32_t b = tab->blocks[j0 / B];
-        kern_attn_values(kv->p.type, hd, kv_block_v(kv, b), kv->row_bytes, NX_MIN(B, ntok - j0),
-                         sc + j0, c->max_tokens, gqa, acc);
-        for (int64_t i = 0; i < gqa * hd; i++) out[i] += acc[i];
     }
 }
 
@@ -267,8 +260,7 @@ static bool tile_start(const struct nx_ctx *c, int64_t t) {
  *   entries of one sequence) are claimed from the chunk counter; a tile reads each KV block
  *   once for all its entries (attn_tile) in the claiming thread's slice of att_parts.
  * - With attention accumulators (H2O) one thread owns all tokens of a KV head, in order, one
- *   entry at a time, and those sequences take the unfused path (attn_unfused), which yields
- *   the probabilities.
+ *   entry at a time; those sequences also get their probabilities (attn_accumulate).
  * Only the first kern_threads_for(cost) threads take part (small attention runs on one).
  */
 #define ATT_GROUP_BLOCKS 8
@@ -314,8 +306,8 @@ static void attention(struct nx_ctx *c, int il, int ith, int nth, int64_t *base)
         if (ith < nuse) op_split(n * nkv, n, ith, nuse, &u0, &u1);
         for (int64_t u = u0; u < u1; u++) {
             int64_t t = u % n, kvh = u / n;
-            if (c->seqs[c->job_seq[t]].acc_attn) attn_unfused(c, il, t, kvh, ith);
-            else attn_tile(c, il, t, 1, kvh, parts, tmp);
+            if (c->seqs[c->job_seq[t]].acc_attn) attn_accumulate(c, il, t, kvh, ith);
+            attn_tile(c, il, t, 1, kvh, parts, tmp);
         }
         return;
     }
