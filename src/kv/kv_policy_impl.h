@@ -24,6 +24,9 @@ extern const struct kv_policy kv_policy_adakv;
 extern const struct kv_policy kv_policy_morphkv;
 extern const struct kv_policy kv_policy_tova;
 extern const struct kv_policy kv_policy_nexus;
+extern const struct kv_policy kv_policy_random;
+extern const struct kv_policy kv_policy_bottomk;
+extern const struct kv_policy kv_policy_oracle;
 
 /* ---- scratch ------------------------------------------------------------------------------ */
 

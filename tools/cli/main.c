@@ -67,6 +67,7 @@ struct common_opts {
 
 static const char *const k_kv_types[] = {"f16", "f32", NULL};
 static const char *const k_regimes[] = {"prefill", "stream", NULL}; /* = NX_KV_REGIME_* */
+static const char *const k_nexus_select[] = {"reservoir", "topk", NULL}; /* nexus.select_topk */
 
 /* The flags shared by every model subcommand, as a table over *o (choice flags land in the
  * int fields and are applied by common_finish). */
@@ -77,7 +78,9 @@ struct common_flags {
     /* policy options (nx_kv_params_set), applied by common_finish when given */
     int32_t nexus_walk, nexus_n;
     float nexus_lambda, nexus_eps, nexus_w_scale;
-    bool nexus_fresh_draws, nexus_mean_vectors;
+    bool nexus_fresh_draws, nexus_mean_vectors, nexus_per_head, nexus_match_kv;
+    int nexus_select;
+    bool seen_select;
     bool seen_walk, seen_n, seen_lambda, seen_eps, seen_w_scale;
 };
 
@@ -104,6 +107,9 @@ static void common_table(struct common_opts *o, struct common_flags *f) {
         A_FLOAT("--nexus-w-scale", NULL, &f->nexus_w_scale, .seen = &f->seen_w_scale),
         A_FLAG("--nexus-fresh-draws", NULL, &f->nexus_fresh_draws),
         A_FLAG("--nexus-mean-vectors", NULL, &f->nexus_mean_vectors),
+        A_CHOICE("--nexus-select", NULL, &f->nexus_select, k_nexus_select, .seen = &f->seen_select),
+        A_FLAG("--nexus-per-head", NULL, &f->nexus_per_head),
+        A_FLAG("--nexus-match-kv", NULL, &f->nexus_match_kv),
         A_FLAG("--ref-kernels", NULL, &o->ref_kernels),
         A_END,
     };
@@ -127,6 +133,9 @@ static void common_finish(struct common_opts *o, const struct common_flags *f) {
     if (f->seen_w_scale) kv_opt(kv, "--nexus-w-scale", "nexus.w_scale", f->nexus_w_scale);
     if (f->nexus_fresh_draws) kv_opt(kv, "--nexus-fresh-draws", "nexus.fresh_draws", 1);
     if (f->nexus_mean_vectors) kv_opt(kv, "--nexus-mean-vectors", "nexus.mean_vectors", 1);
+    if (f->seen_select) kv_opt(kv, "--nexus-select", "nexus.select_topk", f->nexus_select);
+    if (f->nexus_per_head) kv_opt(kv, "--nexus-per-head", "nexus.per_head", 1);
+    if (f->nexus_match_kv) kv_opt(kv, "--nexus-match-kv", "nexus.match_kv", 1);
 }
 
 /* Parses a model subcommand's flags: the shared ones, then the command's own table(s). */
@@ -626,7 +635,8 @@ static void usage(void) {
             "  morphkv|tova|nexus, --kv-density D | --kv-budget TOKENS, --kv-regime prefill|stream,\n"
             "  --kv-block 32, --kv-sink 32, --kv-recent 32, --kv-window 16, --kv-seed S,\n"
             "  --nexus-walk 3, --nexus-lambda 0.5, --nexus-eps 1e-6, --nexus-n 5,\n"
-            "  --nexus-w-scale 1, --nexus-fresh-draws, --nexus-mean-vectors\n",
+            "  --nexus-w-scale 1, --nexus-fresh-draws, --nexus-mean-vectors,\n"
+            "  --nexus-select reservoir|topk, --nexus-per-head, --nexus-match-kv\n",
             nx_version());
 }
 

@@ -10,10 +10,20 @@
  *   before each of its answer positions is the token there, which equals exact-match greedy
  *   generation of the answer.
  * - Every configuration sees the same instances, so each accuracy is reported with its paired
- *   difference from the dense cache ("full") and that difference's standard error over queries.
- *   KV held is layer 0 / KV head 0's token count right after the prompt, as a share of P.
- * - One fresh context per (configuration, instance); deterministic for --seed (the reservoir
- *   draws) at any thread count, as the engine is.
+ *   difference from a named reference (--reference, default the dense cache "full"; a policy
+ *   reference is taken at the same density) and that difference's standard error over queries.
+ *   With --seeds N every non-dense configuration runs N eviction seeds (seed .. seed + N - 1);
+ *   a query's score is its mean over the seeds, so the SE stays paired over queries.
+ * - A policy spec is NAME or NAME/OPT/OPT...: for nexus, topk (nexus.select_topk), fresh
+ *   (nexus.fresh_draws), perhead (nexus.per_head), matchkv (nexus.match_kv), meanvec
+ *   (nexus.mean_vectors); or any option as name=value (nx_kv_params_set).
+ * - KV held: the KV bytes (all layers and heads, whole blocks) right after the prompt as a
+ *   share of the dense cache's on the same instance, and layer 0 / head 0's tokens as a share
+ *   of P.
+ * - One fresh single-threaded context per (configuration, seed, instance); -t N runs N
+ *   instances at once (one thread each), so more threads never make it slower, and the results
+ *   are the same at any thread count (each instance's numbers do not depend on the others).
+ *   Progress with an ETA goes to stderr.
  */
 #include "task_eval.h"
 
@@ -23,8 +33,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
+
 #include "core/alloc.h"
 #include "core/readfile.h"
+#include "eval/progress.h"
 #include "nexus.h"
 
 struct task_inst {
@@ -176,9 +189,10 @@ static int argmax(const float *l, int n) {
     return b;
 }
 
-/* Run one instance; ok[q] = 1 when query q is answered; *held = tokens cached after prompt. */
+/* Run one instance; ok[q] = 1 when query q is answered; *held = tokens cached after prompt
+   (layer 0, KV head 0), *bytes = KV bytes held then. */
 static int run_inst(const nx_model *m, const struct nx_ctx_params *cp, const struct task_inst *t,
-                    unsigned char *ok, int64_t *held) {
+                    unsigned char *ok, int64_t *held, double *bytes) {
     nx_ctx *c;
     char err[256];
     if (nx_ctx_init(m, cp, &c, err, sizeof err)) {
@@ -188,12 +202,18 @@ static int run_inst(const nx_model *m, const struct nx_ctx_params *cp, const str
     int nv = nx_model_n_vocab(m);
     int *pred = nx_malloc(sizeof *pred * (size_t)t->n); /* pred[p] = argmax after token p - 1 */
     int rc = pred ? 0 : 1;
-    if (!rc && nx_decode(c, t->tok, t->prompt_len, false)) rc = 1;
+    /* the oracle sees the future: the whole sequence is one prompt whose window is the queries
+       after the prompt; those positions are then removed and decoded again */
+    bool oracle = cp->kv.policy && !strcmp(cp->kv.policy, "oracle");
+    int first = oracle ? t->n - 1 : t->prompt_len;
+    if (!rc && nx_decode(c, t->tok, first, false)) rc = 1;
+    if (!rc && oracle && nx_seq_rm(c, t->prompt_len, -1)) rc = 1;
     if (!rc) {
         struct nx_kv_stats ks;
         nx_ctx_kv_stats(c, &ks);
         *held = ks.tokens_cached;
-        pred[t->prompt_len] = argmax(nx_get_logits(c, -1), nv);
+        *bytes = (double)ks.bytes_current;
+        pred[t->prompt_len] = oracle ? -1 : argmax(nx_get_logits(c, -1), nv);
     }
     for (int p = t->prompt_len; !rc && p + 1 < t->n; p++) {
         if (nx_decode(c, t->tok + p, 1, false)) {
@@ -213,7 +233,7 @@ static int run_inst(const nx_model *m, const struct nx_ctx_params *cp, const str
     return rc;
 }
 
-enum { TE_MAX_ITEMS = 32, TE_MAX_TASKS = 8 };
+enum { TE_MAX_ITEMS = 32, TE_MAX_TASKS = 8, TE_MAX_SEEDS = 64 };
 
 static int split_list(char *s, char **out, int max) {
     int n = 0;
@@ -221,16 +241,122 @@ static int split_list(char *s, char **out, int max) {
     return n;
 }
 
+/* Policy spec NAME[/OPT...] into kv; 0, or 1 with a message. */
+static int apply_spec(const char *spec, struct nx_kv_params *kv, char *name, size_t name_len) {
+    static const struct { const char *word, *opt; } words[] = {
+        {"topk", "nexus.select_topk"}, {"fresh", "nexus.fresh_draws"},
+        {"perhead", "nexus.per_head"}, {"matchkv", "nexus.match_kv"},
+        {"meanvec", "nexus.mean_vectors"}};
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL, *tok = strtok_r(buf, "/", &save);
+    snprintf(name, name_len, "%s", tok ? tok : "");
+    for (tok = strtok_r(NULL, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+        const char *opt = NULL;
+        double v = 1;
+        char *eq = strchr(tok, '=');
+        if (eq) {
+            *eq = 0;
+            opt = tok;
+            char *e;
+            v = strtod(eq + 1, &e);
+            if (*e || e == eq + 1) opt = NULL;
+        } else {
+            for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+                if (!strcmp(tok, words[i].word)) opt = words[i].opt;
+        }
+        if (!opt || nx_kv_params_set(kv, opt, v) != NX_STATUS_OK) {
+            fprintf(stderr, "task-eval: policy spec '%s': bad option '%s'\n", spec, tok);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* One configuration x seed over every instance, shared by the worker threads. */
+struct te_job {
+    const nx_model *m;
+    const struct task_set *s;
+    const char *spec;
+    double density; /* 0: dense */
+    uint64_t seed;
+    int max_n;
+    unsigned char *ok;   /* n_queries */
+    const int *q_first;  /* instance -> its first query */
+    int64_t *held;       /* per instance */
+    double *bytes;       /* per instance */
+    int next, failed, done, done_base;
+    pthread_mutex_t mu;
+    struct nx_progress *pg;
+    const char *label;
+};
+
+static void *te_worker(void *arg) {
+    struct te_job *j = arg;
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        int i = j->failed ? j->s->n : j->next++;
+        pthread_mutex_unlock(&j->mu);
+        if (i >= j->s->n) break;
+        const struct task_inst *t = &j->s->v[i];
+        struct nx_ctx_params cp = nx_ctx_default_params();
+        cp.n_ctx = j->max_n;
+        cp.n_threads = cp.n_threads_batch = 1;
+        cp.kv_type = NX_TYPE_F32;
+        char name[64];
+        int rc = apply_spec(j->spec, &cp.kv, name, sizeof name);
+        cp.kv.policy = name;
+        cp.kv.regime = NX_KV_REGIME_PREFILL;
+        cp.kv.seed = j->seed;
+        cp.n_batch = j->max_n; /* the prompt is compressed once, at its end */
+        if (j->density > 0) {
+            int b = (int)floor(j->density * t->prompt_len);
+            cp.kv.budget = b > 0 ? b : 1;
+        }
+        if (!strcmp(name, "oracle")) {
+            /* window = the queries after the prompt; budget + the future tokens it drops */
+            int fut = t->n - 1 - t->prompt_len;
+            cp.kv.window = fut < 256 ? fut : 256;
+            cp.kv.budget += fut;
+        }
+        if (!rc) rc = run_inst(j->m, &cp, t, j->ok + j->q_first[i], &j->held[i], &j->bytes[i]);
+        pthread_mutex_lock(&j->mu);
+        if (rc) j->failed = 1;
+        j->done++;
+        nx_progress_update(j->pg, j->done_base + j->done, j->label);
+        pthread_mutex_unlock(&j->mu);
+    }
+    return NULL;
+}
+
+/* Runs the job on `threads` threads; 0 on success. */
+static int te_run(struct te_job *j, int threads) {
+    pthread_t th[64];
+    int nt = threads < 64 ? threads : 64, started = 0;
+    j->next = j->failed = j->done = 0;
+    pthread_mutex_init(&j->mu, NULL);
+    for (int k = 1; k < nt; k++)
+        if (pthread_create(&th[started], NULL, te_worker, j) == 0) started++;
+    te_worker(j);
+    for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+    pthread_mutex_destroy(&j->mu);
+    return j->failed;
+}
+
 static void usage(FILE *o) {
     fprintf(o, "usage: nexus task-eval -m MODEL --tasks FILE.jsonl [--policies full,streaming,...]\n"
-               "         [--densities 0.2,...] [--seed S] [-t THREADS] [--json OUT]\n"
-               "  Exact-match accuracy per policy x density x task, paired against 'full'.\n");
+               "         [--densities 0.2,...] [--reference full|SPEC] [--seeds N] [--seed S]\n"
+               "         [-t THREADS] [--json OUT]\n"
+               "  Exact-match accuracy per policy x density x task, paired against the reference.\n"
+               "  SPEC: NAME or NAME/OPT/...: nexus/topk, nexus/fresh, nexus/perhead,\n"
+               "  nexus/matchkv, nexus/meanvec, or NAME/option=value (e.g. nexus/nexus.n=1).\n"
+               "  -t N runs N instances at once (one thread each); same numbers at any N.\n");
 }
 
 int task_eval_main(int argc, char **argv) {
-    const char *model = NULL, *tasks = NULL, *json_out = NULL;
-    char pol_buf[512] = "full,streaming,h2o,snapkv,tova,nexus", den_buf[256] = "0.2";
-    int threads = 1;
+    const char *model = NULL, *tasks = NULL, *json_out = NULL, *ref = "full";
+    char pol_buf[1024] = "full,streaming,h2o,snapkv,tova,nexus", den_buf[256] = "0.2";
+    int threads = 1, n_seeds = 1;
     unsigned long long seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -248,7 +374,9 @@ int task_eval_main(int argc, char **argv) {
         else if (!strcmp(a, "--json")) json_out = v;
         else if (!strcmp(a, "--policies")) snprintf(pol_buf, sizeof pol_buf, "%s", v);
         else if (!strcmp(a, "--densities")) snprintf(den_buf, sizeof den_buf, "%s", v);
+        else if (!strcmp(a, "--reference")) ref = v;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--seeds")) n_seeds = atoi(v);
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
         else {
             fprintf(stderr, "task-eval: unknown option %s\n", a);
@@ -256,7 +384,8 @@ int task_eval_main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model || !tasks || threads < 1) {
+    if (!model || !tasks || threads < 1 || threads > 64 || n_seeds < 1 ||
+        n_seeds > TE_MAX_SEEDS) {
         usage(stderr);
         return 2;
     }
@@ -270,6 +399,17 @@ int task_eval_main(int argc, char **argv) {
             fprintf(stderr, "task-eval: bad density '%s'\n", dens_s[i]);
             return 2;
         }
+    }
+    int ref_pi = -1;
+    for (int pi = 0; pi < np; pi++) {
+        struct nx_kv_params kv = nx_kv_default_params();
+        char name[64];
+        if (apply_spec(pols[pi], &kv, name, sizeof name)) return 2;
+        if (!strcmp(pols[pi], ref)) ref_pi = pi;
+    }
+    if (ref_pi < 0) {
+        fprintf(stderr, "task-eval: the reference '%s' is not among --policies\n", ref);
+        return 2;
     }
     nx_model *m;
     char err[256];
@@ -287,10 +427,18 @@ int task_eval_main(int argc, char **argv) {
     /* task names, and each query's task index */
     char names[TE_MAX_TASKS][32];
     int n_names = 0;
-    int *q_task = nx_malloc(sizeof *q_task * (size_t)s.n_queries);
-    unsigned char *full_ok = nx_malloc((size_t)s.n_queries);
-    unsigned char *ok = nx_malloc((size_t)s.n_queries);
-    int rc = (!q_task || !full_ok || !ok) ? 1 : 0;
+    const int nq = s.n_queries, ncfg = np * nd;
+    int *q_task = nx_malloc(sizeof *q_task * (size_t)nq);
+    int *q_first = nx_malloc(sizeof *q_first * (size_t)s.n);
+    double *score = nx_calloc((size_t)ncfg * (size_t)nq, sizeof *score); /* seed-mean per query */
+    double *held_tok = nx_calloc((size_t)ncfg, sizeof *held_tok);
+    double *held_kv = nx_calloc((size_t)ncfg, sizeof *held_kv);
+    double *dense_bytes = nx_calloc((size_t)s.n, sizeof *dense_bytes);
+    unsigned char *ok = nx_malloc((size_t)nq);
+    int64_t *held = nx_malloc(sizeof *held * (size_t)s.n);
+    double *bytes = nx_malloc(sizeof *bytes * (size_t)s.n);
+    int rc = (!q_task || !q_first || !score || !held_tok || !held_kv || !dense_bytes || !ok ||
+              !held || !bytes) ? 1 : 0;
     for (int i = 0, k = 0; !rc && i < s.n; i++) {
         int ti = -1;
         for (int j = 0; j < n_names; j++)
@@ -299,45 +447,78 @@ int task_eval_main(int argc, char **argv) {
             snprintf(names[n_names], sizeof names[0], "%s", s.v[i].task);
             ti = n_names++;
         }
+        q_first[i] = k;
         for (int q = 0; q < s.v[i].n_q; q++) q_task[k++] = ti < 0 ? 0 : ti;
     }
-    json_t *jout = json_array();
-    printf("| policy | density | task | queries | accuracy | diff vs full | paired SE | KV held / prompt |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
-    bool have_full = false;
+    /* the dense run first (KV held is a share of its bytes), then every configuration */
+    int runs = 1;
+    for (int pi = 0; pi < np; pi++)
+        if (strcmp(pols[pi], "full")) runs += nd * n_seeds;
+    struct nx_progress pg;
+    nx_progress_start(&pg, stderr, "instances", runs * s.n);
+    int done_base = 0;
+    struct te_job job = {.m = m, .s = &s, .max_n = max_n, .ok = ok, .q_first = q_first,
+                         .held = held, .bytes = bytes, .pg = &pg};
+    if (!rc) {
+        job.spec = "full";
+        job.density = 0;
+        job.seed = seed;
+        job.label = "full";
+        rc = te_run(&job, threads);
+        memcpy(dense_bytes, bytes, sizeof *bytes * (size_t)s.n);
+        done_base += s.n;
+    }
     for (int pi = 0; !rc && pi < np; pi++) {
         bool is_full = !strcmp(pols[pi], "full");
-        for (int di = 0; !rc && di < (is_full ? 1 : nd); di++) {
-            double held_share = 0;
-            for (int i = 0, k = 0; !rc && i < s.n; i++) {
-                struct nx_ctx_params cp = nx_ctx_default_params();
-                cp.n_ctx = max_n;
-                cp.n_threads = cp.n_threads_batch = threads;
-                cp.kv_type = NX_TYPE_F32;
-                cp.kv.policy = pols[pi];
-                cp.kv.regime = NX_KV_REGIME_PREFILL;
-                cp.kv.seed = seed;
-                if (!is_full) {
-                    int b = (int)floor(dens[di] * s.v[i].prompt_len);
-                    cp.kv.budget = b > 0 ? b : 1;
+        for (int di = 0; !rc && di < nd; di++) {
+            int c = pi * nd + di, ns = is_full ? 1 : n_seeds;
+            double *sc = score + (size_t)c * (size_t)nq;
+            for (int k = 0; !rc && k < ns; k++) {
+                char label[160];
+                snprintf(label, sizeof label, "%s d=%s seed %d", pols[pi], dens_s[di], k);
+                job.spec = pols[pi];
+                job.density = is_full ? 0 : dens[di];
+                job.seed = seed + (uint64_t)k;
+                job.label = label;
+                if (is_full && di > 0) {
+                    memcpy(sc, score + (size_t)(pi * nd) * (size_t)nq, sizeof *sc * (size_t)nq);
+                    held_tok[c] = held_tok[pi * nd];
+                    held_kv[c] = held_kv[pi * nd];
+                    break;
                 }
-                int64_t held = 0;
-                rc = run_inst(m, &cp, &s.v[i], ok + k, &held);
-                held_share += (double)held / s.v[i].prompt_len / s.n;
-                k += s.v[i].n_q;
+                if (!is_full) {
+                    rc = te_run(&job, threads);
+                    done_base += s.n;
+                    job.done_base = done_base;
+                } else {
+                    rc = te_run(&job, threads); /* dense again: cheap, keeps one code path */
+                }
+                for (int q = 0; q < nq; q++) sc[q] += (double)ok[q] / ns;
+                for (int i = 0; i < s.n; i++) {
+                    held_tok[c] += (double)held[i] / s.v[i].prompt_len / s.n / ns;
+                    held_kv[c] += bytes[i] / (dense_bytes[i] > 0 ? dense_bytes[i] : 1) / s.n / ns;
+                }
             }
-            if (rc) break;
-            if (is_full) {
-                memcpy(full_ok, ok, (size_t)s.n_queries);
-                have_full = true;
-            }
+        }
+    }
+    nx_progress_finish(&pg);
+    json_t *jout = json_array();
+    printf("| policy | density | task | queries | accuracy | diff vs %s | paired SE | KV held "
+           "(bytes) | tokens / prompt |\n", ref);
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (int pi = 0; !rc && pi < np; pi++) {
+        bool is_full = !strcmp(pols[pi], "full");
+        for (int di = 0; di < (is_full ? 1 : nd); di++) {
+            int c = pi * nd + di, rc_i = ref_pi * nd + di;
+            const double *sc = score + (size_t)c * (size_t)nq;
+            const double *rs = score + (size_t)rc_i * (size_t)nq;
             for (int ti = -1; ti < n_names; ti++) {
                 double sum = 0, sd = 0, sdd = 0;
                 int n = 0;
-                for (int q = 0; q < s.n_queries; q++) {
+                for (int q = 0; q < nq; q++) {
                     if (ti >= 0 && q_task[q] != ti) continue;
-                    double d = (double)ok[q] - (have_full ? (double)full_ok[q] : 0);
-                    sum += ok[q];
+                    double d = sc[q] - rs[q];
+                    sum += sc[q];
                     sd += d;
                     sdd += d * d;
                     n++;
@@ -346,27 +527,35 @@ int task_eval_main(int argc, char **argv) {
                 double md = sd / n;
                 double se = n > 1 ? sqrt(fmax(0, (sdd - n * md * md) / (n - 1)) / n) : 0;
                 const char *tname = ti < 0 ? "all" : names[ti];
-                printf("| %s | %s | %s | %d | %.3f | %+.3f | %.3f | %.3f |\n", pols[pi],
-                       is_full ? "1" : dens_s[di], tname, n, sum / n, have_full ? md : NAN,
-                       have_full ? se : NAN, held_share);
+                printf("| %s | %s | %s | %d | %.3f | %+.3f | %.3f | %.3f | %.3f |\n", pols[pi],
+                       is_full ? "1" : dens_s[di], tname, n, sum / n, md, se, held_kv[c],
+                       held_tok[c]);
                 json_array_append_new(
-                    jout, json_pack("{s:s,s:f,s:s,s:i,s:f,s:f,s:f,s:f}", "policy", pols[pi],
-                                    "density", is_full ? 1.0 : dens[di], "task", tname,
-                                    "queries", n, "accuracy", sum / n, "diff_vs_full",
-                                    have_full ? md : 0.0, "paired_se", have_full ? se : 0.0,
-                                    "kv_held_share", held_share));
+                    jout, json_pack("{s:s,s:f,s:s,s:i,s:f,s:s,s:f,s:f,s:f,s:f,s:i,s:I}",
+                                    "policy", pols[pi], "density", is_full ? 1.0 : dens[di],
+                                    "task", tname, "queries", n, "accuracy", sum / n,
+                                    "reference", ref, "diff_vs_reference", md, "paired_se", se,
+                                    "kv_held_bytes_share", held_kv[c], "kv_held_share",
+                                    held_tok[c], "seeds", is_full ? 1 : n_seeds,
+                                    "seed", (json_int_t)seed));
             }
-            fflush(stdout);
         }
     }
+    fflush(stdout);
     if (!rc && json_out && json_dump_file(jout, json_out, JSON_INDENT(1)) != 0) {
         fprintf(stderr, "task-eval: cannot write %s\n", json_out);
         rc = 1;
     }
     json_decref(jout);
     nx_free(q_task);
-    nx_free(full_ok);
+    nx_free(q_first);
+    nx_free(score);
+    nx_free(held_tok);
+    nx_free(held_kv);
+    nx_free(dense_bytes);
     nx_free(ok);
+    nx_free(held);
+    nx_free(bytes);
     set_free(&s);
     nx_model_free(m);
     return rc;
