@@ -493,12 +493,16 @@ static int cmd_eval(int argc, char **argv) {
     struct common_opts o = common_defaults();
     struct eval_params ep = {.policies = "full,streaming,h2o,snapkv,pyramidkv,adakv,morphkv,tova,nexus",
                              .densities = "0.1,0.2,0.4", .regimes = "prefill,stream",
-                             .streams = 16, .stream_len = 512, .recall_blocks = 2, .seed = 1};
+                             .streams = 64, .stream_len = 512, .seed = 1, .budgets = "seen",
+                             .reference = "full", .seeds = 1, .score_len = 64};
     const struct arg own[] = {
         SWEEP_FLAGS(&ep.policies, &ep.densities, &ep.regimes),
         A_INT("--streams", NULL, &ep.streams, 1, 10000),
         A_INT("--stream-len", NULL, &ep.stream_len, 8, 1 << 20),
-        A_INT("--recall-blocks", NULL, &ep.recall_blocks, 0, 1 << 20),
+        A_STR("--budgets", NULL, &ep.budgets),
+        A_STR("--reference", NULL, &ep.reference),
+        A_INT("--seeds", NULL, &ep.seeds, 1, 64),
+        A_INT("--score-len", NULL, &ep.score_len, 0, 1 << 20),
         A_U64("--seed", NULL, &ep.seed, 0, LONG_MAX),
         A_STR("--json", NULL, &ep.json_path),
         A_STR("--svg", NULL, &ep.svg_dir),
@@ -616,7 +620,10 @@ static void usage(void) {
             "  nexus rerank -m MODEL --query Q [-t N] DOC...\n"
             "  nexus eval -m MODEL [--policies full,nexus,...] [--densities 0.1,0.2]\n"
             "            [--regimes prefill,stream] [--streams N] [--stream-len N] [--seed S]\n"
-            "            [--recall-blocks K] [--json OUT] [--svg DIR] [--file TEXT]\n"
+            "            [--budgets seen,prompt] [--reference full|SPEC] [--seeds N]\n"
+            "            [--score-len 64] [--json OUT] [--svg DIR] [--file TEXT]\n"
+            "            (SPEC: policy or policy/opt/..., e.g. nexus/topk/fresh; bounds: random,\n"
+            "            bottomk, oracle; -t N runs N streams at once)\n"
             "  nexus eval-efficiency -m MODEL [--policies full,nexus,...] [--density 0.2]\n"
             "            [--regime stream|prefill] [--prompt 512] [--lengths 1024,4096,8192]\n"
             "            [--json OUT] [--svg DIR]\n"

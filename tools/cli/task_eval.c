@@ -14,9 +14,8 @@
  *   reference is taken at the same density) and that difference's standard error over queries.
  *   With --seeds N every non-dense configuration runs N eviction seeds (seed .. seed + N - 1);
  *   a query's score is its mean over the seeds, so the SE stays paired over queries.
- * - A policy spec is NAME or NAME/OPT/OPT...: for nexus, topk (nexus.select_topk), fresh
- *   (nexus.fresh_draws), perhead (nexus.per_head), matchkv (nexus.match_kv), meanvec
- *   (nexus.mean_vectors); or any option as name=value (nx_kv_params_set).
+ * - A policy spec is NAME or NAME/OPT/OPT... (eval_policy_spec in src/eval/eval.h): for
+ *   nexus, topk, fresh, perhead, matchkv, meanvec; or any option as name=value.
  * - KV held: the KV bytes (all layers and heads, whole blocks) right after the prompt as a
  *   share of the dense cache's on the same instance, and layer 0 / head 0's tokens as a share
  *   of P.
@@ -37,6 +36,7 @@
 
 #include "core/alloc.h"
 #include "core/readfile.h"
+#include "eval/eval.h"
 #include "eval/progress.h"
 #include "nexus.h"
 
@@ -241,38 +241,6 @@ static int split_list(char *s, char **out, int max) {
     return n;
 }
 
-/* Policy spec NAME[/OPT...] into kv; 0, or 1 with a message. */
-static int apply_spec(const char *spec, struct nx_kv_params *kv, char *name, size_t name_len) {
-    static const struct { const char *word, *opt; } words[] = {
-        {"topk", "nexus.select_topk"}, {"fresh", "nexus.fresh_draws"},
-        {"perhead", "nexus.per_head"}, {"matchkv", "nexus.match_kv"},
-        {"meanvec", "nexus.mean_vectors"}};
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", spec);
-    char *save = NULL, *tok = strtok_r(buf, "/", &save);
-    snprintf(name, name_len, "%s", tok ? tok : "");
-    for (tok = strtok_r(NULL, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
-        const char *opt = NULL;
-        double v = 1;
-        char *eq = strchr(tok, '=');
-        if (eq) {
-            *eq = 0;
-            opt = tok;
-            char *e;
-            v = strtod(eq + 1, &e);
-            if (*e || e == eq + 1) opt = NULL;
-        } else {
-            for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
-                if (!strcmp(tok, words[i].word)) opt = words[i].opt;
-        }
-        if (!opt || nx_kv_params_set(kv, opt, v) != NX_STATUS_OK) {
-            fprintf(stderr, "task-eval: policy spec '%s': bad option '%s'\n", spec, tok);
-            return 1;
-        }
-    }
-    return 0;
-}
-
 /* One configuration x seed over every instance, shared by the worker threads. */
 struct te_job {
     const nx_model *m;
@@ -304,7 +272,7 @@ static void *te_worker(void *arg) {
         cp.n_threads = cp.n_threads_batch = 1;
         cp.kv_type = NX_TYPE_F32;
         char name[64];
-        int rc = apply_spec(j->spec, &cp.kv, name, sizeof name);
+        int rc = eval_policy_spec(j->spec, &cp.kv, name, sizeof name, "task-eval") ? 1 : 0;
         cp.kv.policy = name;
         cp.kv.regime = NX_KV_REGIME_PREFILL;
         cp.kv.seed = j->seed;
@@ -404,7 +372,7 @@ int task_eval_main(int argc, char **argv) {
     for (int pi = 0; pi < np; pi++) {
         struct nx_kv_params kv = nx_kv_default_params();
         char name[64];
-        if (apply_spec(pols[pi], &kv, name, sizeof name)) return 2;
+        if (eval_policy_spec(pols[pi], &kv, name, sizeof name, "task-eval")) return 2;
         if (!strcmp(pols[pi], ref)) ref_pi = pi;
     }
     if (ref_pi < 0) {
