@@ -20,8 +20,9 @@
  *   share of the dense cache's on the same instance, and layer 0 / head 0's tokens as a share
  *   of P.
  * - One fresh single-threaded context per (configuration, seed, instance); -t N runs N
- *   instances at once (one thread each), so more threads never make it slower, and the results
- *   are the same at any thread count (each instance's numbers do not depend on the others).
+ *   instances at once in worker processes (eval_parmap: threads of one process would serialise
+ *   on the engine's shared pool), so more threads never make it slower, and the results are
+ *   the same at any thread count (each instance's numbers do not depend on the others).
  *   Progress with an ETA goes to stderr.
  */
 #include "task_eval.h"
@@ -32,11 +33,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <pthread.h>
-
 #include "core/alloc.h"
 #include "core/readfile.h"
 #include "eval/eval.h"
+#include "eval/parmap.h"
 #include "eval/progress.h"
 #include "nexus.h"
 
@@ -241,74 +241,81 @@ static int split_list(char *s, char **out, int max) {
     return n;
 }
 
-/* One configuration x seed over every instance, shared by the worker threads. */
+/* One configuration x seed over every instance (eval_parmap items: one instance each). */
 struct te_job {
     const nx_model *m;
     const struct task_set *s;
     const char *spec;
     double density; /* 0: dense */
     uint64_t seed;
-    int max_n;
-    unsigned char *ok;   /* n_queries */
-    const int *q_first;  /* instance -> its first query */
-    int64_t *held;       /* per instance */
-    double *bytes;       /* per instance */
-    int next, failed, done, done_base;
-    pthread_mutex_t mu;
+    int max_n, max_q;
     struct nx_progress *pg;
+    int done_base, done;
     const char *label;
 };
 
-static void *te_worker(void *arg) {
-    struct te_job *j = arg;
-    for (;;) {
-        pthread_mutex_lock(&j->mu);
-        int i = j->failed ? j->s->n : j->next++;
-        pthread_mutex_unlock(&j->mu);
-        if (i >= j->s->n) break;
-        const struct task_inst *t = &j->s->v[i];
-        struct nx_ctx_params cp = nx_ctx_default_params();
-        cp.n_ctx = j->max_n;
-        cp.n_threads = cp.n_threads_batch = 1;
-        cp.kv_type = NX_TYPE_F32;
-        char name[64];
-        int rc = eval_policy_spec(j->spec, &cp.kv, name, sizeof name, "task-eval") ? 1 : 0;
-        cp.kv.policy = name;
-        cp.kv.regime = NX_KV_REGIME_PREFILL;
-        cp.kv.seed = j->seed;
-        cp.n_batch = j->max_n; /* the prompt is compressed once, at its end */
-        if (j->density > 0) {
-            int b = (int)floor(j->density * t->prompt_len);
-            cp.kv.budget = b > 0 ? b : 1;
-        }
-        if (!strcmp(name, "oracle")) {
-            /* window = the queries after the prompt; budget + the future tokens it drops */
-            int fut = t->n - 1 - t->prompt_len;
-            cp.kv.window = fut < 256 ? fut : 256;
-            cp.kv.budget += fut;
-        }
-        if (!rc) rc = run_inst(j->m, &cp, t, j->ok + j->q_first[i], &j->held[i], &j->bytes[i]);
-        pthread_mutex_lock(&j->mu);
-        if (rc) j->failed = 1;
-        j->done++;
-        nx_progress_update(j->pg, j->done_base + j->done, j->label);
-        pthread_mutex_unlock(&j->mu);
-    }
-    return NULL;
+/* An instance's record: tokens held and KV bytes after the prompt, then max_q answer flags. */
+struct te_rec {
+    int64_t held;
+    double bytes;
+    unsigned char ok[];
+};
+
+static size_t te_rec_bytes(const struct te_job *j) {
+    return sizeof(struct te_rec) + (size_t)j->max_q;
 }
 
-/* Runs the job on `threads` threads; 0 on success. */
-static int te_run(struct te_job *j, int threads) {
-    pthread_t th[64];
-    int nt = threads < 64 ? threads : 64, started = 0;
-    j->next = j->failed = j->done = 0;
-    pthread_mutex_init(&j->mu, NULL);
-    for (int k = 1; k < nt; k++)
-        if (pthread_create(&th[started], NULL, te_worker, j) == 0) started++;
-    te_worker(j);
-    for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
-    pthread_mutex_destroy(&j->mu);
-    return j->failed;
+static int te_item(int i, void *rec, void *arg) {
+    const struct te_job *j = arg;
+    const struct task_inst *t = &j->s->v[i];
+    struct te_rec *r = rec;
+    struct nx_ctx_params cp = nx_ctx_default_params();
+    cp.n_ctx = j->max_n;
+    cp.n_batch = j->max_n; /* the prompt is compressed once, at its end */
+    cp.n_threads = cp.n_threads_batch = 1;
+    cp.kv_type = NX_TYPE_F32;
+    char name[64];
+    if (eval_policy_spec(j->spec, &cp.kv, name, sizeof name, "task-eval")) return 1;
+    cp.kv.policy = name;
+    cp.kv.regime = NX_KV_REGIME_PREFILL;
+    cp.kv.seed = j->seed;
+    if (j->density > 0) {
+        int b = (int)floor(j->density * t->prompt_len);
+        cp.kv.budget = b > 0 ? b : 1;
+    }
+    if (!strcmp(name, "oracle")) {
+        /* window = the queries after the prompt; budget + the future tokens it drops */
+        int fut = t->n - 1 - t->prompt_len;
+        cp.kv.window = fut < 256 ? fut : 256;
+        cp.kv.budget += fut;
+    }
+    memset(r->ok, 0, (size_t)j->max_q);
+    return run_inst(j->m, &cp, t, r->ok, &r->held, &r->bytes);
+}
+
+static void te_done(int i, void *arg) {
+    struct te_job *j = arg;
+    (void)i;
+    nx_progress_update(j->pg, j->done_base + ++j->done, j->label);
+}
+
+/* Runs the job on `procs` worker processes into ok (per query), held and bytes (per
+   instance); 0 on success. */
+static int te_run(struct te_job *j, int procs, const int *q_first, unsigned char *ok,
+                  int64_t *held, double *bytes) {
+    size_t rb = te_rec_bytes(j);
+    char *recs = nx_malloc(rb * (size_t)j->s->n);
+    if (!recs) return 1;
+    j->done = 0;
+    int rc = eval_parmap(j->s->n, procs, rb, te_item, j, recs, te_done, j) ? 1 : 0;
+    for (int i = 0; !rc && i < j->s->n; i++) {
+        const struct te_rec *r = (const struct te_rec *)(recs + rb * (size_t)i);
+        held[i] = r->held;
+        bytes[i] = r->bytes;
+        memcpy(ok + q_first[i], r->ok, (size_t)j->s->v[i].n_q);
+    }
+    nx_free(recs);
+    return rc;
 }
 
 static void usage(FILE *o) {
@@ -425,15 +432,17 @@ int task_eval_main(int argc, char **argv) {
     struct nx_progress pg;
     nx_progress_start(&pg, stderr, "instances", runs * s.n);
     int done_base = 0;
-    struct te_job job = {.m = m, .s = &s, .max_n = max_n, .ok = ok, .q_first = q_first,
-                         .held = held, .bytes = bytes, .pg = &pg};
+    int max_q = 1;
+    for (int i = 0; i < s.n; i++) max_q = s.v[i].n_q > max_q ? s.v[i].n_q : max_q;
+    struct te_job job = {.m = m, .s = &s, .max_n = max_n, .max_q = max_q, .pg = &pg};
+    unsigned char *dense_ok = nx_malloc((size_t)nq);
+    if (!dense_ok) rc = 1;
     if (!rc) {
         job.spec = "full";
         job.density = 0;
         job.seed = seed;
         job.label = "full";
-        rc = te_run(&job, threads);
-        memcpy(dense_bytes, bytes, sizeof *bytes * (size_t)s.n);
+        rc = te_run(&job, threads, q_first, dense_ok, held, dense_bytes);
         done_base += s.n;
     }
     for (int pi = 0; !rc && pi < np; pi++) {
@@ -445,21 +454,17 @@ int task_eval_main(int argc, char **argv) {
                 char label[160];
                 snprintf(label, sizeof label, "%s d=%s seed %d", pols[pi], dens_s[di], k);
                 job.spec = pols[pi];
-                job.density = is_full ? 0 : dens[di];
+                job.density = dens[di];
                 job.seed = seed + (uint64_t)k;
                 job.label = label;
-                if (is_full && di > 0) {
-                    memcpy(sc, score + (size_t)(pi * nd) * (size_t)nq, sizeof *sc * (size_t)nq);
-                    held_tok[c] = held_tok[pi * nd];
-                    held_kv[c] = held_kv[pi * nd];
-                    break;
-                }
-                if (!is_full) {
-                    rc = te_run(&job, threads);
-                    done_base += s.n;
-                    job.done_base = done_base;
+                job.done_base = done_base;
+                if (is_full) { /* the dense run above */
+                    memcpy(ok, dense_ok, (size_t)nq);
+                    memcpy(bytes, dense_bytes, sizeof *bytes * (size_t)s.n);
+                    for (int i = 0; i < s.n; i++) held[i] = s.v[i].prompt_len;
                 } else {
-                    rc = te_run(&job, threads); /* dense again: cheap, keeps one code path */
+                    rc = te_run(&job, threads, q_first, ok, held, bytes);
+                    done_base += s.n;
                 }
                 for (int q = 0; q < nq; q++) sc[q] += (double)ok[q] / ns;
                 for (int i = 0; i < s.n; i++) {
@@ -469,6 +474,7 @@ int task_eval_main(int argc, char **argv) {
             }
         }
     }
+    nx_free(dense_ok);
     nx_progress_finish(&pg);
     json_t *jout = json_array();
     printf("| policy | density | task | queries | accuracy | diff vs %s | paired SE | KV held "
