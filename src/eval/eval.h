@@ -2,6 +2,7 @@
  * the dense model) and the helpers the eval runners share (sweep.c). */
 #ifndef NX_EVAL_H
 #define NX_EVAL_H
+#include <stdbool.h>
 #include <stdint.h>
 #include "nexus.h"
 
@@ -44,6 +45,9 @@ const char *eval_regime_name(int regime);
  * 0, or -1 with a message (prefixed with cmd) on stderr for an unknown policy or option. */
 int eval_policy_spec(const char *spec, struct nx_kv_params *kv, char *name, size_t name_len,
                      const char *cmd);
+/* True when a spec's selection depends on the eviction seed (random; nexus unless topk), so
+   running it for several seeds measures something. */
+bool eval_spec_stochastic(const char *spec);
 /* Checks every policy spec (eval_policy_spec); 0, or -1 with a message on stderr. */
 int eval_check_policies(char **pols, int n, const char *cmd);
 /* Parses densities in (0, 1]; 0, or -1 with a message on stderr. */

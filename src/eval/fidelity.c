@@ -11,7 +11,8 @@
  * depends on what the compression kept), in the stream regime all of the second half.
  * A configuration is policy spec x density x regime x budget rule: "seen" (budget = density x
  * tokens seen, growing) or "prompt" (fixed at density x prompt length, the paper's protocol),
- * run for `seeds` eviction seeds (each stream's figure is the mean over the seeds). Per stream:
+ * run for `seeds` eviction seeds when its selection depends on the seed (random, nexus's
+ * reservoir; each stream's figure is the mean over the seeds), once otherwise. Per stream:
  *   kl    = mean KL(dense || policy) of the next-token distributions (nats),
  *   top1  = share of positions where both argmaxes agree,
  *   nll   = mean -log p_policy(next token) (ppl = exp(mean nll)),
@@ -341,7 +342,7 @@ static int stream_item(int s, void *rec, void *arg) {
     for (int k = 0; k < r->n_cfg && !rc; k++) {
         const struct cfg *cf = &r->cfgs[k];
         struct cell *c = &cells[k];
-        int ns = !strcmp(cf->spec, "full") ? 1 : r->seeds;
+        int ns = eval_spec_stochastic(cf->spec) ? r->seeds : 1;
         memset(c, 0, sizeof *c);
         if (is_oracle(cf->spec) && cf->regime == NX_KV_REGIME_STREAM) {
             /* the oracle sees the scored queries before one compression: prefill only */
@@ -456,7 +457,7 @@ static int write_json(const struct run *r, const char *ref, const int *refk) {
         fprintf(o.f, ",\"longrange_positions\":%d,\"streams\":%d,\"seeds\":%d,"
                      "\"stream_len\":%d,\"scored\":%d,\"seed\":%llu,\"source\":\"%s\","
                      "\"kv_block\":%d,\"kv_sink\":%d,\"kv_recent\":%d}%s\n",
-                lr_pos, r->streams, !strcmp(cf->spec, "full") ? 1 : r->seeds,
+                lr_pos, r->streams, eval_spec_stochastic(cf->spec) ? r->seeds : 1,
                 ep->stream_len, score_end(ep, cf->regime) - ep->stream_len / 2,
                 (unsigned long long)ep->seed, ep->text_file ? "file" : "sampled",
                 b ? b->kv_block : 32, b ? b->kv.sink : 32, b ? b->kv.recent : 32,
@@ -595,7 +596,7 @@ int eval_run(const nx_model *m, const struct eval_params *ep) {
         if (prc) goto out;
     }
     int units = 0;
-    for (int k = 0; k < n_cfg; k++) units += strcmp(cfgs[k].spec, "full") ? seeds : 1;
+    for (int k = 0; k < n_cfg; k++) units += eval_spec_stochastic(cfgs[k].spec) ? seeds : 1;
     struct nx_progress pg;
     nx_progress_start(&pg, stderr, "config x seed x stream runs", units * streams);
     struct run r = {.m = m, .ep = ep, .cfgs = cfgs, .n_cfg = n_cfg, .streams = streams,

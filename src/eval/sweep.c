@@ -70,6 +70,17 @@ int eval_policy_spec(const char *spec, struct nx_kv_params *kv, char *name, size
     return 0;
 }
 
+bool eval_spec_stochastic(const char *spec) {
+    struct nx_kv_params kv = nx_kv_default_params();
+    char name[64];
+    if (eval_policy_spec(spec, &kv, name, sizeof name, "eval")) return false;
+    if (!strcmp(name, "random")) return true;
+    if (strcmp(name, "nexus")) return false;
+    for (int i = 0; i < kv.n_opts; i++)
+        if (!strcmp(kv.opts[i].name, "nexus.select_topk") && kv.opts[i].value == 1) return false;
+    return true;
+}
+
 int eval_check_policies(char **pols, int n, const char *cmd) {
     if (n == 0) {
         fprintf(stderr, "%s: empty --policies\n", cmd);

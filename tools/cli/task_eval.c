@@ -12,8 +12,9 @@
  * - Every configuration sees the same instances, so each accuracy is reported with its paired
  *   difference from a named reference (--reference, default the dense cache "full"; a policy
  *   reference is taken at the same density) and that difference's standard error over queries.
- *   With --seeds N every non-dense configuration runs N eviction seeds (seed .. seed + N - 1);
- *   a query's score is its mean over the seeds, so the SE stays paired over queries.
+ *   With --seeds N every configuration whose selection depends on the seed (random, nexus's
+ *   reservoir) runs N eviction seeds (seed .. seed + N - 1); a query's score is its mean over
+ *   the seeds, so the SE stays paired over queries.
  * - A policy spec is NAME or NAME/OPT/OPT... (eval_policy_spec in src/eval/eval.h): for
  *   nexus, topk, fresh, perhead, matchkv, meanvec; or any option as name=value.
  * - KV held: the KV bytes (all layers and heads, whole blocks) right after the prompt as a
@@ -428,7 +429,7 @@ int task_eval_main(int argc, char **argv) {
     /* the dense run first (KV held is a share of its bytes), then every configuration */
     int runs = 1;
     for (int pi = 0; pi < np; pi++)
-        if (strcmp(pols[pi], "full")) runs += nd * n_seeds;
+        if (strcmp(pols[pi], "full")) runs += nd * (eval_spec_stochastic(pols[pi]) ? n_seeds : 1);
     struct nx_progress pg;
     nx_progress_start(&pg, stderr, "instances", runs * s.n);
     int done_base = 0;
@@ -448,7 +449,7 @@ int task_eval_main(int argc, char **argv) {
     for (int pi = 0; !rc && pi < np; pi++) {
         bool is_full = !strcmp(pols[pi], "full");
         for (int di = 0; !rc && di < nd; di++) {
-            int c = pi * nd + di, ns = is_full ? 1 : n_seeds;
+            int c = pi * nd + di, ns = eval_spec_stochastic(pols[pi]) ? n_seeds : 1;
             double *sc = score + (size_t)c * (size_t)nq;
             for (int k = 0; !rc && k < ns; k++) {
                 char label[160];
@@ -510,7 +511,7 @@ int task_eval_main(int argc, char **argv) {
                                     "task", tname, "queries", n, "accuracy", sum / n,
                                     "reference", ref, "diff_vs_reference", md, "paired_se", se,
                                     "kv_held_bytes_share", held_kv[c], "kv_held_share",
-                                    held_tok[c], "seeds", is_full ? 1 : n_seeds,
+                                    held_tok[c], "seeds", eval_spec_stochastic(pols[pi]) ? n_seeds : 1,
                                     "seed", (json_int_t)seed));
             }
         }
