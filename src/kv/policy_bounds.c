@@ -56,14 +56,8 @@ static nx_status bottomk_select(const struct kv_layer_view *view, int64_t keep,
     const size_t cells = (size_t)view->n_head_kv * (size_t)n;
     double *score = kvp_take(&arena, cells * sizeof(double));
     if (!score) return NX_STATUS_INVALID_ARG;
-    int64_t s, r;
-    kvp_protected(n, params, &s, &r);
-    if (kvp_has_window(view)) {
-        st = kvp_snap_scores(view, params, r, score, &arena);
-        if (st != NX_STATUS_OK) return st;
-    } else {
-        kvp_recency_scores(n, view->n_head_kv, score);
-    }
+    st = kvp_snap_or_recency(view, params, score, &arena);
+    if (st != NX_STATUS_OK) return st;
     for (size_t i = 0; i < cells; i++) score[i] = -score[i];
     return kvp_select_scored(view, keep, params, score, false, NULL, &arena, out);
 }
@@ -87,7 +81,6 @@ static nx_status oracle_select(const struct kv_layer_view *view, int64_t keep,
     while (past < n && view->pos[past] < view->win_pos[0]) past++;
     const int64_t keep_past = NX_MAX(0, keep - (n - past));
     const int32_t group = view->n_head / view->n_head_kv;
-    struct kv_policy_params pp = *params;
     for (int32_t g = 0; g < view->n_head_kv; g++) {
         for (int64_t i = 0; i < past; i++) score[i] = 0.0;
         for (int32_t h = g * group; h < (g + 1) * group; h++)
@@ -97,7 +90,7 @@ static nx_status oracle_select(const struct kv_layer_view *view, int64_t keep,
             }
         uint8_t *row = out->keep + (size_t)g * (size_t)n;
         int64_t s, r;
-        kvp_protected(past, &pp, &s, &r);
+        kvp_protected(past, params, &s, &r);
         kvp_finish_row(past, s, r, keep_past - s - r, score, idx, row);
         memset(row + past, 1, (size_t)(n - past));
     }
