@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Markdown tables for the README from the JSON files that `nexus eval`, `nexus eval-ruler`,
-`nexus eval-efficiency` and `nexus eval-longbench` write.
+`nexus eval-efficiency`, `nexus eval-longbench` and `nexus task-eval` write.
 
 usage: python3 scripts/eval_table.py FILE.json [FILE.json ...]
 
@@ -55,6 +55,47 @@ def fmt_eval(rows, name):
         desc = ", ".join((f"**{r['policy']}**" if r['policy'] in bounds else r['policy']) +
                          f" {r['kl']:.4f} ({_n(r['kv_frac'], '.2f')})" for r in ev)
         out.append(f"| {d:.2f} | {g} | {b} | {desc} | {rank} |")
+    return out
+
+
+def fmt_task(rows, name):
+    """`nexus task-eval` JSON: accuracy (task "all") per policy x density with the paired
+    difference from the reference and its SE, KV held, then the per-task accuracies."""
+    ref = rows[0].get('reference', 'full')
+    dens = sorted({r['density'] for r in rows if r['policy'] != 'full'})
+    pols = []
+    for r in rows:
+        if r['policy'] not in pols:
+            pols.append(r['policy'])
+    tasks = []
+    for r in rows:
+        if r['task'] != 'all' and r['task'] not in tasks:
+            tasks.append(r['task'])
+    n = next(r['queries'] for r in rows if r['task'] == 'all')
+    out = [f"`{name}`: {n} queries; Δ = paired difference from `{ref}` (SE over queries; "
+           f"seed-dependent policies: mean over {max(r.get('seeds', 1) for r in rows)} seeds); "
+           f"KV = bytes held after the prompt / dense", "",
+           "| policy | " + " | ".join(f"acc @{d:g} | Δ (SE) | KV @{d:g}" for d in dens) + " |",
+           "|---|" + "---|---|---|" * len(dens)]
+    get = {(r['policy'], r['density'], r['task']): r for r in rows}
+    for p in pols:
+        cells = []
+        for d in dens:
+            r = get.get((p, 1.0 if p == 'full' else d, 'all'))
+            if r is None:
+                cells.append("| | ")
+                continue
+            cells.append(f"{r['accuracy']:.3f} | {r['diff_vs_reference']:+.3f} ({r['paired_se']:.3f}) | "
+                         f"{r['kv_held_bytes_share']:.3f}")
+        out.append(f"| {p} | " + " | ".join(cells) + " |")
+    out += ["", "| policy | density | " + " | ".join(tasks) + " |",
+            "|---|---|" + "---|" * len(tasks)]
+    for p in pols:
+        for d in ([1.0] if p == 'full' else dens):
+            if (p, d, 'all') not in get:
+                continue
+            out.append(f"| {p} | {d:g} | " + " | ".join(
+                f"{get[(p, d, t)]['accuracy']:.3f}" if (p, d, t) in get else "" for t in tasks) + " |")
     return out
 
 
@@ -131,6 +172,8 @@ def main():
             doc = json.load(f)
         if isinstance(doc, dict) and 'results' in doc:
             lines = fmt_ruler(doc, path)
+        elif doc and 'queries' in doc[0]:
+            lines = fmt_task(doc, path)
         elif doc and 'kl' in doc[0]:
             lines = fmt_eval(doc, path)
         elif doc and 'gen_len' in doc[0]:
