@@ -209,7 +209,8 @@ struct nx_kv_opt {
 };
 struct nx_kv_params {
     const char *policy;  /* "full" (default), "streaming", "h2o", "snapkv", "pyramidkv",
-                            "adakv", "morphkv", "tova", "nexus"; NULL = "full" */
+                            "adakv", "morphkv", "tova", "nexus", and the evaluation bounds
+                            "random", "bottomk", "oracle"; NULL = "full" */
     float density;
     int32_t budget;
     int32_t regime;      /* NX_KV_REGIME_PREFILL: compress at the end of each multi-token
@@ -230,7 +231,10 @@ NX_API struct nx_kv_params nx_kv_default_params(void);
  *   >= 0; 0.5), "nexus.eps" (recency tie-break, >= 0; 1e-6), "nexus.n" (uniforms averaged per
  *   reservoir priority, >= 1; 5), "nexus.w_scale" (weights scale before sampling, > 0; 1),
  *   "nexus.fresh_draws" (1: redraw uniforms at each eviction; 0), "nexus.mean_vectors" (1:
- *   head aggregation by averaged q/k vectors; 0), "pool.kernel" (snapkv / pyramidkv / adakv
+ *   head aggregation by averaged q/k vectors; 0), "nexus.select_topk" (1: keep the K blocks of
+ *   highest weight instead of sampling; 0), "nexus.per_head" (1: score and select per KV head;
+ *   0), "nexus.match_kv" (1: round K to the nearest block so Nexus holds the budget on average;
+ *   0), "pool.kernel" (snapkv / pyramidkv / adakv
  *   key pooling kernel, >= 1; 7), "pool.max" (1: max pooling, 0: average; 1),
  *   "pyramidkv.beta" (> 0; 20), "adakv.alpha" (floor fraction in [0, 1]; 0.2),
  *   "morphkv.max" (1: max over window rows; 0).

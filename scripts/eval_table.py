@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Markdown tables for the README from the JSON files that `nexus eval`, `nexus eval-ruler`,
-`nexus eval-efficiency` and `nexus eval-longbench` write.
+`nexus eval-efficiency`, `nexus eval-longbench` and `nexus task-eval` write.
 
 usage: python3 scripts/eval_table.py FILE.json [FILE.json ...]
 
@@ -12,32 +12,90 @@ import json
 import sys
 
 
+def _n(v, f):
+    return "n/a" if v is None else format(v, f)
+
+
 def fmt_eval(rows, name):
-    out = [f"`{name}`: {rows[0]['streams']} {rows[0]['source']} streams of {rows[0]['stream_len']} "
-           f"tokens, block/sink/recent {rows[0]['kv_block']}/{rows[0]['kv_sink']}/{rows[0]['kv_recent']}, "
-           f"recall at >= {rows[0]['recall_blocks']} blocks back, seed {rows[0]['seed']}; mean ± sd over streams",
+    """Paired table (differences from the reference with their SE over streams) and, per
+    density x regime x budget rule, the policies by KL with the bounds marked."""
+    r0 = rows[0]
+    out = [f"`{name}`: {r0['streams']} {r0['source']} streams of {r0['stream_len']} tokens "
+           f"(prefill scored on the first {r0['scored']} after the prompt), block/sink/recent "
+           f"{r0['kv_block']}/{r0['kv_sink']}/{r0['kv_recent']}, {max(r['seeds'] for r in rows)} "
+           f"eviction seeds, seed {r0['seed']}; Δ = paired difference from `{r0['reference']}` "
+           f"(SE over streams)",
            "",
-           "| policy | density | regime | KV held vs dense | KL (nats) | top-1 | ppl | recall (n streams) |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| policy | density | regime | budget | KV held | KL (nats) | ΔKL (SE) | top-1 | Δtop-1 (SE) "
+           "| ppl | long range (positions) | Δlong range (SE) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['policy']} | {r['density']:.2f} | {r['regime']} | {r.get('kv_frac', float('nan')):.3f} | "
-                   f"{r['kl']:.4f} ± {r['kl_sd']:.4f} | {r['top1']:.3f} ± {r['top1_sd']:.3f} | "
-                   f"{r['ppl']:.3f} | {r['recall']:.3f} ± {r['recall_sd']:.3f} ({r['recall_streams']}) |")
+        out.append(f"| {r['policy']} | {r['density']:.2f} | {r['regime']} | {r['budget']} | "
+                   f"{_n(r['kv_frac'], '.3f')} | {_n(r['kl'], '.4f')} | {_n(r['kl_diff'], '+.4f')} "
+                   f"({_n(r['kl_se'], '.4f')}) | {_n(r['top1'], '.3f')} | {_n(r['top1_diff'], '+.3f')} "
+                   f"({_n(r['top1_se'], '.3f')}) | {_n(r['ppl'], '.3f')} | {_n(r['longrange'], '.3f')} "
+                   f"({r['longrange_positions']}) | {_n(r['longrange_diff'], '+.3f')} "
+                   f"({_n(r['longrange_se'], '.3f')}) |")
     out.append("")
-    out.append("| density | regime | policies by KL, closest to dense first (KV held vs dense) | Nexus rank |")
-    out.append("|---|---|---|---|")
+    out.append("| density | regime | budget | policies by KL, closest to dense first (KV held) | "
+               "Nexus rank (bounds excluded) |")
+    out.append("|---|---|---|---|---|")
     keys = []
     for r in rows:
-        k = (r['density'], r['regime'])
+        k = (r['density'], r['regime'], r['budget'])
         if k not in keys:
             keys.append(k)
-    for d, g in keys:
-        ev = [r for r in rows if r['density'] == d and r['regime'] == g and r['policy'] != 'full']
+    bounds = ('random', 'bottomk', 'oracle')
+    for d, g, b in keys:
+        ev = [r for r in rows if (r['density'], r['regime'], r['budget']) == (d, g, b)
+              and r['policy'] != 'full' and r['kl'] is not None]
         ev.sort(key=lambda r: r['kl'])
-        names = [r['policy'] for r in ev]
+        names = [r['policy'] for r in ev if r['policy'] not in bounds]
         rank = f"{names.index('nexus') + 1} of {len(names)}" if 'nexus' in names else "-"
-        desc = ", ".join(f"{r['policy']} {r['kl']:.4f} ({r.get('kv_frac', float('nan')):.2f})" for r in ev)
-        out.append(f"| {d:.2f} | {g} | {desc} | {rank} |")
+        desc = ", ".join((f"**{r['policy']}**" if r['policy'] in bounds else r['policy']) +
+                         f" {r['kl']:.4f} ({_n(r['kv_frac'], '.2f')})" for r in ev)
+        out.append(f"| {d:.2f} | {g} | {b} | {desc} | {rank} |")
+    return out
+
+
+def fmt_task(rows, name):
+    """`nexus task-eval` JSON: accuracy (task "all") per policy x density with the paired
+    difference from the reference and its SE, KV held, then the per-task accuracies."""
+    ref = rows[0].get('reference', 'full')
+    dens = sorted({r['density'] for r in rows if r['policy'] != 'full'})
+    pols = []
+    for r in rows:
+        if r['policy'] not in pols:
+            pols.append(r['policy'])
+    tasks = []
+    for r in rows:
+        if r['task'] != 'all' and r['task'] not in tasks:
+            tasks.append(r['task'])
+    n = next(r['queries'] for r in rows if r['task'] == 'all')
+    out = [f"`{name}`: {n} queries; Δ = paired difference from `{ref}` (SE over queries; "
+           f"seed-dependent policies: mean over {max(r.get('seeds', 1) for r in rows)} seeds); "
+           f"KV = bytes held after the prompt / dense", "",
+           "| policy | " + " | ".join(f"acc @{d:g} | Δ (SE) | KV @{d:g}" for d in dens) + " |",
+           "|---|" + "---|---|---|" * len(dens)]
+    get = {(r['policy'], r['density'], r['task']): r for r in rows}
+    for p in pols:
+        cells = []
+        for d in dens:
+            r = get.get((p, 1.0 if p == 'full' else d, 'all'))
+            if r is None:
+                cells.append("| | ")
+                continue
+            cells.append(f"{r['accuracy']:.3f} | {r['diff_vs_reference']:+.3f} ({r['paired_se']:.3f}) | "
+                         f"{r['kv_held_bytes_share']:.3f}")
+        out.append(f"| {p} | " + " | ".join(cells) + " |")
+    out += ["", "| policy | density | " + " | ".join(tasks) + " |",
+            "|---|---|" + "---|" * len(tasks)]
+    for p in pols:
+        for d in ([1.0] if p == 'full' else dens):
+            if (p, d, 'all') not in get:
+                continue
+            out.append(f"| {p} | {d:g} | " + " | ".join(
+                f"{get[(p, d, t)]['accuracy']:.3f}" if (p, d, t) in get else "" for t in tasks) + " |")
     return out
 
 
@@ -114,6 +172,8 @@ def main():
             doc = json.load(f)
         if isinstance(doc, dict) and 'results' in doc:
             lines = fmt_ruler(doc, path)
+        elif doc and 'queries' in doc[0]:
+            lines = fmt_task(doc, path)
         elif doc and 'kl' in doc[0]:
             lines = fmt_eval(doc, path)
         elif doc and 'gen_len' in doc[0]:

@@ -19,7 +19,7 @@ TEST(eval_small_run_writes_json) {
     ASSERT_TRUE(fd >= 0);
     close(fd);
     struct eval_params ep = {.policies = "full,nexus", .densities = "0.2", .regimes = "stream",
-                             .streams = 2, .stream_len = 256, .recall_blocks = 1,
+                             .streams = 2, .stream_len = 256,
                              .threads = 1, .seed = 3, .json_path = out};
     ASSERT_EQ(eval_run(m, &ep), 0);
     json_error_t je;
@@ -34,7 +34,10 @@ TEST(eval_small_run_writes_json) {
     double kl = json_number_value(json_object_get(nex, "kl"));
     ASSERT_TRUE(kl > 0 && kl < 5);
     ASSERT_TRUE(json_number_value(json_object_get(nex, "ppl")) > 1);
-    ASSERT_TRUE(json_object_get(nex, "recall") != NULL);
+    ASSERT_TRUE(json_object_get(nex, "longrange") != NULL);
+    ASSERT_TRUE(json_object_get(nex, "kl_se") != NULL);
+    /* paired against the dense cache: the difference is the value itself for KL */
+    ASSERT_NEAR(json_number_value(json_object_get(nex, "kl_diff")), kl, 1e-9);
     ASSERT_STR_EQ(json_string_value(json_object_get(nex, "regime")), "stream");
     json_decref(root);
     ep.densities = "1.5";
@@ -72,7 +75,7 @@ TEST(eval_same_seed_same_numbers) {
     struct nx_ctx_params base = nx_ctx_default_params();
     base.kv_block = base.kv.sink = base.kv.recent = 8;
     struct eval_params ep = {.policies = "h2o,nexus", .densities = "0.2", .regimes = "stream",
-                             .streams = 2, .stream_len = 128, .recall_blocks = 1,
+                             .streams = 2, .stream_len = 128,
                              .threads = 1, .seed = 11, .json_path = a, .base = &base};
     ASSERT_EQ(eval_run(m, &ep), 0);
     ep.json_path = b;
@@ -91,6 +94,59 @@ TEST(eval_same_seed_same_numbers) {
     free(jb);
     unlink(a);
     unlink(b);
+    nx_model_free(m);
+}
+
+/* Same numbers for 1, 2 and 4 worker processes: bounds (the oracle in the prefill regime),
+   both budget rules, several eviction seeds; the bounds bracket the policies on KL. */
+TEST(eval_same_numbers_for_every_thread_count) {
+    nx_model *m = load_stories();
+    ASSERT_TRUE(m != NULL);
+    char a[] = "/tmp/nx_test_eval_ta_XXXXXX", b[] = "/tmp/nx_test_eval_tb_XXXXXX";
+    close(mkstemp(a));
+    close(mkstemp(b));
+    struct nx_ctx_params base = nx_ctx_default_params();
+    base.kv_block = base.kv.sink = base.kv.recent = 8;
+    struct eval_params ep = {.policies = "full,random,oracle,snapkv,nexus,nexus/topk/fresh",
+                             .densities = "0.2", .regimes = "prefill,stream",
+                             .budgets = "seen,prompt", .streams = 4, .stream_len = 192,
+                             .seeds = 2, .score_len = 48, .threads = 1, .seed = 5,
+                             .json_path = a, .base = &base};
+    ASSERT_EQ(eval_run(m, &ep), 0);
+    char *ja = slurp(a);
+    ASSERT_TRUE(ja != NULL);
+    for (int t = 2; t <= 4; t += 2) {
+        ep.threads = t;
+        ep.json_path = b;
+        ASSERT_EQ(eval_run(m, &ep), 0);
+        char *jb = slurp(b);
+        ASSERT_TRUE(jb != NULL);
+        if (strcmp(ja, jb)) FAILF("%d threads give other numbers than 1", t);
+        free(jb);
+    }
+    json_error_t je;
+    json_t *root = json_load_file(a, 0, &je);
+    ASSERT_TRUE(root != NULL);
+    ASSERT_EQ(json_array_size(root), 24);
+    double kl_rand = -1, kl_orc = -1;
+    for (size_t i = 0; i < json_array_size(root); i++) {
+        json_t *o = json_array_get(root, i);
+        const char *p = json_string_value(json_object_get(o, "policy"));
+        if (strcmp(json_string_value(json_object_get(o, "regime")), "prefill") ||
+            strcmp(json_string_value(json_object_get(o, "budget")), "prompt"))
+            continue;
+        double kl = json_number_value(json_object_get(o, "kl"));
+        if (!strcmp(p, "random")) kl_rand = kl;
+        if (!strcmp(p, "oracle")) kl_orc = kl;
+    }
+    ASSERT_TRUE(kl_orc >= 0 && kl_rand > kl_orc);
+    json_decref(root);
+    free(ja);
+    unlink(a);
+    unlink(b);
+    ep.reference = "h2o"; /* not among the policies */
+    ep.json_path = NULL;
+    ASSERT_EQ(eval_run(m, &ep), 1);
     nx_model_free(m);
 }
 
@@ -114,7 +170,7 @@ TEST(eval_file_streams_and_svg) {
     base.kv_block = base.kv.sink = base.kv.recent = 8;
     struct eval_params ep = {.policies = "full,streaming,nexus", .densities = "0.2,0.4",
                              .regimes = "prefill,stream", .streams = 100, .stream_len = 128,
-                             .recall_blocks = 1, .threads = 1, .seed = 1, .json_path = js,
+                             .threads = 1, .seed = 1, .json_path = js,
                              .svg_dir = dir, .text_file = txt, .base = &base};
     ASSERT_EQ(eval_run(m, &ep), 0);
     json_error_t je;

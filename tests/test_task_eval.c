@@ -2,8 +2,9 @@
  * test_task_eval.c - `nexus task-eval` (tools/cli/task_eval.c) on the committed retrieval model.
  * Oracle: torch's own argmax at the answer positions (models/nexus-retrieval/torch_ref.json,
  * written by the training scripts; the engine never computed it): the dense accuracy must be
- * exactly the share of answers torch gets right. Also: same numbers for 1 and 2 threads under
- * an evicting policy, and malformed task files are refused.
+ * exactly the share of answers torch gets right. Also: same numbers for 1, 2 and 4 threads
+ * under every kind of policy (bounds, Nexus variants, several seeds), and malformed task files,
+ * references and policy specs are refused.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -84,24 +85,56 @@ TEST(dense_accuracy_equals_torch) {
     ASSERT_NEAR(acc_of(out, "full"), expect, 1e-9);
 }
 
+static int same_file(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int ca, cb, same = fa && fb;
+    do {
+        ca = fa ? fgetc(fa) : EOF;
+        cb = fb ? fgetc(fb) : EOF;
+        same &= ca == cb;
+    } while (ca != EOF && cb != EOF);
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* Same seed, same numbers, for 1, 2 and 4 threads: every bound, Nexus variants with fixed and
+   fresh draws, several eviction seeds. */
 TEST(same_numbers_for_every_thread_count) {
     char tasks[256], a[256], b[256];
     double expect;
     ASSERT_EQ(write_tasks(test_tmp_path("t.jsonl", tasks, sizeof tasks), &expect), 0);
-    ASSERT_EQ(run(tasks, "full,nexus,snapkv", "1", test_tmp_path("a.json", a, sizeof a)), 0);
-    ASSERT_EQ(run(tasks, "full,nexus,snapkv", "2", test_tmp_path("b.json", b, sizeof b)), 0);
-    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
-    int ca, cb, same = 1;
-    do {
-        ca = fgetc(fa);
-        cb = fgetc(fb);
-        same &= ca == cb;
-    } while (ca != EOF && cb != EOF);
-    fclose(fa);
-    fclose(fb);
-    ASSERT_TRUE(same);
-    /* an evicting policy holds less and answers no more than the dense cache here */
+    const char *pols = "full,nexus,nexus/fresh/topk,nexus/perhead/matchkv,snapkv,random,bottomk,"
+                       "oracle";
+    const char *threads[] = {"1", "2", "4"};
+    test_tmp_path("a.json", a, sizeof a);
+    for (int i = 0; i < 3; i++) {
+        const char *args[] = {"task-eval", "-m", MODEL, "--tasks", tasks, "--policies", pols,
+                              "--densities", "0.2", "--seeds", "2", "-t", threads[i], "--json",
+                              i == 0 ? a : test_tmp_path("b.json", b, sizeof b), NULL};
+        ASSERT_EQ(test_cli(args, false, NULL), 0);
+        if (i > 0 && !same_file(a, b)) FAILF("%s threads differ from 1", threads[i]);
+    }
+    /* an evicting policy holds less and answers no more than the dense cache here; the
+       oracle (it knows the future queries) answers at least what random selection does */
     ASSERT_TRUE(acc_of(a, "nexus") >= 0 && acc_of(a, "nexus") <= acc_of(a, "full"));
+    ASSERT_TRUE(acc_of(a, "oracle") >= acc_of(a, "random"));
+}
+
+TEST(bad_reference_and_spec_refused) {
+    char tasks[256], out[256];
+    double expect;
+    ASSERT_EQ(write_tasks(test_tmp_path("t.jsonl", tasks, sizeof tasks), &expect), 0);
+    test_tmp_path("r.json", out, sizeof out);
+    const char *a1[] = {"task-eval", "-m", MODEL, "--tasks", tasks, "--policies", "full,nexus",
+                        "--reference", "snapkv", "--json", out, NULL};
+    ASSERT_TRUE(test_cli(a1, false, NULL) != 0);
+    const char *a2[] = {"task-eval", "-m", MODEL, "--tasks", tasks, "--policies",
+                        "full,nexus/bogus", "--json", out, NULL};
+    ASSERT_TRUE(test_cli(a2, false, NULL) != 0);
+    const char *a3[] = {"task-eval", "-m", MODEL, "--tasks", tasks, "--policies",
+                        "full,nexus/nexus.n=0", "--json", out, NULL};
+    ASSERT_TRUE(test_cli(a3, false, NULL) != 0);
 }
 
 TEST(malformed_tasks_refused) {

@@ -152,8 +152,8 @@ class Model(nn.Module):
             x = x[where]
         return self.output(self.norm(x))
 
-    def gguf_tensors(self):
-        """(name, ne in GGUF order, f32 tensor) in llama.cpp naming."""
+    def gguf_tensors_live(self):
+        """(name, ne in GGUF order, parameter) in llama.cpp naming (the live parameters)."""
         out = [("token_embd.weight", self.tok_embd.weight)]
         for i, b in enumerate(self.blocks):
             p = "blk.%d." % i
@@ -165,8 +165,12 @@ class Model(nn.Module):
                     (p + "ffn_gate.weight", b.gate.weight), (p + "ffn_up.weight", b.up.weight),
                     (p + "ffn_down.weight", b.down.weight)]
         out += [("output_norm.weight", self.norm.weight), ("output.weight", self.output.weight)]
+        return [(name, list(reversed(t.shape)), t) for name, t in out]
+
+    def gguf_tensors(self):
+        """(name, ne in GGUF order, f32 tensor) in llama.cpp naming, detached copies."""
         res = []
-        for name, t in out:
+        for name, _, t in self.gguf_tensors_live():
             t = t.detach().float().contiguous()
             ne = list(reversed(t.shape))
             res.append((name, ne, t))

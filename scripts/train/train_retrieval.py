@@ -17,6 +17,11 @@ DESIGN
   at a value position it writes the key in front of it into the residual stream. It changes
   what the model predicts at filler positions (the previous token), never at answers.
   Curriculum over context length at about 2K tokens per step.
+- Second phase (--init-gguf, --stages, --phase-tag): continue from a committed GGUF's weights
+  (fresh AdamW state) on a new schedule, with its own data stream (batch of step s from
+  [seed, phase_tag, s]). The committed model is phase 1 (the step-900 cut of the 1500-step
+  curriculum) followed by a phase at 512 and 1024 tokens: phase 1 had never trained past 256
+  tokens and fell from 91% at 512 to 62% at 1K (models/nexus-retrieval/README.md).
 - Deterministic for --seed with torch.set_num_threads(--threads) (CPU only). Checkpoints every
   --ckpt-every steps (resumable with --resume); one JSON line per logged step to --log; the
   final weights go to OUT.nxw for `nexus import`.
@@ -63,6 +68,25 @@ def structured_init(model, cfg, seed):
         # (head 0's remaining k rows keep zero: its score is positional at first)
 
 
+def load_gguf_weights(model, path):
+    """Copy a GGUF's F32 tensors (build_gguf.py's names) into model."""
+    import gguf_read
+    ts, _ = gguf_read.read_f32_tensors(path)
+    with torch.no_grad():
+        for name, _, t in model.gguf_tensors_live():
+            if name not in ts:
+                raise KeyError("%s: no tensor %s" % (path, name))
+            src = torch.from_numpy(ts[name])
+            if src.shape != t.shape:
+                raise ValueError("%s: %s has shape %s, model %s" % (path, name,
+                                 tuple(src.shape), tuple(t.shape)))
+            t.copy_(src)
+
+
+def parse_stages(text):
+    return [tuple(int(v) for v in part.split(":")) for part in text.split(",")]
+
+
 def lr_at(step, total, peak, warm=100):
     if step < warm:
         return peak * (step + 1) / warm
@@ -70,13 +94,13 @@ def lr_at(step, total, peak, warm=100):
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def stage_at(step):
+def stage_at(step, stages=STAGES):
     s = 0
-    for L, B, n in STAGES:
+    for L, B, n in stages:
         if step < s + n:
             return L, B
         s += n
-    return STAGES[-1][0], STAGES[-1][1]
+    return stages[-1][0], stages[-1][1]
 
 
 def save_ckpt(path, model, opt, step, log_rows):
@@ -98,14 +122,28 @@ def main():
     ap.add_argument("--stop-step", type=int, default=0,
                     help="stop after this step (the schedule still spans every stage), so a run "
                          "cut short can be reproduced exactly")
+    ap.add_argument("--init-gguf", default=None,
+                    help="start from this GGUF's weights (second phase) instead of the "
+                         "structured initialisation")
+    ap.add_argument("--stages", default=None, help="L:B:steps,... (default: the phase-1 "
+                    "curriculum %s)" % STAGES)
+    ap.add_argument("--phase-tag", type=int, default=0,
+                    help="nonzero: batches from [seed, tag, step] (a second phase's own data)")
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--task-probs", default="0.5,0.25,0.25", help="mqar,needle,vt")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
+    stages = parse_stages(a.stages) if a.stages else STAGES
+    probs = tuple(float(v) for v in a.task_probs.split(","))
     cfg = nxmodel.Config(**CONFIG)
     model = nxmodel.Model(cfg)
-    structured_init(model, cfg, a.seed)
+    if a.init_gguf:
+        load_gguf_weights(model, a.init_gguf)
+    else:
+        structured_init(model, cfg, a.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.98), weight_decay=0.01)
-    total = sum(n for _, _, n in STAGES)
+    total = sum(n for _, _, n in stages)
     step, rows = 0, []
     ck = a.out + ".ckpt"
     if a.resume and os.path.exists(ck):
@@ -118,15 +156,16 @@ def main():
     acc_sum = n_sum = loss_sum = 0.0
     end = min(total, a.stop_step) if a.stop_step > 0 else total
     while step < end:
-        L, B = stage_at(step)
-        # the batch depends on (seed, step) only, so a resumed run sees the same data
-        rng = np.random.default_rng([a.seed, step])
-        x, t, _, _ = tasks.make_batch(rng, B, L)
+        L, B = stage_at(step, stages)
+        # the batch depends on (seed, [tag,] step) only, so a resumed run sees the same data
+        rng = np.random.default_rng([a.seed, a.phase_tag, step] if a.phase_tag
+                                    else [a.seed, step])
+        x, t, _, _ = tasks.make_batch(rng, B, L, probs)
         x = torch.from_numpy(x)
         t = torch.from_numpy(t)
         w = t >= 0
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, total, a.lr)
+            g["lr"] = lr_at(step, total, a.lr, a.warmup)
         full = model(x)                      # (B, L, V)
         logits = full[w]
         tgt = t[w]
@@ -146,15 +185,16 @@ def main():
         n_sum += 1
         if step % 25 == 0 or step == end:
             row = {"step": step, "ctx": L, "loss": loss_sum / n_sum, "token_acc": acc_sum / n_sum,
-                   "lr": lr_at(step - 1, total, a.lr), "wall_s": round(time.time() - t0, 1)}
+                   "lr": lr_at(step - 1, total, a.lr, a.warmup), "wall_s": round(time.time() - t0, 1)}
             rows.append(row)
             print(json.dumps(row), flush=True)
             acc_sum = n_sum = loss_sum = 0.0
         if step % a.ckpt_every == 0 or step == end:
             save_ckpt(ck, model, opt, step, rows)
     with open(a.out + ".curve.json.tmp", "w") as f:
-        json.dump({"config": cfg.as_dict(), "stages": STAGES, "seed": a.seed, "lr": a.lr,
-                   "aux_prev": a.aux_prev, "rows": rows}, f, indent=1)
+        json.dump({"config": cfg.as_dict(), "stages": stages, "seed": a.seed, "lr": a.lr,
+                   "aux_prev": a.aux_prev, "init_gguf": a.init_gguf, "phase_tag": a.phase_tag,
+                   "task_probs": probs, "warmup": a.warmup, "rows": rows}, f, indent=1)
     os.replace(a.out + ".curve.json.tmp", a.out + ".curve.json")
     nxmodel.export_nxw(model, a.out + ".nxw")
     print("done", flush=True)

@@ -2,6 +2,7 @@
  * the dense model) and the helpers the eval runners share (sweep.c). */
 #ifndef NX_EVAL_H
 #define NX_EVAL_H
+#include <stdbool.h>
 #include <stdint.h>
 #include "nexus.h"
 
@@ -11,9 +12,14 @@ struct eval_params {
     const char *regimes;   /* "prefill", "stream" or both, comma-separated */
     int streams;           /* streams (sampled, or cut from text_file) */
     int stream_len;        /* tokens per stream (first half is the prompt) */
-    int recall_blocks;     /* long-range recall: last occurrence at least this many KV blocks
-                              back (block = base->kv_block, 32 by default) */
-    int threads;
+    const char *budgets;   /* "seen" (budget = density x tokens seen), "prompt" (fixed at
+                              density x prompt length: the paper's protocol) or both; NULL: seen */
+    const char *reference; /* the policy spec every figure is paired against (same density,
+                              regime and budget rule; "full": the dense cache); NULL: full */
+    int seeds;             /* eviction seeds per configuration (kv seed .. + seeds - 1), >= 1 */
+    int score_len;         /* prefill regime: score only the first score_len positions after
+                              the prompt (0: all of the second half) */
+    int threads;           /* streams run in parallel, one single-threaded context each */
     uint64_t seed;
     const char *json_path; /* NULL: no JSON */
     const char *svg_dir;   /* NULL: no plots; else fidelity_<regime>.svg written there */
@@ -24,7 +30,8 @@ struct eval_params {
                                          configuration. */
 };
 /* Runs every configuration; prints a Markdown table; NX_STATUS_OK, or the failing step's status
- * (INVALID_ARG for bad parameters, NOMEM, IO, the engine's) with a message on stderr. */
+ * (INVALID_ARG for bad parameters, NOMEM, IO for an output file, ABORTED when a run failed)
+ * with a message on stderr. */
 nx_status eval_run(const nx_model *m, const struct eval_params *p);
 
 /* ---- shared by the eval runners (sweep.c) ---- */
@@ -34,7 +41,16 @@ int eval_split_list(char *s, char **items, int max);
 /* Parses "prefill" / "stream"; -1 when neither. */
 int eval_regime_from_name(const char *s);
 const char *eval_regime_name(int regime);
-/* Checks every name against the known policies; NX_STATUS_OK, or INVALID_ARG with a message on
+/* A policy spec NAME or NAME/OPT/...: the policy name into name, its options into kv
+ * (nx_kv_params_set): topk (nexus.select_topk), fresh (nexus.fresh_draws), perhead
+ * (nexus.per_head), matchkv (nexus.match_kv), meanvec (nexus.mean_vectors), or name=value.
+ * 0, or -1 with a message (prefixed with cmd) on stderr for an unknown policy or option. */
+int eval_policy_spec(const char *spec, struct nx_kv_params *kv, char *name, size_t name_len,
+                     const char *cmd);
+/* True when a spec's selection depends on the eviction seed (random; nexus unless topk), so
+   running it for several seeds measures something. */
+bool eval_spec_stochastic(const char *spec);
+/* Checks every policy spec (eval_policy_spec); NX_STATUS_OK, or INVALID_ARG with a message on
  * stderr. */
 nx_status eval_check_policies(char **pols, int n, const char *cmd);
 /* Parses densities in (0, 1]; NX_STATUS_OK, or INVALID_ARG with a message on stderr. */

@@ -1,26 +1,39 @@
 /*
  * fidelity.c - the runner of `nexus eval`: fidelity of KV eviction against the dense model,
- * teacher-forced.
+ * teacher-forced, paired, with bounds.
  *
  * DESIGN: streams are either text the model samples itself at temperature 1 from BOS with seed
  * seed + stream index, or consecutive pieces of a text file (--file; BOS, then stream_len - 1
- * tokens of the file), so every configuration sees the same tokens. Each policy x density x
- * regime runs two contexts in lockstep over the same tokens: a dense one and one with the
- * policy. The first half of the stream is a prompt (one multi-token decode, compressed at its
- * end in both regimes); the second half is teacher-forced one token at a time (evicting only in
- * the stream regime). At every position of the second half:
- *   kl     = KL(dense || policy) of the next-token distributions (nats),
- *   top1   = 1 when both argmaxes agree,
- *   nll    = -log p_policy(next token) (perplexity = exp(mean nll)),
- *   recall = over positions where the dense model puts >= 0.5 on its argmax and that token last
- *            occurred >= k blocks earlier in the stream: the fraction where the policy's argmax
- *            is the same (long-range retrieval a tiny model can show),
- *   kv_frac = KV bytes the policy's context holds / bytes the dense one holds (all layers and
- *            heads, whole blocks), so policies whose minimum keep differs are compared honestly.
- * Means are per stream, then mean and standard deviation over streams. Everything is
- * deterministic: same seed (and file), same numbers. Progress goes to stderr, a table to stdout,
- * one JSON record per configuration to --json, and per regime one SVG (KL, top-1 and recall
- * against density, one line per policy) to --svg DIR; files are written atomically.
+ * tokens of the file), so every configuration sees the same tokens. The first half of a
+ * stream is the prompt (one multi-token decode, compressed at its end in both regimes); the
+ * rest is teacher-forced one token at a time (evicting only in the stream regime). Scored
+ * positions: in the prefill regime the first score_len after the prompt (the part that still
+ * depends on what the compression kept), in the stream regime all of the second half.
+ * A configuration is policy spec x density x regime x budget rule: "seen" (budget = density x
+ * tokens seen, growing) or "prompt" (fixed at density x prompt length, the paper's protocol),
+ * run for `seeds` eviction seeds when its selection depends on the seed (random, nexus's
+ * reservoir; each stream's figure is the mean over the seeds), once otherwise. Per stream:
+ *   kl    = mean KL(dense || policy) of the next-token distributions (nats),
+ *   top1  = share of positions where both argmaxes agree,
+ *   nll   = mean -log p_policy(next token) (ppl = exp(mean nll)),
+ *   lr    = long range: over positions where the dense model puts >= 0.5 on its argmax and a
+ *           local-only cache (streaming holding only its sink and recent blocks, stream
+ *           regime) predicts something else, the share where the policy's argmax is the
+ *           dense one's (what only context beyond the local window can give),
+ *   kv    = KV bytes the policy holds / bytes the dense cache holds (all layers and heads,
+ *           whole blocks), mean over the scored positions.
+ * Every figure is reported with its paired difference from the reference configuration (the
+ * reference spec at the same density, regime and budget rule) and that difference's standard
+ * error over streams. The bounds are policies like any other: random, bottomk and oracle
+ * (prefill regime only, NaN in the stream regime: the whole scored range is decoded as part of
+ * one prompt with the window set to its queries, then removed and decoded again from the
+ * compressed cache).
+ * Streams run in parallel worker processes (threads of them, eval_parmap: the engine's
+ * process-wide thread pool would serialise threads), each on single-threaded contexts, so the
+ * numbers are the same at any thread count and more threads never make it slower; progress with an ETA goes
+ * to stderr, a table to stdout, one JSON record per configuration to --json, and per regime
+ * and budget rule one SVG (KL, top-1, long range against density, one line per policy, paired
+ * SE bars) to --svg DIR; files are written atomically.
  */
 #include "eval/eval.h"
 
@@ -33,36 +46,30 @@
 #include "gen/generate.h"
 #include "eval/metrics.h"
 #include "eval/outfile.h"
+#include "eval/parmap.h"
 #include "eval/progress.h"
 #include "eval/svg.h"
 
-enum { MAX_POL = 16, MAX_DEN = 16, MAX_REG = 2 };
+enum { MAX_CFG = 512, MAX_SEEDS = 64, BUDGET_SEEN = 0, BUDGET_PROMPT = 1 };
 
-struct acc {
-    double sum, sum2;
-    int n;
+struct cfg {
+    const char *spec;
+    float density; /* 1 for full */
+    int regime, budget;
 };
 
-static void acc_add(struct acc *a, double v) {
-    if (isnan(v)) return;
-    a->sum += v;
-    a->sum2 += v * v;
-    a->n++;
-}
-static double acc_mean(const struct acc *a) { return a->n ? a->sum / a->n : NAN; }
-static double acc_sd(const struct acc *a) {
-    if (a->n < 2) return 0;
-    double m = acc_mean(a);
-    double v = (a->sum2 - a->n * m * m) / (a->n - 1);
-    return v > 0 ? sqrt(v) : 0;
-}
+struct cell { /* one configuration on one stream (mean over seeds) */
+    double kl, top1, nll, lr, kv;
+    int lr_n; /* long-range positions of the stream (0: lr is NaN) */
+};
 
-struct eval_result {
-    const char *policy;
-    float density;
-    int regime;
-    struct acc kl, top1, nll, rec;
-    struct acc kvf; /* KV bytes held by the policy / by dense, mean over the scored positions */
+struct run {
+    const nx_model *m;
+    const struct eval_params *ep;
+    const struct cfg *cfgs;
+    int n_cfg, streams, seeds;
+    const nx_token *toks;
+    struct cell *cells; /* [cfg * streams + stream] */
 };
 
 static int argmax(const float *l, int n) {
@@ -72,27 +79,50 @@ static int argmax(const float *l, int n) {
     return b;
 }
 
-static nx_status make(const nx_model *m, const struct eval_params *ep, const char *policy,
-                      float density, int regime, nx_ctx **out) {
+static const char *budget_name(int b) { return b == BUDGET_PROMPT ? "prompt" : "seen"; }
+
+/* A context for a policy spec; threads as given. NULL with a message on failure. */
+static nx_ctx *make_spec(const nx_model *m, const struct eval_params *ep, const char *spec,
+                         float density, int regime, int budget, int threads, uint64_t seed) {
     struct nx_ctx_params cp = ep->base ? *ep->base : nx_ctx_default_params();
     cp.kv.budget = 0;
     cp.n_ctx = ep->stream_len + 1;
-    cp.n_threads = cp.n_threads_batch = ep->threads;
-    cp.kv.policy = policy;
-    cp.kv.density = density;
+    cp.n_batch = ep->stream_len + 1; /* a prompt is compressed once, at its end */
+    cp.n_threads = cp.n_threads_batch = threads;
+    char name[64];
+    if (eval_policy_spec(spec, &cp.kv, name, sizeof name, "eval")) return NULL;
+    cp.kv.policy = name;
     cp.kv.regime = regime;
+    cp.kv.seed = (ep->base ? ep->base->kv.seed : 0) + seed;
+    if (budget == BUDGET_PROMPT && strcmp(name, "full")) {
+        int b = (int)floorf(density * (float)(ep->stream_len / 2));
+        cp.kv.budget = b > 0 ? b : 1;
+    } else {
+        cp.kv.density = density;
+    }
+    if (!strcmp(name, "oracle")) {
+        int fut = ep->score_len > 0 ? ep->score_len : ep->stream_len - ep->stream_len / 2;
+        cp.kv.window = fut < 256 ? fut : 256;
+        if (cp.kv.budget == 0) cp.kv.budget = (int)floorf(density * (float)(ep->stream_len / 2));
+        cp.kv.budget += cp.kv.window;
+        cp.kv.density = 0;
+    }
+    nx_ctx *c = NULL;
     char err[256];
-    nx_status st = nx_ctx_init(m, &cp, out, err, sizeof err);
-    if (st != NX_STATUS_OK) fprintf(stderr, "eval: %s: %s\n", policy, err);
-    return st;
+    if (nx_ctx_init(m, &cp, &c, err, sizeof err)) fprintf(stderr, "eval: %s: %s\n", spec, err);
+    return c;
+}
+
+static nx_ctx *make(const nx_model *m, const struct eval_params *ep, const char *policy,
+                    float density, int regime) {
+    return make_spec(m, ep, policy, density, regime, BUDGET_SEEN, 1, 0);
 }
 
 /* The model's own text: temperature-1 sampling from BOS. */
-static nx_status sample_stream(const nx_model *m, const struct eval_params *ep, uint64_t seed,
-                               nx_token *toks) {
-    nx_ctx *c = NULL;
-    nx_status rc = make(m, ep, "full", 0, NX_KV_REGIME_PREFILL, &c);
-    if (rc != NX_STATUS_OK) return rc;
+static int sample_stream(const nx_model *m, const struct eval_params *ep, uint64_t seed,
+                         nx_token *toks) {
+    nx_ctx *c = make(m, ep, "full", 0, NX_KV_REGIME_PREFILL);
+    if (!c) return -1;
     struct nx_sampler_params sp = nx_sampler_default_params();
     sp.temp = 1.0f;
     sp.top_k = 0;
@@ -100,9 +130,9 @@ static nx_status sample_stream(const nx_model *m, const struct eval_params *ep, 
     sp.min_p = 0;
     sp.seed = seed;
     nx_sampler *s;
-    if ((rc = nx_sampler_init(&sp, nx_model_n_vocab(m), &s)) != NX_STATUS_OK) {
+    if (nx_sampler_init(&sp, nx_model_n_vocab(m), &s)) {
         nx_ctx_free(c);
-        return rc;
+        return -1;
     }
     toks[0] = nx_token_bos(m) >= 0 ? nx_token_bos(m) : 0;
     struct nx_gen_params gp = nx_gen_default_params();
@@ -113,28 +143,51 @@ static nx_status sample_stream(const nx_model *m, const struct eval_params *ep, 
     gp.tokens_cap = ep->stream_len - 1;
     struct nx_gen_result gr;
     struct nx_err err;
-    rc = nx_generate(m, c, toks, 1, &gp, &gr, &err);
-    if (rc == NX_STATUS_OK && gr.n_generated != ep->stream_len - 1) rc = NX_STATUS_KV_FULL;
-    if (rc != NX_STATUS_OK) fprintf(stderr, "eval: sampling: %s\n", nx_ctx_last_error(c));
+    int rc = 0;
+    if (nx_generate(m, c, toks, 1, &gp, &gr, &err) || gr.n_generated != ep->stream_len - 1) {
+        fprintf(stderr, "eval: sampling: %s\n", nx_ctx_last_error(c));
+        rc = -1;
+    }
     nx_sampler_free(s);
     nx_ctx_free(c);
     return rc;
 }
 
+struct done_arg {
+    struct nx_progress *pg;
+    int per_stream, done;
+};
+
+static void stream_done(int s, void *arg) {
+    struct done_arg *d = arg;
+    (void)s;
+    d->done += d->per_stream;
+    nx_progress_update(d->pg, d->done, "streams");
+}
+
+struct sample_arg {
+    const nx_model *m;
+    const struct eval_params *ep;
+};
+
+static int sample_item(int s, void *rec, void *arg) {
+    const struct sample_arg *a = arg;
+    return sample_stream(a->m, a->ep, a->ep->seed + (uint64_t)s, rec);
+}
+
 /* Streams cut from a text file: BOS (when the model has one), then stream_len - 1 file tokens,
-   consecutive and non-overlapping. Returns the number of streams (<= want), or a negative
-   nx_status with a message on stderr. */
+   consecutive and non-overlapping. Returns the number of streams (<= want), -1 on error. */
 static int file_streams(const nx_model *m, const struct eval_params *ep, nx_token *toks,
                         int want) {
     size_t len;
     char *text = eval_read_file(ep->text_file, &len, "eval");
-    if (!text) return NX_STATUS_IO;
+    if (!text) return -1;
     int32_t n = 0;
     nx_token *ft = eval_tokenize(m, text, len, 0, &n);
     nx_free(text);
     if (!ft) {
         fprintf(stderr, "eval: cannot tokenize '%s'\n", ep->text_file);
-        return NX_STATUS_NOMEM;
+        return -1;
     }
     int L = ep->stream_len, bos = nx_token_bos(m) >= 0, per = L - bos;
     int have = per > 0 ? n / per : 0;
@@ -142,7 +195,7 @@ static int file_streams(const nx_model *m, const struct eval_params *ep, nx_toke
         fprintf(stderr, "eval: '%s' gives %d tokens, fewer than one stream of %d\n",
                 ep->text_file, n, L);
         nx_free(ft);
-        return NX_STATUS_INVALID_ARG;
+        return -1;
     }
     int ns = have < want ? have : want;
     for (int s = 0; s < ns; s++) {
@@ -157,209 +210,445 @@ static int file_streams(const nx_model *m, const struct eval_params *ep, nx_toke
     return ns;
 }
 
-/* One configuration on one stream; adds the per-stream means to the result. */
-static nx_status run_one(const nx_model *m, const struct eval_params *ep, struct eval_result *r,
-                         const nx_token *toks) {
-    int nv = nx_model_n_vocab(m), L = ep->stream_len, half = L / 2;
-    int block = ep->base && ep->base->kv_block > 0 ? ep->base->kv_block : 32;
-    nx_ctx *d = NULL, *p = NULL;
-    nx_status rc = make(m, ep, "full", 0, r->regime, &d);
-    if (rc == NX_STATUS_OK) rc = make(m, ep, r->policy, r->density, r->regime, &p);
-    if (rc != NX_STATUS_OK) {
-        nx_ctx_free(d);
-        nx_ctx_free(p);
-        return rc;
-    }
-    rc = nx_decode(d, toks, half, false);
-    if (rc == NX_STATUS_OK) rc = nx_decode(p, toks, half, false);
-    struct acc kl = {0}, top1 = {0}, nll = {0}, rec = {0}, kvf = {0};
-    /* position i: the logits after toks[i-1] predict toks[i] */
-    for (int i = half; i < L && rc == 0; i++) {
-        const float *ld = nx_get_logits(d, -1), *lp = nx_get_logits(p, -1);
-        struct nx_kv_stats sd, sp;
-        nx_ctx_kv_stats(d, &sd);
-        nx_ctx_kv_stats(p, &sp);
-        if (sd.bytes_current > 0) acc_add(&kvf, (double)sp.bytes_current / (double)sd.bytes_current);
-        acc_add(&kl, metric_kl(ld, lp, nv));
-        acc_add(&top1, metric_top1_agree(ld, lp, nv));
-        acc_add(&nll, -metric_log_prob(lp, nv, toks[i]));
-        int a = argmax(ld, nv);
-        if (exp(metric_log_prob(ld, nv, a)) >= 0.5) {
-            int last = -1;
-            for (int j = i - 1; j >= 0 && last < 0; j--)
-                if (toks[j] == a) last = j;
-            if (last >= 0 && i - last >= ep->recall_blocks * block)
-                acc_add(&rec, argmax(lp, nv) == a);
-        }
-        if (i + 1 < L && (rc = nx_decode(d, &toks[i], 1, false)) == NX_STATUS_OK)
-            rc = nx_decode(p, &toks[i], 1, false);
-    }
-    if (rc) fprintf(stderr, "eval: decode failed: %s%s\n", nx_ctx_last_error(d),
-                    nx_ctx_last_error(p));
-    nx_ctx_free(d);
-    nx_ctx_free(p);
-    if (rc) return rc;
-    acc_add(&r->kl, acc_mean(&kl));
-    acc_add(&r->top1, acc_mean(&top1));
-    acc_add(&r->nll, acc_mean(&nll));
-    if (rec.n > 0) acc_add(&r->rec, acc_mean(&rec));
-    acc_add(&r->kvf, acc_mean(&kvf));
-    return NX_STATUS_OK;
+
+static bool is_oracle(const char *spec) {
+    return !strncmp(spec, "oracle", 6) && (spec[6] == 0 || spec[6] == '/');
 }
 
-static nx_status write_json(const struct eval_params *ep, const struct eval_result *res, int n,
-                            int streams) {
+/* Scored positions [half, end) of a configuration's regime. */
+static int score_end(const struct eval_params *ep, int regime) {
+    int L = ep->stream_len, half = L / 2;
+    if (regime == NX_KV_REGIME_PREFILL && ep->score_len > 0 && half + ep->score_len < L)
+        return half + ep->score_len;
+    return L;
+}
+
+/* The per-stream references: dense logits at [half, L) and the long-range mask. */
+struct stream_ref {
+    float *dense;      /* (L - half) x nv */
+    unsigned char *lr; /* (L - half): dense confident and the local-only cache disagrees */
+};
+
+static int stream_reference(const struct run *r, const nx_token *toks, struct stream_ref *sr) {
+    const struct eval_params *ep = r->ep;
+    int nv = nx_model_n_vocab(r->m), L = ep->stream_len, half = L / 2;
+    nx_ctx *d = make_spec(r->m, ep, "full", 1, NX_KV_REGIME_PREFILL, BUDGET_SEEN, 1, 0);
+    /* local only: streaming at its smallest budget (sink + recent blocks), evicting always */
+    nx_ctx *loc = make_spec(r->m, ep, "streaming", 0, NX_KV_REGIME_STREAM, BUDGET_SEEN, 1, 0);
+    int rc = d && loc ? 0 : -1;
+    if (!rc) {
+        struct nx_kv_params kv = nx_kv_default_params();
+        kv.policy = "streaming";
+        kv.budget = 1; /* raised to the policy's minimum */
+        kv.regime = NX_KV_REGIME_STREAM;
+        if (ep->base) kv.sink = ep->base->kv.sink, kv.recent = ep->base->kv.recent;
+        if (nx_seq_set_kv(loc, 0, &kv)) rc = -1;
+    }
+    if (!rc && (nx_decode(d, toks, half, false) || nx_decode(loc, toks, half, false))) rc = -1;
+    for (int i = half; i < L && !rc; i++) {
+        const float *ld = nx_get_logits(d, -1), *ll = nx_get_logits(loc, -1);
+        memcpy(sr->dense + (size_t)(i - half) * (size_t)nv, ld, sizeof *ld * (size_t)nv);
+        int a = argmax(ld, nv);
+        sr->lr[i - half] = exp(metric_log_prob(ld, nv, a)) >= 0.5 && argmax(ll, nv) != a;
+        if (i + 1 < L && (nx_decode(d, &toks[i], 1, false) || nx_decode(loc, &toks[i], 1, false)))
+            rc = -1;
+    }
+    if (rc && d && loc)
+        fprintf(stderr, "eval: reference decode failed: %s%s\n", nx_ctx_last_error(d),
+                nx_ctx_last_error(loc));
+    nx_ctx_free(d);
+    nx_ctx_free(loc);
+    return rc;
+}
+
+/* One configuration and seed on one stream: per-stream means into *c (added with weight w). */
+static int run_one(const struct run *r, const struct cfg *cf, uint64_t seed, const nx_token *toks,
+                   const struct stream_ref *sr, struct cell *c, double w) {
+    const struct eval_params *ep = r->ep;
+    int nv = nx_model_n_vocab(r->m), L = ep->stream_len, half = L / 2;
+    int end = score_end(ep, cf->regime);
+    nx_ctx *p = make_spec(r->m, ep, cf->spec, cf->density, cf->regime, cf->budget, 1, seed);
+    if (!p) return -1;
+    bool oracle = is_oracle(cf->spec);
+    int rc = 0;
+    if (oracle) {
+        /* decode through the scored queries, drop them, decode them again compressed */
+        int fut = end - half < 256 ? end - half : 256;
+        if (nx_decode(p, toks, half - 1 + fut, false) || nx_seq_rm(p, half - 1, -1) ||
+            nx_decode(p, &toks[half - 1], 1, false))
+            rc = -1;
+    } else if (nx_decode(p, toks, half, false)) {
+        rc = -1;
+    }
+    double kl = 0, top1 = 0, nll = 0, kv = 0, lr = 0;
+    int lr_n = 0, n = 0;
+    for (int i = half; i < end && rc == 0; i++) {
+        const float *ld = sr->dense + (size_t)(i - half) * (size_t)nv, *lp = nx_get_logits(p, -1);
+        struct nx_kv_stats sp;
+        nx_ctx_kv_stats(p, &sp);
+        kv += (double)sp.bytes_current;
+        kl += metric_kl(ld, lp, nv);
+        top1 += metric_top1_agree(ld, lp, nv);
+        nll += -metric_log_prob(lp, nv, toks[i]);
+        if (sr->lr[i - half]) {
+            lr += argmax(lp, nv) == argmax(ld, nv);
+            lr_n++;
+        }
+        n++;
+        if (i + 1 < end && nx_decode(p, &toks[i], 1, false)) rc = -1;
+    }
+    if (rc) fprintf(stderr, "eval: %s: decode failed: %s\n", cf->spec, nx_ctx_last_error(p));
+    nx_ctx_free(p);
+    if (rc || n == 0) return rc ? rc : -1;
+    c->kl += w * kl / n;
+    c->top1 += w * top1 / n;
+    c->nll += w * nll / n;
+    c->kv += w * kv / n; /* bytes; divided by the dense bytes by the caller */
+    c->lr = lr_n ? c->lr + w * lr / lr_n : NAN;
+    c->lr_n = lr_n;
+    return 0;
+}
+
+/* The dense cache's mean KV bytes over a regime's scored positions (one context, no policy). */
+static double dense_bytes(const struct run *r, const nx_token *toks, int regime) {
+    const struct eval_params *ep = r->ep;
+    int L = ep->stream_len, half = L / 2, end = score_end(ep, regime);
+    nx_ctx *d = make_spec(r->m, ep, "full", 1, regime, BUDGET_SEEN, 1, 0);
+    if (!d) return NAN;
+    double sum = 0;
+    int n = 0, rc = nx_decode(d, toks, half, false) ? -1 : 0;
+    for (int i = half; i < end && !rc; i++) {
+        struct nx_kv_stats s;
+        nx_ctx_kv_stats(d, &s);
+        sum += (double)s.bytes_current;
+        n++;
+        if (i + 1 < end && nx_decode(d, &toks[i], 1, false)) rc = -1;
+    }
+    nx_ctx_free(d);
+    return rc || !n ? NAN : sum / n;
+}
+
+/* Every configuration on stream s: rec = n_cfg cells (eval_parmap item). */
+static int stream_item(int s, void *rec, void *arg) {
+    const struct run *r = arg;
+    const struct eval_params *ep = r->ep;
+    int nv = nx_model_n_vocab(r->m), L = ep->stream_len, half = L / 2;
+    struct cell *cells = rec;
+    struct stream_ref sr = {nx_malloc(sizeof(float) * (size_t)(L - half) * (size_t)nv),
+                            nx_malloc((size_t)(L - half))};
+    const nx_token *toks = r->toks + (size_t)s * (size_t)L;
+    int rc = sr.dense && sr.lr ? stream_reference(r, toks, &sr) : -1;
+    double db[2] = {dense_bytes(r, toks, 0), dense_bytes(r, toks, 1)};
+    for (int k = 0; k < r->n_cfg && !rc; k++) {
+        const struct cfg *cf = &r->cfgs[k];
+        struct cell *c = &cells[k];
+        int ns = eval_spec_stochastic(cf->spec) ? r->seeds : 1;
+        memset(c, 0, sizeof *c);
+        if (is_oracle(cf->spec) && cf->regime == NX_KV_REGIME_STREAM) {
+            /* the oracle sees the scored queries before one compression: prefill only */
+            c->kl = c->top1 = c->nll = c->lr = c->kv = NAN;
+            continue;
+        }
+        for (int j = 0; j < ns && !rc; j++) rc = run_one(r, cf, (uint64_t)j, toks, &sr, c, 1.0 / ns);
+        c->kv /= db[cf->regime == NX_KV_REGIME_STREAM];
+    }
+    /* the dense cache itself, per regime's scored range (the implicit "full" reference) */
+    for (int g = 0; g < 2 && !rc; g++) {
+        struct cell *c = &cells[r->n_cfg + g];
+        int end = score_end(ep, g), lr_n = 0;
+        double nll = 0;
+        for (int i = half; i < end; i++) {
+            nll += -metric_log_prob(sr.dense + (size_t)(i - half) * (size_t)nv, nv, toks[i]);
+            lr_n += sr.lr[i - half];
+        }
+        *c = (struct cell){.kl = 0, .top1 = 1, .nll = nll / (end - half), .lr = lr_n ? 1 : NAN,
+                           .kv = 1, .lr_n = lr_n};
+    }
+    nx_free(sr.dense);
+    nx_free(sr.lr);
+    return rc;
+}
+
+
+/* Paired statistics of field f over streams: mean of x, mean of x - ref and its SE. */
+struct paired {
+    double mean, diff, se;
+    int n;
+};
+
+static double field(const struct cell *c, int f) {
+    switch (f) {
+    case 0: return c->kl;
+    case 1: return c->top1;
+    case 2: return c->nll;
+    case 3: return c->lr_n ? c->lr : NAN;
+    default: return c->kv;
+    }
+}
+
+static struct paired pair_stats(const struct cell *x, const struct cell *ref, int streams, int f) {
+    double sx = 0, sd = 0, sdd = 0;
+    int n = 0;
+    for (int s = 0; s < streams; s++) {
+        double a = field(&x[s], f), b = field(&ref[s], f);
+        if (isnan(a) || isnan(b)) continue;
+        sx += a;
+        sd += a - b;
+        sdd += (a - b) * (a - b);
+        n++;
+    }
+    struct paired p = {NAN, NAN, NAN, n};
+    if (n == 0) return p;
+    p.mean = sx / n;
+    p.diff = sd / n;
+    double var = n > 1 ? (sdd - n * p.diff * p.diff) / (n - 1) : 0;
+    p.se = n > 1 ? sqrt(var > 0 ? var : 0) / sqrt((double)n) : 0;
+    return p;
+}
+
+/* The reference configuration of k: the reference spec with the same density, regime and
+   budget rule; "full" is always there (the implicit dense cells n + regime). -1 when absent. */
+static int ref_of(const struct cfg *cfgs, int n, int k, const char *ref) {
+    for (int j = 0; j < n; j++)
+        if (!strcmp(cfgs[j].spec, ref) && cfgs[j].regime == cfgs[k].regime &&
+            cfgs[j].budget == cfgs[k].budget && cfgs[j].density == cfgs[k].density)
+            return j;
+    return !strcmp(ref, "full") ? n + (cfgs[k].regime == NX_KV_REGIME_STREAM) : -1;
+}
+
+static const char *const k_fields[] = {"kl", "top1", "nll", "longrange", "kv_frac"};
+
+/* A JSON number, or null for NaN / infinity. */
+static void json_num(FILE *f, const char *key, double v) {
+    if (isfinite(v)) fprintf(f, ",\"%s\":%.6g", key, v);
+    else fprintf(f, ",\"%s\":null", key);
+}
+
+static int write_json(const struct run *r, const char *ref, const int *refk) {
+    const struct eval_params *ep = r->ep;
     struct nx_outfile o;
     char err[1200];
-    nx_status st = nx_outfile_open(&o, ep->json_path, err, sizeof err);
-    if (st != NX_STATUS_OK) {
+    if (nx_outfile_open(&o, ep->json_path, err, sizeof err)) {
         fprintf(stderr, "eval: %s\n", err);
-        return st;
+        return -1;
     }
     const struct nx_ctx_params *b = ep->base;
     fprintf(o.f, "[\n");
-    for (int i = 0; i < n; i++) {
-        const struct eval_result *r = &res[i];
-        fprintf(o.f,
-                "  {\"policy\":\"%s\",\"density\":%.4f,\"regime\":\"%s\",\"kl\":%.6g,"
-                "\"kl_sd\":%.6g,\"top1\":%.6g,\"top1_sd\":%.6g,\"ppl\":%.6g,"
-                "\"nll\":%.6g,\"nll_sd\":%.6g,\"recall\":%.6g,\"recall_sd\":%.6g,"
-                "\"recall_streams\":%d,\"streams\":%d,\"stream_len\":%d,\"seed\":%llu,"
-                "\"source\":\"%s\",\"kv_block\":%d,\"kv_sink\":%d,\"kv_recent\":%d,"
-                "\"recall_blocks\":%d,\"kv_frac\":%.6g,\"kv_frac_sd\":%.6g}%s\n",
-                r->policy, r->density, eval_regime_name(r->regime), acc_mean(&r->kl),
-                acc_sd(&r->kl), acc_mean(&r->top1), acc_sd(&r->top1), exp(acc_mean(&r->nll)),
-                acc_mean(&r->nll), acc_sd(&r->nll), r->rec.n ? acc_mean(&r->rec) : 0.0,
-                acc_sd(&r->rec), r->rec.n, streams, ep->stream_len,
+    for (int k = 0; k < r->n_cfg; k++) {
+        const struct cfg *cf = &r->cfgs[k];
+        const struct cell *x = r->cells + (size_t)k * (size_t)r->streams;
+        const struct cell *rf = r->cells + (size_t)refk[k] * (size_t)r->streams;
+        int lr_pos = 0;
+        for (int s = 0; s < r->streams; s++) lr_pos += x[s].lr_n;
+        fprintf(o.f, "  {\"policy\":\"%s\",\"density\":%.4f,\"regime\":\"%s\",\"budget\":\"%s\","
+                     "\"reference\":\"%s\"", cf->spec, cf->density, eval_regime_name(cf->regime),
+                budget_name(cf->budget), ref);
+        for (int f = 0; f < 5; f++) {
+            struct paired p = pair_stats(x, rf, r->streams, f);
+            char key[64];
+            json_num(o.f, k_fields[f], p.mean);
+            snprintf(key, sizeof key, "%s_diff", k_fields[f]);
+            json_num(o.f, key, p.diff);
+            snprintf(key, sizeof key, "%s_se", k_fields[f]);
+            json_num(o.f, key, p.se);
+            fprintf(o.f, ",\"%s_streams\":%d", k_fields[f], p.n);
+        }
+        json_num(o.f, "ppl", exp(pair_stats(x, rf, r->streams, 2).mean));
+        fprintf(o.f, ",\"longrange_positions\":%d,\"streams\":%d,\"seeds\":%d,"
+                     "\"stream_len\":%d,\"scored\":%d,\"seed\":%llu,\"source\":\"%s\","
+                     "\"kv_block\":%d,\"kv_sink\":%d,\"kv_recent\":%d}%s\n",
+                lr_pos, r->streams, eval_spec_stochastic(cf->spec) ? r->seeds : 1,
+                ep->stream_len, score_end(ep, cf->regime) - ep->stream_len / 2,
                 (unsigned long long)ep->seed, ep->text_file ? "file" : "sampled",
                 b ? b->kv_block : 32, b ? b->kv.sink : 32, b ? b->kv.recent : 32,
-                ep->recall_blocks, acc_mean(&r->kvf), acc_sd(&r->kvf), i + 1 < n ? "," : "");
+                k + 1 < r->n_cfg ? "," : "");
     }
     fprintf(o.f, "]\n");
-    if ((st = nx_outfile_commit(&o, err, sizeof err)) != NX_STATUS_OK) {
+    if (nx_outfile_commit(&o, err, sizeof err)) {
         fprintf(stderr, "eval: %s\n", err);
-        return st;
+        return -1;
     }
-    return NX_STATUS_OK;
+    return 0;
 }
 
-/* One SVG per regime: KL, top-1 and recall against density, one line per policy. */
-static nx_status write_svgs(const struct eval_params *ep, const struct eval_result *res, int np,
-                            int nd, int nr, int streams) {
-    nx_status st = eval_mkdir(ep->svg_dir, "eval");
-    if (st != NX_STATUS_OK) return st;
-    for (int ri = 0; ri < nr; ri++) {
-        double x[MAX_POL][MAX_DEN], kl[MAX_POL][MAX_DEN], kle[MAX_POL][MAX_DEN];
-        double t1[MAX_POL][MAX_DEN], t1e[MAX_POL][MAX_DEN], rc[MAX_POL][MAX_DEN],
-            rce[MAX_POL][MAX_DEN];
-        struct svg_series s_kl[MAX_POL], s_t1[MAX_POL], s_rc[MAX_POL];
-        int regime = 0;
-        for (int pi = 0; pi < np; pi++) {
-            for (int di = 0; di < nd; di++) {
-                const struct eval_result *r = &res[(pi * nd + di) * nr + ri];
-                regime = r->regime;
-                x[pi][di] = r->density;
-                kl[pi][di] = acc_mean(&r->kl), kle[pi][di] = acc_sd(&r->kl);
-                t1[pi][di] = acc_mean(&r->top1), t1e[pi][di] = acc_sd(&r->top1);
-                rc[pi][di] = acc_mean(&r->rec), rce[pi][di] = acc_sd(&r->rec);
+/* One SVG per regime x budget rule: KL, top-1 and long range against density, one line per
+   policy spec, error bars = paired SE against the reference. */
+static int write_svgs(const struct run *r, const struct eval_sweep *sw, const int *nb_modes,
+                      int nb, const int *refk) {
+    const struct eval_params *ep = r->ep;
+    if (eval_mkdir(ep->svg_dir, "eval")) return -1;
+    enum { P = EVAL_MAX_ITEMS, D = EVAL_MAX_ITEMS };
+    for (int ri = 0; ri < sw->nr; ri++)
+        for (int bi = 0; bi < nb; bi++) {
+            static double x[P][D], y[3][P][D], e[3][P][D];
+            struct svg_series ser[3][P];
+            for (int pi = 0; pi < sw->np; pi++) {
+                for (int di = 0; di < sw->nd; di++) {
+                    int k = ((pi * sw->nd + di) * sw->nr + ri) * nb + bi;
+                    const struct cell *cx = r->cells + (size_t)k * (size_t)r->streams;
+                    const struct cell *cr = r->cells + (size_t)refk[k] * (size_t)r->streams;
+                    x[pi][di] = r->cfgs[k].density;
+                    for (int f = 0; f < 3; f++) {
+                        struct paired p = pair_stats(cx, cr, r->streams, f == 2 ? 3 : f);
+                        y[f][pi][di] = p.mean;
+                        e[f][pi][di] = p.se;
+                    }
+                }
+                for (int f = 0; f < 3; f++)
+                    ser[f][pi] = (struct svg_series){sw->pols[pi], x[pi], y[f][pi], e[f][pi],
+                                                     sw->nd};
             }
-            const char *name = res[pi * nd * nr].policy;
-            s_kl[pi] = (struct svg_series){name, x[pi], kl[pi], kle[pi], nd};
-            s_t1[pi] = (struct svg_series){name, x[pi], t1[pi], t1e[pi], nd};
-            s_rc[pi] = (struct svg_series){name, x[pi], rc[pi], rce[pi], nd};
+            struct svg_panel panels[3] = {
+                {"KL(dense || policy)", "density", "nats / token", false, true, ser[0], sw->np},
+                {"top-1 agreement", "density", "fraction", false, false, ser[1], sw->np},
+                {"long range (dense sure, local-only wrong)", "density", "agreement", false,
+                 false, ser[2], sw->np}};
+            char path[1100], title[300], err[1300];
+            int regime = sw->rv[ri];
+            if (nb_modes[bi] == BUDGET_SEEN)
+                snprintf(path, sizeof path, "%s/fidelity_%s.svg", ep->svg_dir,
+                         eval_regime_name(regime));
+            else
+                snprintf(path, sizeof path, "%s/fidelity_%s_prompt.svg", ep->svg_dir,
+                         eval_regime_name(regime));
+            snprintf(title, sizeof title,
+                     "Fidelity, %s regime, budget %s (%d %s streams of %d tokens; bars: paired "
+                     "SE vs %s)",
+                     eval_regime_name(regime), nb_modes[bi] == BUDGET_SEEN
+                         ? "density x tokens seen" : "density x prompt",
+                     r->streams, ep->text_file ? "file" : "sampled", ep->stream_len,
+                     ep->reference ? ep->reference : "full");
+            if (svg_save(path, title, panels, 3, err, sizeof err)) {
+                fprintf(stderr, "eval: %s\n", err);
+                return -1;
+            }
+            fprintf(stderr, "eval: wrote %s\n", path);
         }
-        struct svg_panel panels[3] = {
-            {"KL(dense || policy)", "density", "nats / token", false, true, s_kl, np},
-            {"top-1 agreement", "density", "fraction", false, false, s_t1, np},
-            {"long-range recall", "density", "fraction kept", false, false, s_rc, np}};
-        char path[1100], title[256], err[1300];
-        snprintf(path, sizeof path, "%s/fidelity_%s.svg", ep->svg_dir, eval_regime_name(regime));
-        snprintf(title, sizeof title,
-                 "Fidelity against dense, %s regime (%d %s streams of %d tokens, mean ± sd)",
-                 eval_regime_name(regime), streams, ep->text_file ? "file" : "sampled",
-                 ep->stream_len);
-        if ((st = svg_save(path, title, panels, 3, err, sizeof err)) != NX_STATUS_OK) {
-            fprintf(stderr, "eval: %s\n", err);
-            return st;
-        }
-        fprintf(stderr, "eval: wrote %s\n", path);
-    }
-    return NX_STATUS_OK;
+    return 0;
 }
 
 nx_status eval_run(const nx_model *m, const struct eval_params *ep) {
-    char pol_buf[512], den_buf[256], reg_buf[64];
+    char pol_buf[1024], den_buf[256], reg_buf[64], bud_buf[64];
     snprintf(pol_buf, sizeof pol_buf, "%s", ep->policies ? ep->policies : "");
     snprintf(den_buf, sizeof den_buf, "%s", ep->densities ? ep->densities : "");
     snprintf(reg_buf, sizeof reg_buf, "%s", ep->regimes ? ep->regimes : "");
+    snprintf(bud_buf, sizeof bud_buf, "%s", ep->budgets ? ep->budgets : "seen");
     struct eval_sweep sw;
-    nx_status rc = eval_sweep_split(pol_buf, den_buf, reg_buf, "eval", &sw);
-    if (rc != NX_STATUS_OK) return rc;
-    const int np = sw.np, nd = sw.nd, nr = sw.nr;
+    if (eval_sweep_split(pol_buf, den_buf, reg_buf, "eval", &sw)) return NX_STATUS_INVALID_ARG;
+    char *bud[3];
+    int nb = eval_split_list(bud_buf, bud, 3), modes[2];
+    for (int i = 0; i < nb; i++) {
+        if (nb > 2 || (strcmp(bud[i], "seen") && strcmp(bud[i], "prompt"))) {
+            fprintf(stderr, "eval: --budgets takes seen, prompt or both\n");
+            return NX_STATUS_INVALID_ARG;
+        }
+        modes[i] = strcmp(bud[i], "prompt") ? BUDGET_SEEN : BUDGET_PROMPT;
+    }
+    const char *ref = ep->reference ? ep->reference : "full";
+    int seeds = ep->seeds > 0 ? ep->seeds : 1;
+    if (nb < 1 || seeds > MAX_SEEDS || ep->score_len < 0) {
+        fprintf(stderr, "eval: need 1-2 budget rules, 1-%d seeds, score length >= 0\n", MAX_SEEDS);
+        return NX_STATUS_INVALID_ARG;
+    }
     if (ep->streams < 1 || ep->stream_len < 8) {
         fprintf(stderr, "eval: need at least 1 stream of at least 8 tokens\n");
         return NX_STATUS_INVALID_ARG;
     }
+    int n_cfg = sw.np * sw.nd * sw.nr * nb;
+    if (n_cfg > MAX_CFG) {
+        fprintf(stderr, "eval: %d configurations, at most %d\n", n_cfg, MAX_CFG);
+        return NX_STATUS_INVALID_ARG;
+    }
+    struct cfg *cfgs = nx_calloc((size_t)n_cfg, sizeof *cfgs);
+    int *refk = nx_calloc((size_t)n_cfg, sizeof *refk);
     int L = ep->stream_len;
     nx_token *toks = nx_malloc(sizeof *toks * (size_t)L * (size_t)ep->streams);
-    struct eval_result *res = nx_calloc((size_t)(np * nd * nr), sizeof *res);
-    if (!toks || !res) {
-        nx_free(toks);
-        nx_free(res);
+    /* per configuration and stream, plus the implicit dense cells of both regimes */
+    struct cell *cells = nx_calloc((size_t)(n_cfg + 2) * (size_t)ep->streams, sizeof *cells);
+    nx_status rc = NX_STATUS_INVALID_ARG;
+    if (!cfgs || !refk || !toks || !cells) {
         fprintf(stderr, "eval: out of memory\n");
-        return NX_STATUS_NOMEM;
+        rc = NX_STATUS_NOMEM;
+        goto out;
+    }
+    for (int pi = 0, k = 0; pi < sw.np; pi++)
+        for (int di = 0; di < sw.nd; di++)
+            for (int ri = 0; ri < sw.nr; ri++)
+                for (int bi = 0; bi < nb; bi++, k++)
+                    cfgs[k] = (struct cfg){sw.pols[pi], sw.dv[di], sw.rv[ri], modes[bi]};
+    for (int k = 0; k < n_cfg; k++) {
+        if ((refk[k] = ref_of(cfgs, n_cfg, k, ref)) < 0) {
+            fprintf(stderr, "eval: the reference '%s' is not among --policies\n", ref);
+            goto out;
+        }
     }
     int streams = ep->streams;
     if (ep->text_file) {
         streams = file_streams(m, ep, toks, ep->streams);
-        if (streams < 0) {
-            rc = (nx_status)streams;
-            goto out;
-        }
+        if (streams < 1) goto out; /* the file is missing, unreadable or too short */
     } else {
         struct nx_progress pg;
         nx_progress_start(&pg, stderr, "streams sampled", streams);
-        for (int s = 0; s < streams; s++) {
-            rc = sample_stream(m, ep, ep->seed + (uint64_t)s, toks + (size_t)s * L);
-            if (rc != NX_STATUS_OK) goto out;
-            nx_progress_update(&pg, s + 1, NULL);
-        }
+        struct sample_arg sa = {m, ep};
+        struct done_arg da = {&pg, 1, 0};
+        int prc = eval_parmap(streams, ep->threads, sizeof *toks * (size_t)L, sample_item, &sa,
+                              toks, stream_done, &da);
         nx_progress_finish(&pg);
+        if (prc) {
+            rc = NX_STATUS_ABORTED;
+            goto out;
+        }
     }
-    printf("| policy | density | regime | KV kept | KL (nats) | top-1 | ppl | recall (n streams) |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
-    int total = np * nd * nr;
+    int units = 0;
+    for (int k = 0; k < n_cfg; k++) units += eval_spec_stochastic(cfgs[k].spec) ? seeds : 1;
     struct nx_progress pg;
-    nx_progress_start(&pg, stderr, "config x stream runs", total * streams);
-    for (int pi = 0, k = 0; pi < np; pi++)
-        for (int di = 0; di < nd; di++)
-            for (int ri = 0; ri < nr; ri++, k++) {
-                struct eval_result *r = &res[k];
-                r->policy = sw.pols[pi];
-                r->density = sw.dv[di];
-                r->regime = sw.rv[ri];
-                char label[128];
-                snprintf(label, sizeof label, "%s d=%.2f %s", r->policy, r->density,
-                         eval_regime_name(r->regime));
-                for (int s = 0; s < streams; s++) {
-                    if ((rc = run_one(m, ep, r, toks + (size_t)s * L)) != NX_STATUS_OK) {
-                        fprintf(stderr, "\neval: %s failed\n", label);
-                        goto out;
-                    }
-                    nx_progress_update(&pg, k * streams + s + 1, label);
-                }
-                printf("| %s | %.2f | %s | %.3f | %.4f ± %.4f | %.3f ± %.3f | %.3f | %.3f ± %.3f (%d) |\n",
-                       r->policy, r->density, eval_regime_name(r->regime), acc_mean(&r->kvf), acc_mean(&r->kl), acc_sd(&r->kl),
-                       acc_mean(&r->top1), acc_sd(&r->top1), exp(acc_mean(&r->nll)),
-                       acc_mean(&r->rec), acc_sd(&r->rec), r->rec.n);
-                fflush(stdout);
-            }
+    nx_progress_start(&pg, stderr, "config x seed x stream runs", units * streams);
+    struct run r = {.m = m, .ep = ep, .cfgs = cfgs, .n_cfg = n_cfg, .streams = streams,
+                    .seeds = seeds, .toks = toks, .cells = cells};
+    const int nc = n_cfg + 2;
+    struct cell *by_stream = nx_calloc((size_t)nc * (size_t)streams, sizeof *by_stream);
+    bool by_stream_oom = by_stream == NULL;
+    struct done_arg da = {&pg, units, 0};
+    int prc = by_stream ? eval_parmap(streams, ep->threads, sizeof *by_stream * (size_t)nc,
+                                      stream_item, &r, by_stream, stream_done, &da)
+                        : -1;
     nx_progress_finish(&pg);
-    if (ep->json_path && (rc = write_json(ep, res, total, streams)) != NX_STATUS_OK) goto out;
-    if (ep->svg_dir && (rc = write_svgs(ep, res, np, nd, nr, streams)) != NX_STATUS_OK) goto out;
+    for (int s = 0; s < streams && by_stream; s++)
+        for (int k = 0; k < nc; k++)
+            cells[(size_t)k * (size_t)streams + (size_t)s] =
+                by_stream[(size_t)s * (size_t)nc + (size_t)k];
+    nx_free(by_stream);
+    if (prc) {
+        fprintf(stderr, "eval: a run failed\n");
+        rc = by_stream_oom ? NX_STATUS_NOMEM : NX_STATUS_ABORTED;
+        goto out;
+    }
+    printf("| policy | density | regime | budget | KV held | KL (nats) | ΔKL vs %s (SE) | top-1 | "
+           "Δtop-1 (SE) | ppl | Δnll (SE) | long range (positions) | Δlong range (SE) |\n", ref);
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int k = 0; k < n_cfg; k++) {
+        const struct cell *x = cells + (size_t)k * (size_t)streams;
+        const struct cell *rf = cells + (size_t)refk[k] * (size_t)streams;
+        struct paired p[5];
+        for (int f = 0; f < 5; f++) p[f] = pair_stats(x, rf, streams, f);
+        int lr_pos = 0;
+        for (int s = 0; s < streams; s++) lr_pos += x[s].lr_n;
+        printf("| %s | %.2f | %s | %s | %.3f | %.4f | %+.4f (%.4f) | %.3f | %+.3f (%.3f) | %.3f | "
+               "%+.4f (%.4f) | %.3f (%d) | %+.3f (%.3f) |\n",
+               cfgs[k].spec, cfgs[k].density, eval_regime_name(cfgs[k].regime),
+               budget_name(cfgs[k].budget), p[4].mean, p[0].mean, p[0].diff, p[0].se, p[1].mean,
+               p[1].diff, p[1].se, exp(p[2].mean), p[2].diff, p[2].se, p[3].mean, lr_pos,
+               p[3].diff, p[3].se);
+    }
+    fflush(stdout);
+    rc = NX_STATUS_IO;
+    if (ep->json_path && write_json(&r, ref, refk)) goto out;
+    if (ep->svg_dir && write_svgs(&r, &sw, modes, nb, refk)) goto out;
     rc = NX_STATUS_OK;
 out:
+    nx_free(cfgs);
+    nx_free(refk);
     nx_free(toks);
-    nx_free(res);
+    nx_free(cells);
     return rc;
 }

@@ -33,17 +33,64 @@ const char *eval_regime_name(int regime) {
     return regime == NX_KV_REGIME_STREAM ? "stream" : "prefill";
 }
 
+int eval_policy_spec(const char *spec, struct nx_kv_params *kv, char *name, size_t name_len,
+                     const char *cmd) {
+    static const struct {
+        const char *word, *opt;
+    } words[] = {{"topk", "nexus.select_topk"}, {"fresh", "nexus.fresh_draws"},
+                 {"perhead", "nexus.per_head"}, {"matchkv", "nexus.match_kv"},
+                 {"meanvec", "nexus.mean_vectors"}};
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL, *tok = strtok_r(buf, "/", &save);
+    snprintf(name, name_len, "%s", tok ? tok : "");
+    if (!kv_policy_find(name)) {
+        fprintf(stderr, "%s: unknown policy '%s' (full, streaming, h2o, snapkv, pyramidkv, "
+                        "adakv, morphkv, tova, nexus, random, bottomk, oracle)\n", cmd, spec);
+        return -1;
+    }
+    for (tok = strtok_r(NULL, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+        const char *opt = NULL;
+        double v = 1;
+        char *eq = strchr(tok, '=');
+        if (eq) {
+            char *e;
+            *eq = 0;
+            v = strtod(eq + 1, &e);
+            opt = *e || e == eq + 1 ? NULL : tok;
+        } else {
+            for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+                if (!strcmp(tok, words[i].word)) opt = words[i].opt;
+        }
+        if (!opt || nx_kv_params_set(kv, opt, v) != NX_STATUS_OK) {
+            fprintf(stderr, "%s: policy spec '%s': bad option '%s'\n", cmd, spec, tok);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+bool eval_spec_stochastic(const char *spec) {
+    struct nx_kv_params kv = nx_kv_default_params();
+    char name[64];
+    if (eval_policy_spec(spec, &kv, name, sizeof name, "eval")) return false;
+    if (!strcmp(name, "random")) return true;
+    if (strcmp(name, "nexus")) return false;
+    for (int i = 0; i < kv.n_opts; i++)
+        if (!strcmp(kv.opts[i].name, "nexus.select_topk") && kv.opts[i].value == 1) return false;
+    return true;
+}
+
 nx_status eval_check_policies(char **pols, int n, const char *cmd) {
     if (n == 0) {
         fprintf(stderr, "%s: empty --policies\n", cmd);
         return NX_STATUS_INVALID_ARG;
     }
-    for (int i = 0; i < n; i++)
-        if (!kv_policy_find(pols[i])) {
-            fprintf(stderr, "%s: unknown policy '%s' (full, streaming, h2o, snapkv, pyramidkv, "
-                            "adakv, morphkv, tova, nexus)\n", cmd, pols[i]);
-            return NX_STATUS_INVALID_ARG;
-        }
+    for (int i = 0; i < n; i++) {
+        struct nx_kv_params kv = nx_kv_default_params();
+        char name[64];
+        if (eval_policy_spec(pols[i], &kv, name, sizeof name, cmd)) return NX_STATUS_INVALID_ARG;
+    }
     return NX_STATUS_OK;
 }
 

@@ -1,5 +1,6 @@
 /*
- * task_eval.c - `nexus task-eval`: token-id task accuracy per eviction policy and density.
+ * task_eval.c - the runner of `nexus task-eval` (eval/task_eval.h): token-id task accuracy per
+ * eviction policy and density.
  *
  * DESIGN
  * - Input: JSON lines {"task": NAME, "tokens": [ids], "prompt_len": P, "answers": [[pos...]...]}.
@@ -10,10 +11,21 @@
  *   before each of its answer positions is the token there, which equals exact-match greedy
  *   generation of the answer.
  * - Every configuration sees the same instances, so each accuracy is reported with its paired
- *   difference from the dense cache ("full") and that difference's standard error over queries.
- *   KV held is layer 0 / KV head 0's token count right after the prompt, as a share of P.
- * - One fresh context per (configuration, instance); deterministic for the seed (the reservoir
- *   draws) at any thread count, as the engine is.
+ *   difference from a named reference (--reference, default the dense cache "full"; a policy
+ *   reference is taken at the same density) and that difference's standard error over queries.
+ *   With --seeds N every configuration whose selection depends on the seed (random, nexus's
+ *   reservoir) runs N eviction seeds (seed .. seed + N - 1); a query's score is its mean over
+ *   the seeds, so the SE stays paired over queries.
+ * - A policy spec is NAME or NAME/OPT/OPT... (eval_policy_spec in src/eval/eval.h): for
+ *   nexus, topk, fresh, perhead, matchkv, meanvec; or any option as name=value.
+ * - KV held: the KV bytes (all layers and heads, whole blocks) right after the prompt as a
+ *   share of the dense cache's on the same instance, and layer 0 / head 0's tokens as a share
+ *   of P.
+ * - One fresh single-threaded context per (configuration, seed, instance); -t N runs N
+ *   instances at once in worker processes (eval_parmap: threads of one process would serialise
+ *   on the engine's shared pool), so more threads never make it slower, and the results are
+ *   the same at any thread count (each instance's numbers do not depend on the others).
+ *   Progress with an ETA goes to stderr.
  */
 #include "eval/task_eval.h"
 
@@ -26,16 +38,18 @@
 
 #include "core/alloc.h"
 #include "core/readfile.h"
+#include "eval/eval.h"
 #include "eval/outfile.h"
-
-enum { TE_MAX_TASKS = 8 };
+#include "eval/parmap.h"
+#include "eval/progress.h"
+#include "nexus.h"
 
 struct task_inst {
     char task[32];
     nx_token *tok;
     int n, prompt_len;
     int n_q;
-    int *q_off; /* n_q + 1 offsets into q_pos */
+    int *q_off;   /* n_q + 1 offsets into q_pos */
     int *q_pos;
 };
 
@@ -54,8 +68,10 @@ static void set_free(struct task_set *s) {
     nx_free(s->v);
 }
 
-/* Parse one JSON line into *t; 0 on success, else prints the reason. */
-static int parse_inst(const char *line, size_t len, int lineno, int n_vocab, struct task_inst *t) {
+/* Parse one JSON line into *t; 0 on success, else prints the reason: 1 (malformed), -1 (out of
+   memory). */
+static int parse_inst(const char *line, size_t len, int lineno, int n_vocab,
+                      struct task_inst *t) {
     memset(t, 0, sizeof *t);
     json_error_t je;
     json_t *o = json_loadb(line, len, 0, &je);
@@ -64,8 +80,7 @@ static int parse_inst(const char *line, size_t len, int lineno, int n_vocab, str
     json_t *pl = o ? json_object_get(o, "prompt_len") : NULL;
     json_t *tn = o ? json_object_get(o, "task") : NULL;
     int rc = 1;
-    if (!json_is_array(toks) || !json_is_array(ans) || !json_is_integer(pl) ||
-        !json_is_string(tn)) {
+    if (!json_is_array(toks) || !json_is_array(ans) || !json_is_integer(pl) || !json_is_string(tn)) {
         fprintf(stderr, "task-eval: line %d: expected task, tokens, prompt_len, answers\n", lineno);
         goto done;
     }
@@ -109,8 +124,7 @@ static int parse_inst(const char *line, size_t len, int lineno, int n_vocab, str
             json_int_t p = json_is_integer(x) ? json_integer_value(x) : -1;
             /* the token at p is predicted from position p - 1, which must follow the prompt */
             if (p <= t->prompt_len || p >= t->n) {
-                fprintf(stderr,
-                        "task-eval: line %d: answer position %lld outside (prompt_len, n)\n",
+                fprintf(stderr, "task-eval: line %d: answer position %lld outside (prompt_len, n)\n",
                         lineno, (long long)p);
                 goto done;
             }
@@ -122,6 +136,7 @@ static int parse_inst(const char *line, size_t len, int lineno, int n_vocab, str
     goto done;
 oom:
     fprintf(stderr, "task-eval: out of memory\n");
+    rc = -1;
 done:
     json_decref(o);
     if (rc) {
@@ -154,9 +169,8 @@ static nx_status load_set(const char *path, int n_vocab, struct task_set *s) {
                 struct task_inst *nv = nx_realloc(s->v, sizeof *nv * (size_t)nc);
                 if (!nv) {
                     fprintf(stderr, "task-eval: out of memory\n");
-                    nx_free(buf);
-                    set_free(s);
-                    return NX_STATUS_NOMEM;
+                    rc = -1;
+                    break;
                 }
                 s->v = nv;
                 cap = nc;
@@ -172,7 +186,7 @@ static nx_status load_set(const char *path, int n_vocab, struct task_set *s) {
         rc = 1;
     }
     if (rc) set_free(s);
-    return rc ? NX_STATUS_FORMAT : NX_STATUS_OK;
+    return rc < 0 ? NX_STATUS_NOMEM : rc ? NX_STATUS_FORMAT : NX_STATUS_OK;
 }
 
 static int argmax(const float *l, int n) {
@@ -182,28 +196,37 @@ static int argmax(const float *l, int n) {
     return b;
 }
 
-/* Run one instance; ok[q] = 1 when query q is answered; *held = tokens cached after prompt. */
-static nx_status run_inst(const nx_model *m, const struct nx_ctx_params *cp,
-                          const struct task_inst *t, unsigned char *ok, int64_t *held) {
+/* Run one instance; ok[q] = 1 when query q is answered; *held = tokens cached after prompt
+   (layer 0, KV head 0), *bytes = KV bytes held then. */
+static int run_inst(const nx_model *m, const struct nx_ctx_params *cp, const struct task_inst *t,
+                    unsigned char *ok, int64_t *held, double *bytes) {
     nx_ctx *c;
     char err[256];
-    nx_status st = nx_ctx_init(m, cp, &c, err, sizeof err);
-    if (st != NX_STATUS_OK) {
+    if (nx_ctx_init(m, cp, &c, err, sizeof err)) {
         fprintf(stderr, "task-eval: cannot create context: %s\n", err);
-        return st;
+        return 1;
     }
     int nv = nx_model_n_vocab(m);
     int *pred = nx_malloc(sizeof *pred * (size_t)t->n); /* pred[p] = argmax after token p - 1 */
-    nx_status rc = pred ? NX_STATUS_OK : NX_STATUS_NOMEM;
-    if (!rc) rc = nx_decode(c, t->tok, t->prompt_len, false);
+    int rc = pred ? 0 : 1;
+    /* the oracle sees the future: the whole sequence is one prompt whose window is the queries
+       after the prompt; those positions are then removed and decoded again */
+    bool oracle = cp->kv.policy && !strcmp(cp->kv.policy, "oracle");
+    int first = oracle ? t->n - 1 : t->prompt_len;
+    if (!rc && nx_decode(c, t->tok, first, false)) rc = 1;
+    if (!rc && oracle && nx_seq_rm(c, t->prompt_len, -1)) rc = 1;
     if (!rc) {
         struct nx_kv_stats ks;
         nx_ctx_kv_stats(c, &ks);
         *held = ks.tokens_cached;
-        pred[t->prompt_len] = argmax(nx_get_logits(c, -1), nv);
+        *bytes = (double)ks.bytes_current;
+        pred[t->prompt_len] = oracle ? -1 : argmax(nx_get_logits(c, -1), nv);
     }
     for (int p = t->prompt_len; !rc && p + 1 < t->n; p++) {
-        if ((rc = nx_decode(c, t->tok + p, 1, false)) != NX_STATUS_OK) break;
+        if (nx_decode(c, t->tok + p, 1, false)) {
+            rc = 1;
+            break;
+        }
         pred[p + 1] = argmax(nx_get_logits(c, -1), nv);
     }
     if (rc && pred) fprintf(stderr, "task-eval: decode failed: %s\n", nx_ctx_last_error(c));
@@ -217,30 +240,140 @@ static nx_status run_inst(const nx_model *m, const struct nx_ctx_params *cp,
     return rc;
 }
 
+enum { TE_MAX_TASKS = 8, TE_MAX_SEEDS = 64 };
+
+/* One configuration x seed over every instance (eval_parmap items: one instance each). */
+struct te_job {
+    const nx_model *m;
+    const struct task_set *s;
+    const char *spec;
+    double density; /* 0: dense */
+    uint64_t seed;
+    int max_n, max_q;
+    struct nx_progress *pg;
+    int done_base, done;
+    const char *label;
+};
+
+/* An instance's record: tokens held and KV bytes after the prompt, then max_q answer flags. */
+struct te_rec {
+    int64_t held;
+    double bytes;
+    unsigned char ok[];
+};
+
+static size_t te_rec_bytes(const struct te_job *j) {
+    return sizeof(struct te_rec) + (size_t)j->max_q;
+}
+
+static int te_item(int i, void *rec, void *arg) {
+    const struct te_job *j = arg;
+    const struct task_inst *t = &j->s->v[i];
+    struct te_rec *r = rec;
+    struct nx_ctx_params cp = nx_ctx_default_params();
+    cp.n_ctx = j->max_n;
+    cp.n_batch = j->max_n; /* the prompt is compressed once, at its end */
+    cp.n_threads = cp.n_threads_batch = 1;
+    cp.kv_type = NX_TYPE_F32;
+    char name[64];
+    if (eval_policy_spec(j->spec, &cp.kv, name, sizeof name, "task-eval")) return 1;
+    cp.kv.policy = name;
+    cp.kv.regime = NX_KV_REGIME_PREFILL;
+    cp.kv.seed = j->seed;
+    if (j->density > 0) {
+        int b = (int)floor(j->density * t->prompt_len);
+        cp.kv.budget = b > 0 ? b : 1;
+    }
+    if (!strcmp(name, "oracle")) {
+        /* window = the queries after the prompt; budget + the future tokens it drops */
+        int fut = t->n - 1 - t->prompt_len;
+        cp.kv.window = fut < 256 ? fut : 256;
+        cp.kv.budget += fut;
+    }
+    memset(r->ok, 0, (size_t)j->max_q);
+    return run_inst(j->m, &cp, t, r->ok, &r->held, &r->bytes);
+}
+
+static void te_done(int i, void *arg) {
+    struct te_job *j = arg;
+    (void)i;
+    nx_progress_update(j->pg, j->done_base + ++j->done, j->label);
+}
+
+/* Runs the job on `procs` worker processes into ok (per query), held and bytes (per
+   instance); NX_STATUS_OK, NOMEM, or ABORTED when an instance failed (its message on stderr). */
+static nx_status te_run(struct te_job *j, int procs, const int *q_first, unsigned char *ok,
+                  int64_t *held, double *bytes) {
+    size_t rb = te_rec_bytes(j);
+    char *recs = nx_malloc(rb * (size_t)j->s->n);
+    if (!recs) return NX_STATUS_NOMEM;
+    j->done = 0;
+    nx_status rc = eval_parmap(j->s->n, procs, rb, te_item, j, recs, te_done, j)
+                       ? NX_STATUS_ABORTED
+                       : NX_STATUS_OK;
+    for (int i = 0; !rc && i < j->s->n; i++) {
+        const struct te_rec *r = (const struct te_rec *)(recs + rb * (size_t)i);
+        held[i] = r->held;
+        bytes[i] = r->bytes;
+        memcpy(ok + q_first[i], r->ok, (size_t)j->s->v[i].n_q);
+    }
+    nx_free(recs);
+    return rc;
+}
+
 nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
-    if (!p->tasks || p->n_policies < 1 || p->threads < 1 ||
-        (p->n_densities < 1 && !(p->n_policies == 1 && !strcmp(p->policies[0], "full")))) {
-        fprintf(stderr, "task-eval: need a tasks file, a policy, a density and threads >= 1\n");
+    const char *const *pols = p->policies;
+    const char *const *dens_s = p->density_names;
+    const double *dens = p->densities;
+    const int np = p->n_policies, nd = p->n_densities;
+    const char *ref = p->reference ? p->reference : "full";
+    const int n_seeds = p->seeds > 0 ? p->seeds : 1;
+    const uint64_t seed = p->seed;
+    if (np < 1 || nd < 1 || p->threads < 1 || p->threads > 64 || n_seeds > TE_MAX_SEEDS) {
+        fprintf(stderr, "task-eval: need policies, densities, 1-64 threads, 1-%d seeds\n",
+                TE_MAX_SEEDS);
         return NX_STATUS_INVALID_ARG;
     }
-    for (int i = 0; i < p->n_densities; i++)
-        if (!(p->densities[i] > 0 && p->densities[i] <= 1)) {
-            fprintf(stderr, "task-eval: density %g is outside (0, 1]\n", p->densities[i]);
+    for (int i = 0; i < nd; i++)
+        if (!(dens[i] > 0 && dens[i] <= 1)) {
+            fprintf(stderr, "task-eval: density %s is not in (0, 1]\n", dens_s[i]);
             return NX_STATUS_INVALID_ARG;
         }
+    int ref_pi = -1;
+    for (int pi = 0; pi < np; pi++) {
+        struct nx_kv_params kv = nx_kv_default_params();
+        char name[64];
+        if (eval_policy_spec(pols[pi], &kv, name, sizeof name, "task-eval"))
+            return NX_STATUS_INVALID_ARG;
+        if (!strcmp(pols[pi], ref)) ref_pi = pi;
+    }
+    if (ref_pi < 0) {
+        fprintf(stderr, "task-eval: the reference '%s' is not among the policies\n", ref);
+        return NX_STATUS_INVALID_ARG;
+    }
     struct task_set s;
-    nx_status st = load_set(p->tasks, nx_model_n_vocab(m), &s);
-    if (st != NX_STATUS_OK) return st;
+    nx_status rc = load_set(p->tasks, nx_model_n_vocab(m), &s);
+    if (rc != NX_STATUS_OK) return rc;
     int max_n = 0;
     for (int i = 0; i < s.n; i++) max_n = s.v[i].n > max_n ? s.v[i].n : max_n;
     /* task names, and each query's task index */
     char names[TE_MAX_TASKS][32];
     int n_names = 0;
-    int *q_task = nx_malloc(sizeof *q_task * (size_t)s.n_queries);
-    unsigned char *full_ok = nx_malloc((size_t)s.n_queries);
-    unsigned char *ok = nx_malloc((size_t)s.n_queries);
-    nx_status rc = (!q_task || !full_ok || !ok) ? NX_STATUS_NOMEM : NX_STATUS_OK;
-    if (rc) fprintf(stderr, "task-eval: out of memory\n");
+    const int nq = s.n_queries, ncfg = np * nd;
+    int *q_task = nx_malloc(sizeof *q_task * (size_t)nq);
+    int *q_first = nx_malloc(sizeof *q_first * (size_t)s.n);
+    double *score = nx_calloc((size_t)ncfg * (size_t)nq, sizeof *score); /* seed-mean per query */
+    double *held_tok = nx_calloc((size_t)ncfg, sizeof *held_tok);
+    double *held_kv = nx_calloc((size_t)ncfg, sizeof *held_kv);
+    double *dense_bytes = nx_calloc((size_t)s.n, sizeof *dense_bytes);
+    unsigned char *ok = nx_malloc((size_t)nq);
+    int64_t *held = nx_malloc(sizeof *held * (size_t)s.n);
+    double *bytes = nx_malloc(sizeof *bytes * (size_t)s.n);
+    if (!q_task || !q_first || !score || !held_tok || !held_kv || !dense_bytes || !ok || !held ||
+        !bytes) {
+        fprintf(stderr, "task-eval: out of memory\n");
+        rc = NX_STATUS_NOMEM;
+    }
     for (int i = 0, k = 0; !rc && i < s.n; i++) {
         int ti = -1;
         for (int j = 0; j < n_names; j++)
@@ -249,47 +382,77 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
             snprintf(names[n_names], sizeof names[0], "%s", s.v[i].task);
             ti = n_names++;
         }
+        q_first[i] = k;
         for (int q = 0; q < s.v[i].n_q; q++) q_task[k++] = ti < 0 ? 0 : ti;
     }
-    json_t *jout = json_array();
-    printf(
-        "| policy | density | task | queries | accuracy | diff vs full | paired SE | KV held / prompt |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
-    bool have_full = false;
-    for (int pi = 0; !rc && pi < p->n_policies; pi++) {
-        const char *pol = p->policies[pi];
-        bool is_full = !strcmp(pol, "full");
-        for (int di = 0; !rc && di < (is_full ? 1 : p->n_densities); di++) {
-            double held_share = 0;
-            for (int i = 0, k = 0; !rc && i < s.n; i++) {
-                struct nx_ctx_params cp = nx_ctx_default_params();
-                cp.n_ctx = max_n;
-                cp.n_threads = cp.n_threads_batch = p->threads;
-                cp.kv_type = NX_TYPE_F32;
-                cp.kv.policy = pol;
-                cp.kv.regime = NX_KV_REGIME_PREFILL;
-                cp.kv.seed = p->seed;
-                if (!is_full) {
-                    int b = (int)floor(p->densities[di] * s.v[i].prompt_len);
-                    cp.kv.budget = b > 0 ? b : 1;
+    /* the dense run first (KV held is a share of its bytes), then every configuration */
+    int runs = 1;
+    for (int pi = 0; pi < np; pi++)
+        if (strcmp(pols[pi], "full")) runs += nd * (eval_spec_stochastic(pols[pi]) ? n_seeds : 1);
+    struct nx_progress pg;
+    nx_progress_start(&pg, stderr, "instances", runs * s.n);
+    int done_base = 0;
+    int max_q = 1;
+    for (int i = 0; i < s.n; i++) max_q = s.v[i].n_q > max_q ? s.v[i].n_q : max_q;
+    struct te_job job = {.m = m, .s = &s, .max_n = max_n, .max_q = max_q, .pg = &pg};
+    unsigned char *dense_ok = nx_malloc((size_t)nq);
+    if (!dense_ok) rc = NX_STATUS_NOMEM;
+    if (!rc) {
+        job.spec = "full";
+        job.density = 0;
+        job.seed = seed;
+        job.label = "full";
+        rc = te_run(&job, p->threads, q_first, dense_ok, held, dense_bytes);
+        done_base += s.n;
+    }
+    for (int pi = 0; !rc && pi < np; pi++) {
+        bool is_full = !strcmp(pols[pi], "full");
+        for (int di = 0; !rc && di < nd; di++) {
+            int c = pi * nd + di, ns = eval_spec_stochastic(pols[pi]) ? n_seeds : 1;
+            double *sc = score + (size_t)c * (size_t)nq;
+            for (int k = 0; !rc && k < ns; k++) {
+                char label[160];
+                snprintf(label, sizeof label, "%s d=%s seed %d", pols[pi], dens_s[di], k);
+                job.spec = pols[pi];
+                job.density = dens[di];
+                job.seed = seed + (uint64_t)k;
+                job.label = label;
+                job.done_base = done_base;
+                if (is_full) { /* the dense run above */
+                    memcpy(ok, dense_ok, (size_t)nq);
+                    memcpy(bytes, dense_bytes, sizeof *bytes * (size_t)s.n);
+                    for (int i = 0; i < s.n; i++) held[i] = s.v[i].prompt_len;
+                } else {
+                    rc = te_run(&job, p->threads, q_first, ok, held, bytes);
+                    done_base += s.n;
                 }
-                int64_t held = 0;
-                rc = run_inst(m, &cp, &s.v[i], ok + k, &held);
-                held_share += (double)held / s.v[i].prompt_len / s.n;
-                k += s.v[i].n_q;
+                for (int q = 0; q < nq; q++) sc[q] += (double)ok[q] / ns;
+                for (int i = 0; i < s.n; i++) {
+                    held_tok[c] += (double)held[i] / s.v[i].prompt_len / s.n / ns;
+                    held_kv[c] += bytes[i] / (dense_bytes[i] > 0 ? dense_bytes[i] : 1) / s.n / ns;
+                }
             }
-            if (rc) break;
-            if (is_full) {
-                memcpy(full_ok, ok, (size_t)s.n_queries);
-                have_full = true;
-            }
+        }
+    }
+    nx_free(dense_ok);
+    nx_progress_finish(&pg);
+    json_t *jout = json_array();
+    printf("| policy | density | task | queries | accuracy | diff vs %s | paired SE | KV held "
+           "(bytes) | tokens / prompt |\n", ref);
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    for (int pi = 0; !rc && pi < np; pi++) {
+        bool is_full = !strcmp(pols[pi], "full");
+        for (int di = 0; di < (is_full ? 1 : nd); di++) {
+            int c = pi * nd + di, rc_i = ref_pi * nd + di;
+            const double *sc = score + (size_t)c * (size_t)nq;
+            const double *rs = score + (size_t)rc_i * (size_t)nq;
             for (int ti = -1; ti < n_names; ti++) {
                 double sum = 0, sd = 0, sdd = 0;
                 int n = 0;
-                for (int q = 0; q < s.n_queries; q++) {
+                for (int q = 0; q < nq; q++) {
                     if (ti >= 0 && q_task[q] != ti) continue;
-                    double d = (double)ok[q] - (have_full ? (double)full_ok[q] : 0);
-                    sum += ok[q];
+                    double d = sc[q] - rs[q];
+                    sum += sc[q];
                     sd += d;
                     sdd += d * d;
                     n++;
@@ -298,28 +461,37 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
                 double md = sd / n;
                 double se = n > 1 ? sqrt(fmax(0, (sdd - n * md * md) / (n - 1)) / n) : 0;
                 const char *tname = ti < 0 ? "all" : names[ti];
-                printf("| %s | %s | %s | %d | %.3f | %+.3f | %.3f | %.3f |\n", pol,
-                       is_full ? "1" : p->density_names[di], tname, n, sum / n,
-                       have_full ? md : NAN, have_full ? se : NAN, held_share);
-                json_array_append_new(jout,
-                                      json_pack("{s:s,s:f,s:s,s:i,s:f,s:f,s:f,s:f}", "policy", pol,
-                                                "density", is_full ? 1.0 : p->densities[di], "task",
-                                                tname, "queries", n, "accuracy", sum / n,
-                                                "diff_vs_full", have_full ? md : 0.0, "paired_se",
-                                                have_full ? se : 0.0, "kv_held_share", held_share));
+                printf("| %s | %s | %s | %d | %.3f | %+.3f | %.3f | %.3f | %.3f |\n", pols[pi],
+                       is_full ? "1" : dens_s[di], tname, n, sum / n, md, se, held_kv[c],
+                       held_tok[c]);
+                json_array_append_new(
+                    jout, json_pack("{s:s,s:f,s:s,s:i,s:f,s:s,s:f,s:f,s:f,s:f,s:i,s:I}",
+                                    "policy", pols[pi], "density", is_full ? 1.0 : dens[di],
+                                    "task", tname, "queries", n, "accuracy", sum / n,
+                                    "reference", ref, "diff_vs_reference", md, "paired_se", se,
+                                    "kv_held_bytes_share", held_kv[c], "kv_held_share",
+                                    held_tok[c], "seeds", eval_spec_stochastic(pols[pi]) ? n_seeds : 1,
+                                    "seed", (json_int_t)seed));
             }
-            fflush(stdout);
         }
     }
+    fflush(stdout);
     if (!rc && p->json_path) {
-        char err[1300];
-        if ((rc = nx_outfile_write_json(p->json_path, jout, err, sizeof err)) != NX_STATUS_OK)
+        char err[1200];
+        if (!jout) rc = NX_STATUS_NOMEM;
+        else if ((rc = nx_outfile_write_json(p->json_path, jout, err, sizeof err)) != NX_STATUS_OK)
             fprintf(stderr, "task-eval: %s\n", err);
     }
     json_decref(jout);
     nx_free(q_task);
-    nx_free(full_ok);
+    nx_free(q_first);
+    nx_free(score);
+    nx_free(held_tok);
+    nx_free(held_kv);
+    nx_free(dense_bytes);
     nx_free(ok);
+    nx_free(held);
+    nx_free(bytes);
     set_free(&s);
     return rc;
 }

@@ -36,7 +36,8 @@
 static const struct kv_policy *const g_policies[] = {
     &kv_policy_full,   &kv_policy_streaming, &kv_policy_h2o,  &kv_policy_snapkv,
     &kv_policy_pyramidkv, &kv_policy_adakv, &kv_policy_morphkv, &kv_policy_tova,
-    &kv_policy_nexus,
+    &kv_policy_nexus,  &kv_policy_random, &kv_policy_bottomk,
+    &kv_policy_oracle,
 };
 
 const struct kv_policy *kv_policy_find(const char *name) {
@@ -95,6 +96,15 @@ nx_status kv_policy_set_option(struct kv_policy_params *pp, const char *name, do
     } else if (strcmp(name, "nexus.mean_vectors") == 0) {
         if (!flag) return NX_STATUS_INVALID_ARG;
         pp->nexus_mean_vectors = v == 1;
+    } else if (strcmp(name, "nexus.select_topk") == 0) {
+        if (!flag) return NX_STATUS_INVALID_ARG;
+        pp->nexus_select_topk = v == 1;
+    } else if (strcmp(name, "nexus.per_head") == 0) {
+        if (!flag) return NX_STATUS_INVALID_ARG;
+        pp->nexus_per_head = v == 1;
+    } else if (strcmp(name, "nexus.match_kv") == 0) {
+        if (!flag) return NX_STATUS_INVALID_ARG;
+        pp->nexus_match_kv = v == 1;
     } else if (strcmp(name, "pool.kernel") == 0) {
         if (!whole || v < 1 || v > 1024) return NX_STATUS_INVALID_ARG;
         pp->pool_kernel = (int32_t)v;

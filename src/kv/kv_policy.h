@@ -62,6 +62,12 @@ struct kv_policy_params {
     bool nexus_fixed_draws; /* uniforms fixed per block (true) or fresh at each eviction */
     bool nexus_mean_vectors; /* head aggregation: average q/k vectors first (reading B) instead of
                                 averaging per-head probability rows (reading A, default) */
+    bool nexus_select_topk; /* keep the K candidates of highest weight (deterministic top-K on
+                               the same weights) instead of the reservoir priorities */
+    bool nexus_per_head;    /* weights and selection per KV head (its query group only) instead
+                               of one selection shared by every head */
+    bool nexus_match_kv;    /* K rounded to the nearest block so the layer holds about `keep`
+                               tokens (mean held = keep), instead of rounding down */
     uint64_t seed;
     uint64_t eviction_index; /* counter of eviction events (for fresh draws) */
 };
@@ -73,7 +79,7 @@ struct kv_selection {
 
 struct kv_policy {
     const char *name;     /* "full", "streaming", "h2o", "snapkv", "pyramidkv", "adakv",
-                             "morphkv", "tova", "nexus" */
+                             "morphkv", "tova", "nexus", and the bounds "random", "bottomk", "oracle" */
     bool needs_acc_attn;  /* the engine must accumulate acc_attn (h2o) */
     bool per_head;        /* selections may differ between KV heads (ragged) */
     bool block_granular;  /* keeps whole blocks (nexus, streaming) */
@@ -102,7 +108,7 @@ struct kv_policy {
 
 /* Set one parameter by its public option name (nexus.h, nx_kv_params_set): "nexus.walk",
  * "nexus.lambda", "nexus.eps", "nexus.n", "nexus.w_scale", "nexus.fresh_draws",
- * "nexus.mean_vectors", "pool.kernel", "pool.max", "pyramidkv.beta", "adakv.alpha",
+ * "nexus.mean_vectors", "nexus.select_topk", "nexus.per_head", "nexus.match_kv", "pool.kernel", "pool.max", "pyramidkv.beta", "adakv.alpha",
  * "morphkv.max". INVALID_ARG (pp unchanged) for an unknown name or a value out of range. */
 nx_status kv_policy_set_option(struct kv_policy_params *pp, const char *name, double v);
 /* Policy by name, or NULL. */

@@ -24,6 +24,9 @@ extern const struct kv_policy kv_policy_adakv;
 extern const struct kv_policy kv_policy_morphkv;
 extern const struct kv_policy kv_policy_tova;
 extern const struct kv_policy kv_policy_nexus;
+extern const struct kv_policy kv_policy_random;
+extern const struct kv_policy kv_policy_bottomk;
+extern const struct kv_policy kv_policy_oracle;
 
 /* ---- scratch ------------------------------------------------------------------------------ */
 
@@ -118,6 +121,11 @@ nx_status kvp_select_scored(const struct kv_layer_view *view, int64_t keep,
                             const struct kv_policy_params *params, const double *score,
                             bool shared, const int64_t *quota, struct kvp_arena *arena,
                             struct kv_selection *out);
+
+/* kvp_snap_scores with r = the protected recent count, or recency scores without a window. */
+nx_status kvp_snap_or_recency(const struct kv_layer_view *view,
+                              const struct kv_policy_params *params, double *score,
+                              struct kvp_arena *arena);
 
 /* Recency score (score[i] = i) in every head row: the fallback when a policy has no signal. */
 void kvp_recency_scores(int64_t n, int32_t n_rows, double *score);

@@ -38,6 +38,14 @@
  * - Selection (step 8): the K candidates of highest log pi; equal priorities prefer the NEWER
  *   block (the paper's tie-break direction). Plus sink and recent blocks.
  * - No window (n_win == 0): documented fallback, the K newest candidates (pure recency).
+ * - Options (issue 15; the paper's reading is every option off): nexus_select_topk keeps the K
+ *   candidates of highest w (deterministic top-K on the same weights; ties newer first);
+ *   nexus_per_head runs steps 3-8 once per KV head with only that head's query group (the
+ *   heads then hold different blocks, and later evictions see one view per head);
+ *   nexus_match_kv rounds K to the nearest block, K = round((keep - forced) / b) with forced
+ *   the tokens of the sink, recent and partial blocks, so the layer holds keep tokens on
+ *   average (up to b / 2 more or less) like the token-granular policies, instead of up to b - 1
+ *   plus the partial block fewer.
  * - Scratch: 2 * n_tokens + 7 * M doubles (M <= n_tokens) + head_dim floats.
  */
 #include <math.h>
@@ -60,6 +68,11 @@ void kvp_nexus_layout(int64_t n_tokens, int64_t keep, const struct kv_policy_par
     bl->first_recent = fr;
     bl->m = fr - n_sink;
     int64_t k = keep / b - n_sink - (nb - fr);
+    if (params->nexus_match_kv) {
+        /* tokens the forced blocks hold; the rest of keep in whole blocks, rounded to nearest */
+        const int64_t forced = NX_MIN(n_sink * b, n) + (n - fr * b);
+        k = keep >= forced ? (keep - forced + b / 2) / b : 0;
+    }
     bl->k = NX_MAX(0, NX_MIN(k, bl->m));
 }
 
@@ -89,25 +102,27 @@ void kvp_nexus_walk(const double *rows, int32_t n_rows, int64_t m, int32_t h, do
     normalise_l1(c, ctil, m);
 }
 
-/* Head-aggregated probability row of window row `row` (reading A or B) into p[0..n). */
+/* Head-aggregated probability row of window row `row` (reading A or B) into p[0..n), over the
+   KV heads [g0, g1) and their query heads. */
 static void aggregated_row(const struct kv_layer_view *view, bool mean_vectors, int32_t row,
-                           double *z, double *p, float *qbar) {
+                           int32_t g0, int32_t g1, double *z, double *p, float *qbar) {
     const int64_t n = view->n_tokens;
-    const int32_t d = view->head_dim;
+    const int32_t d = view->head_dim, grp = view->n_head / view->n_head_kv;
+    const int32_t h0 = g0 * grp, h1 = g1 * grp;
     if (!mean_vectors) {
         for (int64_t i = 0; i < n; i++) p[i] = 0.0;
-        for (int32_t h = 0; h < view->n_head; h++) {
+        for (int32_t h = h0; h < h1; h++) {
             kvp_row_probs(view, h, row, n, z);
             for (int64_t i = 0; i < n; i++) p[i] += z[i];
         }
-        for (int64_t i = 0; i < n; i++) p[i] /= (double)view->n_head;
+        for (int64_t i = 0; i < n; i++) p[i] /= (double)(h1 - h0);
         return;
     }
     const float *q = view->win_q + (size_t)row * (size_t)view->n_head * (size_t)d;
     for (int32_t e = 0; e < d; e++) {
         double acc = 0.0;
-        for (int32_t h = 0; h < view->n_head; h++) acc += q[(size_t)h * (size_t)d + (size_t)e];
-        qbar[e] = (float)(acc / (double)view->n_head);
+        for (int32_t h = h0; h < h1; h++) acc += q[(size_t)h * (size_t)d + (size_t)e];
+        qbar[e] = (float)(acc / (double)(h1 - h0));
     }
     const double scale = 1.0 / sqrt((double)d);
     for (int64_t i = 0; i < n; i++) {
@@ -116,17 +131,19 @@ static void aggregated_row(const struct kv_layer_view *view, bool mean_vectors, 
             continue;
         }
         double acc = 0.0;
-        for (int32_t g = 0; g < view->n_head_kv; g++)
+        for (int32_t g = g0; g < g1; g++)
             acc += kvp_dot(qbar, view->k + ((size_t)g * (size_t)n + (size_t)i) * (size_t)d, d);
-        p[i] = acc / (double)view->n_head_kv * scale;
+        p[i] = acc / (double)(g1 - g0) * scale;
     }
     kvp_softmax(p, n);
 }
 
-nx_status kvp_nexus_weights(const struct kv_layer_view *view,
-                            const struct kv_policy_params *params,
-                            const struct kvp_nexus_blocks *bl, double *a, double *ctil,
-                            double *w, struct kvp_arena *arena) {
+/* kvp_nexus_weights over the KV heads [g0, g1) only. */
+static nx_status nexus_weights_heads(const struct kv_layer_view *view,
+                                     const struct kv_policy_params *params,
+                                     const struct kvp_nexus_blocks *bl, int32_t g0, int32_t g1,
+                                     double *a, double *ctil, double *w,
+                                     struct kvp_arena *arena) {
     const int64_t n = view->n_tokens, m = bl->m, b = params->block;
     if (m <= 0) return NX_STATUS_OK;
     double *z = kvp_take(arena, (size_t)n * sizeof(double));
@@ -139,7 +156,7 @@ nx_status kvp_nexus_weights(const struct kv_layer_view *view,
     const int32_t walk_from = NX_MAX(0, view->n_win - NX_MAX(params->nexus_walk, 0));
     int32_t used = 0;
     for (int32_t row = 0; row < view->n_win; row++) {
-        aggregated_row(view, params->nexus_mean_vectors, row, z, p, qbar);
+        aggregated_row(view, params->nexus_mean_vectors, row, g0, g1, z, p, qbar);
         double tot = 0.0;
         for (int64_t j = 0; j < m; j++) {
             const double *pb = p + (bl->n_sink + j) * b;
@@ -165,6 +182,13 @@ nx_status kvp_nexus_weights(const struct kv_layer_view *view,
     return NX_STATUS_OK;
 }
 
+nx_status kvp_nexus_weights(const struct kv_layer_view *view,
+                            const struct kv_policy_params *params,
+                            const struct kvp_nexus_blocks *bl, double *a, double *ctil,
+                            double *w, struct kvp_arena *arena) {
+    return nexus_weights_heads(view, params, bl, 0, view->n_head_kv, a, ctil, w, arena);
+}
+
 uint64_t kvp_nexus_stream(const struct kv_policy_params *params) {
     return params->nexus_fixed_draws ? 0 : params->eviction_index + 1;
 }
@@ -185,6 +209,31 @@ double kvp_nexus_log_priority(double w, int32_t n, uint64_t seed, uint64_t layer
     return mx + log(sum) - log((double)n);
 }
 
+/* Candidate priorities of the KV heads [g0, g1) into lp[0..m): reservoir keys, the weights
+   themselves (select_topk), or recency without a window. */
+static nx_status nexus_priorities(const struct kv_layer_view *view,
+                                  const struct kv_policy_params *params,
+                                  const struct kvp_nexus_blocks *bl, int32_t g0, int32_t g1,
+                                  double *a, double *ctil, double *w, double *lp,
+                                  struct kvp_arena arena) {
+    const int64_t m = bl->m, b = params->block;
+    if (!kvp_has_window(view) || m <= 0) {
+        for (int64_t j = 0; j < m; j++) lp[j] = (double)j;
+        return NX_STATUS_OK;
+    }
+    nx_status st = nexus_weights_heads(view, params, bl, g0, g1, a, ctil, w, &arena);
+    if (st != NX_STATUS_OK) return st;
+    const uint64_t stream = kvp_nexus_stream(params);
+    for (int64_t j = 0; j < m; j++) {
+        uint64_t id = (uint64_t)(int64_t)view->pos[(bl->n_sink + j) * b];
+        lp[j] = params->nexus_select_topk
+                    ? (w[j] > 0.0 ? w[j] : -INFINITY)
+                    : kvp_nexus_log_priority(w[j], params->nexus_n, params->seed,
+                                             (uint64_t)view->layer, id, stream);
+    }
+    return NX_STATUS_OK;
+}
+
 static nx_status nexus_select(const struct kv_layer_view *view, int64_t keep,
                               const struct kv_policy_params *params, void *scratch,
                               struct kv_selection *out) {
@@ -202,28 +251,24 @@ static nx_status nexus_select(const struct kv_layer_view *view, int64_t keep,
     double *lp = kvp_take(&arena, (size_t)m * sizeof(double) + 1);
     int64_t *idx = kvp_take(&arena, (size_t)m * sizeof(int64_t) + 1);
     if (!a || !ctil || !w || !lp || !idx) return NX_STATUS_INVALID_ARG;
-    if (kvp_has_window(view) && m > 0) {
-        st = kvp_nexus_weights(view, params, &bl, a, ctil, w, &arena);
+    /* one selection for every head, or (per_head) one per KV head from its own query group */
+    const int32_t n_sel = params->nexus_per_head ? view->n_head_kv : 1;
+    for (int32_t g = 0; g < n_sel; g++) {
+        const int32_t g1 = params->nexus_per_head ? g + 1 : view->n_head_kv;
+        st = nexus_priorities(view, params, &bl, params->nexus_per_head ? g : 0, g1, a, ctil,
+                              w, lp, arena);
         if (st != NX_STATUS_OK) return st;
-        const uint64_t stream = kvp_nexus_stream(params);
-        for (int64_t j = 0; j < m; j++) {
-            uint64_t id = (uint64_t)(int64_t)view->pos[(bl.n_sink + j) * b];
-            lp[j] = kvp_nexus_log_priority(w[j], params->nexus_n, params->seed,
-                                           (uint64_t)view->layer, id, stream);
-        }
-    } else {
-        for (int64_t j = 0; j < m; j++) lp[j] = (double)j;
+        for (int64_t j = 0; j < m; j++) idx[j] = j;
+        kvp_topk(lp, idx, m, bl.k, true);
+        uint8_t *row = out->keep + (size_t)g * (size_t)n;
+        memset(row, 0, (size_t)n);
+        memset(row, 1, (size_t)NX_MIN(bl.n_sink * b, n));
+        if (bl.first_recent * b < n)
+            memset(row + bl.first_recent * b, 1, (size_t)(n - bl.first_recent * b));
+        for (int64_t t = 0; t < bl.k; t++) memset(row + (bl.n_sink + idx[t]) * b, 1, (size_t)b);
     }
-    for (int64_t j = 0; j < m; j++) idx[j] = j;
-    kvp_topk(lp, idx, m, bl.k, true);
-    uint8_t *row = out->keep;
-    memset(row, 0, (size_t)n);
-    memset(row, 1, (size_t)NX_MIN(bl.n_sink * b, n));
-    if (bl.first_recent * b < n)
-        memset(row + bl.first_recent * b, 1, (size_t)(n - bl.first_recent * b));
-    for (int64_t t = 0; t < bl.k; t++) memset(row + (bl.n_sink + idx[t]) * b, 1, (size_t)b);
-    for (int32_t h = 1; h < view->n_head_kv; h++)
-        memcpy(row + (size_t)h * (size_t)n, row, (size_t)n);
+    for (int32_t h = n_sel; h < view->n_head_kv; h++)
+        memcpy(out->keep + (size_t)h * (size_t)n, out->keep, (size_t)n);
     return NX_STATUS_OK;
 }
 

@@ -70,15 +70,21 @@ nx_status kvp_snap_select(const struct kv_layer_view *view, int64_t keep,
     kvp_arena_init(&arena, scratch, kv_policy_scratch_bytes(view));
     double *score = kvp_take(&arena, (size_t)view->n_head_kv * (size_t)n * sizeof(double));
     if (!score) return NX_STATUS_INVALID_ARG;
-    int64_t s, r;
-    kvp_protected(n, params, &s, &r);
-    if (kvp_has_window(view)) {
-        st = kvp_snap_scores(view, params, r, score, &arena);
-        if (st != NX_STATUS_OK) return st;
-    } else {
-        kvp_recency_scores(n, view->n_head_kv, score);
-    }
+    st = kvp_snap_or_recency(view, params, score, &arena);
+    if (st != NX_STATUS_OK) return st;
     return kvp_select_scored(view, keep, params, score, false, NULL, &arena, out);
+}
+
+nx_status kvp_snap_or_recency(const struct kv_layer_view *view,
+                              const struct kv_policy_params *params, double *score,
+                              struct kvp_arena *arena) {
+    int64_t s, r;
+    kvp_protected(view->n_tokens, params, &s, &r);
+    if (!kvp_has_window(view)) {
+        kvp_recency_scores(view->n_tokens, view->n_head_kv, score);
+        return NX_STATUS_OK;
+    }
+    return kvp_snap_scores(view, params, r, score, arena);
 }
 
 const struct kv_policy kv_policy_snapkv = {

@@ -68,6 +68,7 @@ struct common_opts {
 
 static const char *const k_kv_types[] = {"f16", "f32", NULL};
 static const char *const k_regimes[] = {"prefill", "stream", NULL}; /* = NX_KV_REGIME_* */
+static const char *const k_nexus_select[] = {"reservoir", "topk", NULL}; /* nexus.select_topk */
 
 /* The flags shared by every model subcommand, as a table over *o (choice flags land in the
  * int fields and are applied by common_finish). */
@@ -78,7 +79,9 @@ struct common_flags {
     /* policy options (nx_kv_params_set), applied by common_finish when given */
     int32_t nexus_walk, nexus_n;
     float nexus_lambda, nexus_eps, nexus_w_scale;
-    bool nexus_fresh_draws, nexus_mean_vectors;
+    bool nexus_fresh_draws, nexus_mean_vectors, nexus_per_head, nexus_match_kv;
+    int nexus_select;
+    bool seen_select;
     bool seen_walk, seen_n, seen_lambda, seen_eps, seen_w_scale;
 };
 
@@ -105,6 +108,9 @@ static void common_table(struct common_opts *o, struct common_flags *f) {
         A_FLOAT("--nexus-w-scale", NULL, &f->nexus_w_scale, .seen = &f->seen_w_scale),
         A_FLAG("--nexus-fresh-draws", NULL, &f->nexus_fresh_draws),
         A_FLAG("--nexus-mean-vectors", NULL, &f->nexus_mean_vectors),
+        A_CHOICE("--nexus-select", NULL, &f->nexus_select, k_nexus_select, .seen = &f->seen_select),
+        A_FLAG("--nexus-per-head", NULL, &f->nexus_per_head),
+        A_FLAG("--nexus-match-kv", NULL, &f->nexus_match_kv),
         A_FLAG("--ref-kernels", NULL, &o->ref_kernels),
         A_END,
     };
@@ -128,6 +134,9 @@ static void common_finish(struct common_opts *o, const struct common_flags *f) {
     if (f->seen_w_scale) kv_opt(kv, "--nexus-w-scale", "nexus.w_scale", f->nexus_w_scale);
     if (f->nexus_fresh_draws) kv_opt(kv, "--nexus-fresh-draws", "nexus.fresh_draws", 1);
     if (f->nexus_mean_vectors) kv_opt(kv, "--nexus-mean-vectors", "nexus.mean_vectors", 1);
+    if (f->seen_select) kv_opt(kv, "--nexus-select", "nexus.select_topk", f->nexus_select);
+    if (f->nexus_per_head) kv_opt(kv, "--nexus-per-head", "nexus.per_head", 1);
+    if (f->nexus_match_kv) kv_opt(kv, "--nexus-match-kv", "nexus.match_kv", 1);
 }
 
 /* Parses a model subcommand's flags: the shared ones, then the command's own table(s). */
@@ -485,12 +494,16 @@ static int cmd_eval(int argc, char **argv) {
     struct common_opts o = common_defaults();
     struct eval_params ep = {.policies = "full,streaming,h2o,snapkv,pyramidkv,adakv,morphkv,tova,nexus",
                              .densities = "0.1,0.2,0.4", .regimes = "prefill,stream",
-                             .streams = 16, .stream_len = 512, .recall_blocks = 2, .seed = 1};
+                             .streams = 64, .stream_len = 512, .seed = 1, .budgets = "seen",
+                             .reference = "full", .seeds = 1, .score_len = 64};
     const struct arg own[] = {
         SWEEP_FLAGS(&ep.policies, &ep.densities, &ep.regimes),
         A_INT("--streams", NULL, &ep.streams, 1, 10000),
         A_INT("--stream-len", NULL, &ep.stream_len, 8, 1 << 20),
-        A_INT("--recall-blocks", NULL, &ep.recall_blocks, 0, 1 << 20),
+        A_STR("--budgets", NULL, &ep.budgets),
+        A_STR("--reference", NULL, &ep.reference),
+        A_INT("--seeds", NULL, &ep.seeds, 1, 64),
+        A_INT("--score-len", NULL, &ep.score_len, 0, 1 << 20),
         A_U64("--seed", NULL, &ep.seed, 0, LONG_MAX),
         A_STR("--json", NULL, &ep.json_path),
         A_STR("--svg", NULL, &ep.svg_dir),
@@ -608,7 +621,10 @@ static void usage(void) {
             "  nexus rerank -m MODEL --query Q [-t N] DOC...\n"
             "  nexus eval -m MODEL [--policies full,nexus,...] [--densities 0.1,0.2]\n"
             "            [--regimes prefill,stream] [--streams N] [--stream-len N] [--seed S]\n"
-            "            [--recall-blocks K] [--json OUT] [--svg DIR] [--file TEXT]\n"
+            "            [--budgets seen,prompt] [--reference full|SPEC] [--seeds N]\n"
+            "            [--score-len 64] [--json OUT] [--svg DIR] [--file TEXT]\n"
+            "            (SPEC: policy or policy/opt/..., e.g. nexus/topk/fresh; bounds: random,\n"
+            "            bottomk, oracle; -t N runs N streams at once)\n"
             "  nexus eval-efficiency -m MODEL [--policies full,nexus,...] [--density 0.2]\n"
             "            [--regime stream|prefill] [--prompt 512] [--lengths 1024,4096,8192]\n"
             "            [--json OUT] [--svg DIR]\n"
@@ -629,7 +645,8 @@ static void usage(void) {
             "  morphkv|tova|nexus, --kv-density D | --kv-budget TOKENS, --kv-regime prefill|stream,\n"
             "  --kv-block 32, --kv-sink 32, --kv-recent 32, --kv-window 16, --kv-seed S,\n"
             "  --nexus-walk 3, --nexus-lambda 0.5, --nexus-eps 1e-6, --nexus-n 5,\n"
-            "  --nexus-w-scale 1, --nexus-fresh-draws, --nexus-mean-vectors\n",
+            "  --nexus-w-scale 1, --nexus-fresh-draws, --nexus-mean-vectors,\n"
+            "  --nexus-select reservoir|topk, --nexus-per-head, --nexus-match-kv\n",
             nx_version());
 }
 

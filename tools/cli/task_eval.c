@@ -1,5 +1,5 @@
 /* task_eval.c - `nexus task-eval`: parses the flags, loads the model and runs task_eval_run
- * (src/eval/task_eval.h). */
+ * (src/eval/task_eval.h, where the protocol is). */
 #include "task_eval.h"
 
 #include <stdio.h>
@@ -20,14 +20,18 @@ static int split_list(char *s, char **out, int max) {
 
 static void usage(FILE *o) {
     fprintf(o, "usage: nexus task-eval -m MODEL --tasks FILE.jsonl [--policies full,streaming,...]\n"
-               "         [--densities 0.2,...] [--seed S] [-t THREADS] [--json OUT]\n"
-               "  Exact-match accuracy per policy x density x task, paired against 'full'.\n");
+               "         [--densities 0.2,...] [--reference full|SPEC] [--seeds N] [--seed S]\n"
+               "         [-t THREADS] [--json OUT]\n"
+               "  Exact-match accuracy per policy x density x task, paired against the reference.\n"
+               "  SPEC: NAME or NAME/OPT/...: nexus/topk, nexus/fresh, nexus/perhead,\n"
+               "  nexus/matchkv, nexus/meanvec, or NAME/option=value (e.g. nexus/nexus.n=1).\n"
+               "  -t N runs N instances at once (one thread each); same numbers at any N.\n");
 }
 
 int task_eval_main(int argc, char **argv) {
-    const char *model = NULL, *tasks = NULL, *json_out = NULL;
-    char pol_buf[512] = "full,streaming,h2o,snapkv,tova,nexus", den_buf[256] = "0.2";
-    int threads = 1;
+    const char *model = NULL, *tasks = NULL, *json_out = NULL, *ref = "full";
+    char pol_buf[1024] = "full,streaming,h2o,snapkv,tova,nexus", den_buf[256] = "0.2";
+    int threads = 1, n_seeds = 1;
     unsigned long long seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -45,7 +49,9 @@ int task_eval_main(int argc, char **argv) {
         else if (!strcmp(a, "--json")) json_out = v;
         else if (!strcmp(a, "--policies")) snprintf(pol_buf, sizeof pol_buf, "%s", v);
         else if (!strcmp(a, "--densities")) snprintf(den_buf, sizeof den_buf, "%s", v);
+        else if (!strcmp(a, "--reference")) ref = v;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = atoi(v);
+        else if (!strcmp(a, "--seeds")) n_seeds = atoi(v);
         else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
         else {
             fprintf(stderr, "task-eval: unknown option %s\n", a);
@@ -53,7 +59,7 @@ int task_eval_main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model || !tasks || threads < 1) {
+    if (!model || !tasks || threads < 1 || threads > 64 || n_seeds < 1 || n_seeds > 64) {
         usage(stderr);
         return 2;
     }
@@ -80,6 +86,8 @@ int task_eval_main(int argc, char **argv) {
                                  .densities = dens,
                                  .density_names = (const char *const *)dens_s,
                                  .n_densities = nd,
+                                 .reference = ref,
+                                 .seeds = n_seeds,
                                  .threads = threads,
                                  .seed = seed,
                                  .json_path = json_out};
