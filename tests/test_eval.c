@@ -146,7 +146,7 @@ TEST(eval_same_numbers_for_every_thread_count) {
     unlink(b);
     ep.reference = "h2o"; /* not among the policies */
     ep.json_path = NULL;
-    ASSERT_EQ(eval_run(m, &ep), 1);
+    ASSERT_EQ(eval_run(m, &ep), NX_STATUS_INVALID_ARG);
     nx_model_free(m);
 }
 

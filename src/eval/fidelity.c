@@ -176,18 +176,19 @@ static int sample_item(int s, void *rec, void *arg) {
 }
 
 /* Streams cut from a text file: BOS (when the model has one), then stream_len - 1 file tokens,
-   consecutive and non-overlapping. Returns the number of streams (<= want), -1 on error. */
+   consecutive and non-overlapping. Returns the number of streams (<= want), or a negative
+   nx_status (IO, NOMEM, INVALID_ARG: too short) with a message on stderr. */
 static int file_streams(const nx_model *m, const struct eval_params *ep, nx_token *toks,
                         int want) {
     size_t len;
     char *text = eval_read_file(ep->text_file, &len, "eval");
-    if (!text) return -1;
+    if (!text) return NX_STATUS_IO;
     int32_t n = 0;
     nx_token *ft = eval_tokenize(m, text, len, 0, &n);
     nx_free(text);
     if (!ft) {
         fprintf(stderr, "eval: cannot tokenize '%s'\n", ep->text_file);
-        return -1;
+        return NX_STATUS_NOMEM;
     }
     int L = ep->stream_len, bos = nx_token_bos(m) >= 0, per = L - bos;
     int have = per > 0 ? n / per : 0;
@@ -195,7 +196,7 @@ static int file_streams(const nx_model *m, const struct eval_params *ep, nx_toke
         fprintf(stderr, "eval: '%s' gives %d tokens, fewer than one stream of %d\n",
                 ep->text_file, n, L);
         nx_free(ft);
-        return -1;
+        return NX_STATUS_INVALID_ARG;
     }
     int ns = have < want ? have : want;
     for (int s = 0; s < ns; s++) {
@@ -585,7 +586,10 @@ nx_status eval_run(const nx_model *m, const struct eval_params *ep) {
     int streams = ep->streams;
     if (ep->text_file) {
         streams = file_streams(m, ep, toks, ep->streams);
-        if (streams < 1) goto out; /* the file is missing, unreadable or too short */
+        if (streams < 1) { /* the file is missing, unreadable or too short */
+            rc = streams < 0 ? (nx_status)streams : NX_STATUS_INVALID_ARG;
+            goto out;
+        }
     } else {
         struct nx_progress pg;
         nx_progress_start(&pg, stderr, "streams sampled", streams);
