@@ -100,7 +100,7 @@ TEST(openai_client_with_server_side_mcp_tools) {
     struct srv_params p = srv_default_params();
     p.port = 0;
     p.engine.n_slots = 2;
-    p.engine.n_ctx = 512;
+    p.engine.n_ctx = 1024; /* five signatures are ~560 of stories260K's byte-level tokens */
     p.engine.n_threads = 1;
     p.tools.mcp_config = cfg;
     p.tools.budget = 256;
