@@ -2,22 +2,12 @@
 // Makefile, installed into build-npm/).
 // Usage: node openai_client.mjs PORT API_KEY EMBED_DIM OPENAI_PACKAGE_DIR
 // Prints one line per check and "ALL OK" at the end; exits non-zero on the first failure.
-import { pathToFileURL } from 'node:url';
-import path from 'node:path';
+import { check, checksPassed, loadOpenAI } from './checks.mjs';
 
 const [port, key, dimArg, pkgDir] = process.argv.slice(2);
-const { default: OpenAI } = await import(pathToFileURL(path.join(pkgDir, 'index.mjs')).href);
+const OpenAI = await loadOpenAI(pkgDir);
 const baseURL = `http://127.0.0.1:${port}/v1`;
 const client = new OpenAI({ baseURL, apiKey: key, maxRetries: 0, timeout: 30000 });
-let n = 0;
-function check(cond, what) {
-  if (!cond) {
-    console.log(`FAIL ${what}`);
-    process.exit(1);
-  }
-  n++;
-  console.log(`ok ${what}`);
-}
 
 const models = await client.models.list();
 check(models.data.length === 1 && models.data[0].id === 'nexus', 'models.list');
@@ -131,4 +121,4 @@ try {
 } catch (e) { /* aborted */ }
 const after = await client.chat.completions.create(ask);
 check(after.choices[0].message.content === text, 'served after an aborted stream');
-console.log(`ALL OK (${n} checks)`);
+console.log(`ALL OK (${checksPassed()} checks)`);

@@ -3,22 +3,12 @@
 // makes and answers with the result fed back. The server reports its steps under "nexus".
 // Usage: node openai_mcp.mjs PORT OPENAI_PACKAGE_DIR
 // Prints one line per check and "ALL OK" at the end; exits non-zero on the first failure.
-import { pathToFileURL } from 'node:url';
-import path from 'node:path';
+import { check, checksPassed, loadOpenAI } from './checks.mjs';
 
 const [port, pkgDir] = process.argv.slice(2);
-const { default: OpenAI } = await import(pathToFileURL(path.join(pkgDir, 'index.mjs')).href);
+const OpenAI = await loadOpenAI(pkgDir);
 const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'none',
   maxRetries: 0, timeout: 60000 });
-let n = 0;
-function check(cond, what) {
-  if (!cond) {
-    console.log(`FAIL ${what}`);
-    process.exit(1);
-  }
-  n++;
-  console.log(`ok ${what}`);
-}
 
 // a named tool: the server must call echo (server-everything) with schema-valid arguments,
 // feed the result back and answer
@@ -87,4 +77,4 @@ const e = await client.chat.completions.create({ ...echoAsk, tool_choice: 'requi
     properties: { zone: { type: 'string' } }, required: ['zone'] } } }] });
 check(e.choices[0].message.tool_calls?.[0]?.function.name === 'get_time' && !e.nexus,
       'client tools are returned to the client');
-console.log(`ALL OK (${n} checks)`);
+console.log(`ALL OK (${checksPassed()} checks)`);
