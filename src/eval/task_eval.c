@@ -262,8 +262,10 @@ struct te_rec {
     unsigned char ok[];
 };
 
+/* Rounded up so that every record of an array of them is aligned for struct te_rec. */
 static size_t te_rec_bytes(const struct te_job *j) {
-    return sizeof(struct te_rec) + (size_t)j->max_q;
+    size_t a = _Alignof(struct te_rec);
+    return (sizeof(struct te_rec) + (size_t)j->max_q + a - 1) / a * a;
 }
 
 static int te_item(int i, void *rec, void *arg) {
@@ -336,7 +338,7 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
     }
     for (int i = 0; i < nd; i++)
         if (!(dens[i] > 0 && dens[i] <= 1)) {
-            fprintf(stderr, "task-eval: density %s is not in (0, 1]\n", dens_s[i]);
+            fprintf(stderr, "task-eval: density %g ('%s') is not in (0, 1]\n", dens[i], dens_s[i]);
             return NX_STATUS_INVALID_ARG;
         }
     int ref_pi = -1;
