@@ -9,10 +9,10 @@
 #   serve     bench/serve_bench.py throughput: nexus serve against llama-server, 8 slots, 2
 #             threads, 1/4/8 clients, 2 rounds alternating                     (~6 min)
 #   agent     bench/serve_bench.py agent workload on a 57M-parameter Llama-shaped Q4_K_M file
-#             (4 sessions x 16 turns to ~8.8K tokens): nexus dense sessions, nexus sessions
-#             under nexus eviction at a 1792-token budget, llama-server          (~5 min)
-#   toolpath  nexus eval-toolpath on a Qwen2.5-0.5B-shaped Q8_0 file, N = TOOLPATH_SIZES (10,50),
-#             TOOLPATH_QUERIES (2) queries                                     (~5 min)
+#             (4 sessions x 20 turns to ~8.7K tokens): nexus dense sessions, nexus sessions
+#             under nexus eviction at a 1536-token budget, llama-server          (~3 min)
+#   toolpath  nexus eval-toolpath on a Qwen2.5-0.5B-shaped Q8_0 file, N = TOOLPATH_SIZES
+#             (10,50,100,250), TOOLPATH_QUERIES (2) queries                    (~8 min)
 #   side      bench/side_by_side.sh (issue 16's table), REPS_SIDE rounds        (~14 min)
 # Models (written once if missing): /tmp/models/llama1b-{f16,q8_0,q4km}.gguf and
 # /tmp/models/agent56m-q4km.gguf, from `nexus mkmodel` + llama.cpp's llama-quantize.
@@ -65,9 +65,9 @@ fi
 if ! skip agent; then
   say "serve agent workload"
   python3 bench/serve_bench.py -m "$M/agent56m-q4km.gguf" --slots 4 --threads 2 --ctx 16384 \
-    --clients "" --sessions 4 --turns 16 --tool-words 400 --agent-gen 8 --nexus-session \
+    --clients "" --sessions 4 --turns 20 --tool-words 400 --agent-gen 8 --nexus-session \
     --server "nexus-dense=nexus:--sessions 4 --kv-policy full" \
-    --server "nexus-evict=nexus:--sessions 4 --kv-policy nexus --kv-budget 1792" \
+    --server "nexus-evict=nexus:--sessions 4 --kv-policy nexus --kv-budget 1536" \
     --server "llama=llama:" --reference nexus-dense --llama-server "$LLAMA_BIN/llama-server" \
     --llama-lib "$LLAMA_LIB" --out "$OUT/serve/agent_np4"
 fi
@@ -79,7 +79,7 @@ if ! skip toolpath; then
     --tokenizer ../shared/models/vocab/ggml-vocab-qwen2.gguf
   mkdir -p "$OUT/toolpath"
   say "eval-toolpath: Qwen2.5-0.5B shape"
-  $NEXUS eval-toolpath -m "$M/qwen05b-q8_0.gguf" -t 2 --sizes ${TOOLPATH_SIZES:-10,50} \
+  $NEXUS eval-toolpath -m "$M/qwen05b-q8_0.gguf" -t 2 --sizes ${TOOLPATH_SIZES:-10,50,100,250} \
     --queries ${TOOLPATH_QUERIES:-2} --json "$OUT/toolpath/qwen05b.json" \
     --svg "$OUT/toolpath/qwen05b.svg" | tee "$OUT/toolpath/qwen05b.md"
 fi
