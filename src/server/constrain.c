@@ -16,7 +16,7 @@ static const char k_json_object_gbnf[] =
     "number ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} ) ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
     "ws ::= [ \\t\\n]{0,2}\n";
 
-static nx_status compile_schema(json_t *schema, nx_grammar **g, char *err, size_t errlen) {
+nx_status srv_schema_grammar(json_t *schema, nx_grammar **g, char *err, size_t errlen) {
     char *text = nx_json_dumps(schema, JSON_COMPACT);
     if (!text) {
         snprintf(err, errlen, "out of memory");
@@ -176,7 +176,7 @@ static nx_status after_trigger_grammar(enum nx_tool_format family, json_t *tools
         json_t *params = json_object_get(fn, "parameters");
         json_t *own = params ? NULL : json_pack("{s:s, s:{}}", "type", "object", "properties");
         nx_grammar *tg = NULL;
-        st = compile_schema(params ? params : own, &tg, err, errlen);
+        st = srv_schema_grammar(params ? params : own, &tg, err, errlen);
         json_decref(own);
         if (st) break;
         char prefix[32], lit[600], alt[900];
@@ -273,7 +273,7 @@ nx_status srv_constraint_build(enum nx_tool_format family, json_t *tools,
                      "object");
             return NX_STATUS_INVALID_ARG;
         }
-        return compile_schema(schema, &c->grammar, err, errlen);
+        return srv_schema_grammar(schema, &c->grammar, err, errlen);
     }
     if (!with_tools) return NX_STATUS_OK;
     c->tools = true;
@@ -302,7 +302,7 @@ nx_status srv_constraint_build(enum nx_tool_format family, json_t *tools,
         else c->prefill = nx_tool_format_trigger(family);
         return NX_STATUS_OK;
     }
-    st = compile_schema(body, &c->grammar, err, errlen);
+    st = srv_schema_grammar(body, &c->grammar, err, errlen);
     json_decref(body);
     if (st) return st;
     const char *open = family == NX_TOOL_FORMAT_HERMES    ? "<tool_call>\n"

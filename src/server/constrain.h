@@ -58,4 +58,8 @@ nx_status srv_constraint_build(enum nx_tool_format family, json_t *tools,
                                struct srv_constraint *out, char *err, size_t errlen);
 void srv_constraint_free(struct srv_constraint *c);
 
+/* The grammar of one JSON Schema (the compiler of src/grammar, its refusals by keyword name):
+ * NX_STATUS_OK, UNSUPPORTED, FORMAT, NOMEM, with err. */
+nx_status srv_schema_grammar(json_t *schema, nx_grammar **g, char *err, size_t errlen);
+
 #endif

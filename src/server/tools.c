@@ -9,10 +9,10 @@
 #include "agent/exec.h"
 #include "agent/toolset.h"
 #include "core/alloc.h"
-#include "core/json.h"
 #include "core/log.h"
 #include "core/nx_base.h"
 #include "mcp/mcp.h"
+#include "server/constrain.h"
 
 struct srv_tools {
     struct srv_tools_params p;
@@ -44,12 +44,9 @@ static nx_status check_schemas(struct srv_tools *T, char *err, size_t errlen) {
     }
     int n_ok = 0;
     for (int i = 0; i < reg->n; i++) {
-        char *js = nx_json_dumps(reg->tools[i].schema, JSON_COMPACT);
         nx_grammar *g = NULL;
-        char why[300] = "out of memory";
-        nx_status st = js ? nx_grammar_from_json_schema(js, strlen(js), NULL, &g, why, sizeof why)
-                          : NX_STATUS_NOMEM;
-        nx_free(js);
+        char why[300] = "";
+        nx_status st = srv_schema_grammar(reg->tools[i].schema, &g, why, sizeof why);
         nx_grammar_free(g);
         if (st == NX_STATUS_NOMEM) {
             snprintf(err, errlen, "out of memory");
