@@ -298,6 +298,9 @@ NX_API int32_t nx_ctx_n_seq_max(const nx_ctx *ctx);
 /* The next position of sequence seq (its last decoded position + 1, or as set by the range
  * operations); -1 for an id out of range. */
 NX_API nx_pos nx_seq_n_past(const nx_ctx *ctx, nx_seq_id seq);
+/* The tokens sequence seq has seen: n_past plus every position nx_kv_seq_compact closed (what a
+ * density budget counts); -1 for an id out of range. */
+NX_API int64_t nx_seq_n_seen(const nx_ctx *ctx, nx_seq_id seq);
 
 /*
  * Run tokens[0..n) of sequence 0 at positions n_past..n_past+n-1 and append them to its KV
@@ -391,6 +394,22 @@ NX_API nx_status nx_kv_seq_rm(nx_ctx *ctx, nx_seq_id seq, nx_pos p0, nx_pos p1);
 NX_API nx_status nx_kv_seq_shift(nx_ctx *ctx, nx_seq_id seq, nx_pos p0, nx_pos p1, nx_pos delta);
 NX_API nx_status nx_kv_seq_cp(nx_ctx *ctx, nx_seq_id src, nx_seq_id dst, nx_pos p0, nx_pos p1);
 NX_API nx_status nx_kv_seq_keep(nx_ctx *ctx, nx_seq_id seq);
+/*
+ * nx_kv_seq_compact: close the gaps that eviction left in sequence seq's positions, so an
+ * evicting sequence can go on past n_ctx (StreamingLLM's positions within the cache). Each
+ * (layer, KV head) table's tokens become consecutive, the newest staying as far from the next
+ * position as they were; when every table holds the same positions (policies that choose
+ * positions for all heads at once) they become 0, 1, 2, ...; per-head choices give each head
+ * its own run, ending where the others end. Keys are re-rotated by how far they moved (RoPE
+ * is relative: tokens adjacent in the cache attend to each other as before, distances across
+ * a closed gap shrink). n_past moves back by *shift (may be NULL; 0 when nothing was closed).
+ * What the sequence has seen is kept: nx_seq_n_seen still counts every token (a density
+ * budget goes on counting them). The policy's observation window starts empty; the last
+ * logits are forgotten. Errors: INVALID_ARG (seq out of range), NOMEM, KV_FULL (no free
+ * block to copy a shared block into); on error the sequence is unchanged (it may hold
+ * private copies).
+ */
+NX_API nx_status nx_kv_seq_compact(nx_ctx *ctx, nx_seq_id seq, nx_pos *shift);
 
 /*
  * Sequence state files: park a sequence on disk and resume it (a server's idle sessions).

@@ -157,7 +157,7 @@ static void evict_worker(void *arg, int ith, int nth) {
 static void evict_round(struct nx_ctx *c, int seq, bool prompt) {
     struct ctx_seq *s = &c->seqs[seq];
     double t0 = nx_time_s();
-    struct evict_job j = {c, s->ev, kv_evict_budget(s->ev, s->n_past)};
+    struct evict_job j = {c, s->ev, kv_evict_budget(s->ev, s->n_past + s->seen_base)};
     /* the buffers exist for the thread count they were made with (set_threads may add more) */
     int nth = NX_MIN(prompt ? c->p.n_threads_batch : c->p.n_threads,
                      kv_evict_bufs_threads(c->ev_bufs));
@@ -187,6 +187,7 @@ void ctx_seq_clear(nx_ctx *c, int seq) {
     kv_cache_clear_seq(c->kv, seq);
     if (c->seqs[seq].ev) kv_evict_reset(c->seqs[seq].ev);
     c->seqs[seq].n_past = 0;
+    c->seqs[seq].seen_base = 0;
     c->last_n = 0;
 }
 int64_t ctx_seq_grow_blocks(const nx_ctx *c, int seq) {
@@ -205,9 +206,9 @@ nx_status ctx_set_error(nx_ctx *c, nx_status st, const char *fmt, ...) {
 int64_t ctx_kv_budget(const nx_ctx *c, int layer) {
     const struct ctx_seq *s = &c->seqs[0];
     if (!s->ev) return -1;
-    int64_t budget = kv_evict_budget(s->ev, s->n_past);
+    int64_t budget = kv_evict_budget(s->ev, s->n_past + s->seen_base);
     struct kv_layer_view v = {.layer = layer, .n_layer = c->model->hp.n_layer,
-                              .n_tokens = s->n_past};
+                              .n_tokens = s->n_past + s->seen_base};
     return kv_policy_layer_keep(s->pol, &v, budget, &s->pp);
 }
 
@@ -513,7 +514,8 @@ static void step_finish(nx_ctx *c, int prompt_all) {
         int s = c->job_bseq[i];
         struct ctx_seq *sq = &c->seqs[s];
         bool prompt = prompt_all >= 0 ? prompt_all > 0 : c->seq_count[s] > 1;
-        if (sq->ev && kv_evict_due(sq->ev, sq->n_past, prompt)) evict_round(c, s, prompt);
+        if (sq->ev && kv_evict_due(sq->ev, sq->n_past + sq->seen_base, prompt))
+            evict_round(c, s, prompt);
     }
 }
 
@@ -693,10 +695,16 @@ int32_t nx_ctx_n_seq_max(const nx_ctx *c) { return c->n_seq; }
 nx_pos nx_seq_n_past(const nx_ctx *c, nx_seq_id seq) {
     return seq < 0 || seq >= c->n_seq ? -1 : c->seqs[seq].n_past;
 }
+int64_t nx_seq_n_seen(const nx_ctx *c, nx_seq_id seq) {
+    return seq < 0 || seq >= c->n_seq ? -1 : c->seqs[seq].n_past + c->seqs[seq].seen_base;
+}
+int64_t ctx_seq_seen_base(const nx_ctx *c, int seq) { return c->seqs[seq].seen_base; }
+void ctx_seq_set_seen_base(nx_ctx *c, int seq, int64_t base) { c->seqs[seq].seen_base = base; }
 void nx_ctx_reset(nx_ctx *c) {
     kv_cache_clear(c->kv);
     for (int s = 0; s < c->n_seq; s++) {
         c->seqs[s].n_past = 0;
+        c->seqs[s].seen_base = 0;
         if (c->seqs[s].ev) kv_evict_reset(c->seqs[s].ev);
     }
     c->last_n = 0;

@@ -16,6 +16,9 @@ int32_t ctx_seq_n_past(const nx_ctx *ctx, int seq);
 /* Set a sequence's next position (after the caller changed its tables directly); forgets the
    last logits. ctx_set_n_past: sequence 0. */
 void ctx_seq_set_n_past(nx_ctx *ctx, int seq, int32_t n_past);
+/* positions closed by compaction (tokens seen = n_past + base) */
+int64_t ctx_seq_seen_base(const nx_ctx *ctx, int seq);
+void ctx_seq_set_seen_base(nx_ctx *ctx, int seq, int64_t base);
 void ctx_set_n_past(nx_ctx *ctx, int32_t n_past);
 /* True when the sequence has an eviction budget (its evictor may compact its tables). */
 bool ctx_seq_evicting(const nx_ctx *ctx, int seq);

@@ -18,6 +18,8 @@
 /* One sequence of a context: its position, policy and evictor (its tables are in the pool). */
 struct ctx_seq {
     int32_t n_past;             /* the next position */
+    int64_t seen_base;          /* positions closed by nx_kv_seq_compact: the tokens seen are
+                                   n_past + seen_base (what a density budget counts) */
     struct nx_kv_params kv;     /* as set (kv.policy points at policy_name) */
     char policy_name[32];
     const struct kv_policy *pol;

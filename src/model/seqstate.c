@@ -4,8 +4,8 @@
  *
  * DESIGN: the file holds what the sequence's tables hold, table by table (layer-major, then KV
  * head): each token's position, pin flag and attention accumulator, and its key and value rows
- * in the cache's type, plus the sequence's next position (which is also what its density
- * budget counts). What the policy's observation window held is not saved: after a load it
+ * in the cache's type, plus the sequence's next position and the positions compaction closed
+ * (together what its density budget counts). What the policy's observation window held is not saved: after a load it
  * starts empty, as after nx_seq_set_kv. Shared blocks are written as ordinary rows and come
  * back private. The whole file is built in memory, checksummed and written atomically
  * (temporary file in the same directory, fsync, rename, fsync of the directory); loading reads
@@ -14,11 +14,12 @@
  *
  * Layout (little-endian, as the machine writes it; sizes in bytes):
  *   0   8  magic "NXSEQST1"
- *   8   4  version (1)
+ *   8   4  version (2)
  *  12   4  cache type (NX_TYPE_F16 or NX_TYPE_F32)
  *  16  64  model fingerprint (struct kv_fingerprint)
  *  80   4  n_layer      84 4 n_head_kv      88 4 head_dim      92 4 next position (n_past)
- *  96   8  n_layer * n_head_kv token counts (int64 each)
+ *  96   8  positions closed by nx_kv_seq_compact (int64: tokens seen = n_past + this)
+ * 104   8  n_layer * n_head_kv token counts (int64 each)
  *   then 8 bytes: the caller's data length u, and u bytes of it (a server's token history)
  *   then per table: positions (int32 x n), pins (uint8 x n), accumulators (float x n),
  *   key rows (n x row bytes), value rows (n x row bytes)
@@ -44,8 +45,8 @@
 #include "model/model.h"
 
 #define SEQST_MAGIC "NXSEQST1"
-#define SEQST_VERSION 1u
-#define SEQST_HEAD 96
+#define SEQST_VERSION 2u
+#define SEQST_HEAD 104
 #define SEQST_MAX_BYTES ((size_t)1 << 36)
 
 struct writer {
@@ -127,6 +128,8 @@ nx_status nx_seq_state_save(nx_ctx *ctx, nx_seq_id seq, const char *path, const 
     put(&w, &type, 4);
     put(&w, &fp, sizeof fp);
     put(&w, dims, sizeof dims);
+    int64_t seen_base = ctx_seq_seen_base(ctx, seq);
+    put(&w, &seen_base, 8);
     for (int64_t t = 0; t < nt; t++) put(&w, &tabs[t].n_tokens, 8);
     uint64_t ulen = user_len;
     put(&w, &ulen, 8);
@@ -209,9 +212,12 @@ nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, void *
                 path, type, dims[0], dims[1], dims[2]);
         goto done;
     }
+    int64_t seen_base;
+    memcpy(&seen_base, buf + 96, 8);
     uint64_t ulen = 0;
     if (n >= head + 8) memcpy(&ulen, buf + head, 8);
-    if (n < head + 16 || dims[3] < 0 || dims[3] > nx_ctx_n_ctx(ctx) || ulen > n - head - 16) {
+    if (n < head + 16 || dims[3] < 0 || dims[3] > nx_ctx_n_ctx(ctx) || seen_base < 0 ||
+        seen_base > ((int64_t)1 << 48) || ulen > n - head - 16) {
         nx_errf(err, errlen, st, "%s: header out of range", path);
         goto done;
     }
@@ -294,6 +300,7 @@ nx_status nx_seq_state_load(nx_ctx *ctx, nx_seq_id seq, const char *path, void *
     }
     kv_seq_peak_update(kv, seq);
     ctx_seq_set_n_past(ctx, seq, dims[3]);
+    ctx_seq_set_seen_base(ctx, seq, seen_base);
     if (ulen) memcpy(user, udata, (size_t)ulen);
     if (user_len) *user_len = (size_t)ulen;
     nx_free(counts);

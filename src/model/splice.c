@@ -41,16 +41,21 @@ struct rot {
     double *cs; /* (half, 2) cos, sin of delta * theta_i */
 };
 
-static nx_status rot_init(struct rot *r, const struct nx_model *m, int64_t delta) {
-    r->half = m->hp.n_rot / 2;
-    r->neox = m->hp.rope_neox;
-    r->cs = nx_malloc(sizeof(double) * 2 * (size_t)(r->half > 0 ? r->half : 1));
-    if (!r->cs) return NX_STATUS_NOMEM;
+/* r rotates by delta positions from now on (r made by rot_init for the same model) */
+static void rot_set(struct rot *r, const struct nx_model *m, int64_t delta) {
     for (int i = 0; i < r->half; i++) {
         double th = (double)delta * (double)m->rope_inv_freq[i];
         r->cs[2 * i] = cos(th);
         r->cs[2 * i + 1] = sin(th);
     }
+}
+
+static nx_status rot_init(struct rot *r, const struct nx_model *m, int64_t delta) {
+    r->half = m->hp.n_rot / 2;
+    r->neox = m->hp.rope_neox;
+    r->cs = nx_malloc(sizeof(double) * 2 * (size_t)(r->half > 0 ? r->half : 1));
+    if (!r->cs) return NX_STATUS_NOMEM;
+    rot_set(r, m, delta);
     return NX_STATUS_OK;
 }
 
@@ -371,6 +376,73 @@ static nx_status seq_shift(nx_ctx *ctx, int seq, nx_pos p0, nx_pos p1, nx_pos de
     return NX_STATUS_OK;
 }
 
+/*
+ * Close the gaps eviction left in sequence seq's positions, table by table: a (layer, KV head)
+ * table holding n_t tokens whose last one is g_t positions before n_past gets the positions
+ * base_t .. base_t + n_t - 1 with base_t = P - n_t - g_t, where P = max over tables of
+ * n_t + g_t is the new n_past. So every table's tokens become consecutive and the newest
+ * ones stay where they are relative to the next query; when all tables hold the same positions
+ * (policies that select positions for every head at once) they become 0, 1, 2, ... Each moved
+ * key is re-rotated by its own delta (runs share one). Pass 1 gives every table private
+ * blocks from its first moving token (the only step that can fail), pass 2 moves; so on error
+ * nothing but private copies has changed.
+ */
+static nx_status seq_compact(nx_ctx *ctx, int seq, nx_pos *shift_out) {
+    const struct nx_model *m = ctx_model(ctx);
+    struct kv_cache *kv = ctx_kv_cache(ctx);
+    struct kv_table *tabs = kv_seq_tables(kv, seq);
+    const int nt = m->hp.n_layer * m->hp.n_head_kv;
+    const int32_t n_past = ctx_seq_n_past(ctx, seq);
+    if (shift_out) *shift_out = 0;
+    int64_t P = 0;
+    for (int ti = 0; ti < nt; ti++) {
+        const struct kv_table *t = &tabs[ti];
+        if (t->n_tokens > 0)
+            P = NX_MAX(P, t->n_tokens + (n_past - 1 - pos_at(kv, t, t->n_tokens - 1)));
+    }
+    if (P >= n_past) return NX_STATUS_OK; /* nothing to close */
+    /* the new position of table t's token i */
+#define NEWPOS(t, i) ((int32_t)(P - (t)->n_tokens - (n_past - 1 - pos_at(kv, (t), (t)->n_tokens - 1)) + (i)))
+    for (int ti = 0; ti < nt; ti++) {
+        struct kv_table *t = &tabs[ti];
+        int64_t i0 = 0;
+        while (i0 < t->n_tokens && pos_at(kv, t, i0) == NEWPOS(t, i0)) i0++;
+        if (i0 < t->n_tokens && kv_table_unshare(kv, t, i0))
+            return ctx_set_error(ctx, NX_STATUS_KV_FULL, "seq_compact: no free block to copy into");
+    }
+    float *tmp = nx_malloc(sizeof(float) * (size_t)m->hp.head_dim);
+    struct rot rr = {0};
+    if (!tmp || rot_init(&rr, m, 0)) {
+        nx_free(tmp);
+        return ctx_set_error(ctx, NX_STATUS_NOMEM, "seq_compact: out of memory");
+    }
+    int32_t at = 0; /* the delta rr rotates by */
+    for (int ti = 0; ti < nt; ti++) {
+        struct kv_table *t = &tabs[ti];
+        for (int64_t i = 0; i < t->n_tokens; i++) {
+            int32_t blk = kv_slot_block(kv, t, i);
+            size_t slot = (size_t)(i % kv->p.block);
+            int32_t p = kv_block_pos(kv, blk)[slot], d = NEWPOS(t, i) - p;
+            if (d == 0) continue;
+            if (d != at) {
+                rot_set(&rr, m, d);
+                at = d;
+            }
+            rot_row(&rr, kv->p.type, m->hp.head_dim, kv_block_k(kv, blk) + slot * kv->row_bytes, tmp);
+            kv_block_pos(kv, blk)[slot] = p + d;
+        }
+    }
+#undef NEWPOS
+    nx_free(tmp);
+    nx_free(rr.cs);
+    const int32_t shift = n_past - (int32_t)P;
+    ctx_seq_evict_forget_from(ctx, seq, 0);
+    ctx_seq_set_seen_base(ctx, seq, ctx_seq_seen_base(ctx, seq) + shift);
+    ctx_seq_set_n_past(ctx, seq, (int32_t)P);
+    if (shift_out) *shift_out = shift;
+    return NX_STATUS_OK;
+}
+
 nx_status nx_seq_rm(nx_ctx *ctx, nx_pos p0, nx_pos p1) { return seq_rm(ctx, 0, p0, p1); }
 nx_status nx_seq_shift(nx_ctx *ctx, nx_pos p0, nx_pos p1, nx_pos delta) {
     return seq_shift(ctx, 0, p0, p1, delta);
@@ -393,6 +465,14 @@ nx_status nx_kv_seq_shift(nx_ctx *ctx, nx_seq_id seq, nx_pos p0, nx_pos p1, nx_p
         return ctx_set_error(ctx, NX_STATUS_INVALID_ARG, "seq_shift: sequence %d out of range",
                              seq);
     return seq_shift(ctx, seq, p0, p1, delta);
+}
+
+nx_status nx_kv_seq_compact(nx_ctx *ctx, nx_seq_id seq, nx_pos *shift) {
+    if (shift) *shift = 0;
+    if (!seq_ok(ctx, seq))
+        return ctx_set_error(ctx, NX_STATUS_INVALID_ARG, "seq_compact: sequence %d out of range",
+                             seq);
+    return seq_compact(ctx, seq, shift);
 }
 
 nx_status nx_kv_seq_keep(nx_ctx *ctx, nx_seq_id seq) {

@@ -456,12 +456,17 @@ static void engine_step(struct srv_engine *e) {
         e->batch_slot[b->n_tokens] = i;
         nx_batch_add(b, s->pending, s->cur->n_toks, s->cur->seq, true);
     }
-    for (int k = 0; k < e->p.n_slots && b->n_tokens < b->n_max; k++) {
+    /* prompt tokens this step may carry: the rest of the batch, or while slots are
+       generating at most prefill_chunk, so their next tokens are not held up a whole batch */
+    int32_t room = b->n_max;
+    if (b->n_tokens > 0 && e->p.prefill_chunk > 0)
+        room = NX_MIN(room, b->n_tokens + e->p.prefill_chunk);
+    for (int k = 0; k < e->p.n_slots && b->n_tokens < room; k++) {
         int si = (e->rr + k) % e->p.n_slots;
         struct slot *s = &e->slots[si];
         struct srv_job *j = s->job;
         if (!j || s->phase != SLOT_PREFILL) continue;
-        int32_t n = NX_MIN(b->n_max - b->n_tokens, j->n_prompt - s->n_done);
+        int32_t n = NX_MIN(room - b->n_tokens, j->n_prompt - s->n_done);
         s->in_batch = n > 0;
         for (int32_t t = 0; t < n; t++) {
             bool last = s->n_done + t == j->n_prompt - 1;

@@ -71,6 +71,8 @@ struct srv_engine_params {
     int32_t queue_max;    /* jobs waiting for a slot before submit refuses (429) */
     int32_t n_ctx;        /* context of each slot */
     int32_t n_threads;
+    int32_t prefill_chunk; /* most prompt tokens one step carries while some slot is
+                              generating (0: fill the batch), so decode keeps moving */
     struct nx_ctx_params ctx; /* KV type and eviction policy of every slot */
     struct srv_sessions_params sessions; /* max_resident 0: no sessions (seq0, n_ctx and kv
                                             are filled in by the engine) */
