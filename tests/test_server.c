@@ -718,6 +718,61 @@ TEST(session_kv_stays_bounded_under_eviction) {
     srv_stop(s);
 }
 
+/* Past n_ctx: an evicting session is compacted (nx_kv_seq_compact) and goes on, each turn
+   reusing what the session holds, through a park on disk and a restore; a dense session whose
+   conversation outgrows n_ctx gets a 400 that names the limit. */
+TEST(session_grows_past_n_ctx_under_eviction) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/sessions-long", test_tmpdir());
+    mkdir(dir, 0755);
+    struct srv_params p = params();
+    p.engine.n_ctx = 256;
+    p.engine.sessions.max_resident = 1;
+    p.engine.sessions.dir = dir;
+    struct srv_server *s = start(&p);
+    int port = srv_port(s);
+    static char convo[65536];
+    snprintf(convo, sizeof convo, "Once upon a time");
+    const char *ev = "{\"kv_policy\":\"nexus\",\"kv_budget\":96}";
+    long long kv_max = 0;
+    for (int k = 0; k < 12; k++) {
+        int cached = -1;
+        char *a = turn(port, "long", convo, 4, ev, &cached);
+        ASSERT_TRUE(a != NULL);
+        if (k > 0) ASSERT_TRUE(cached > 0);
+        strncat(convo, a, sizeof convo - strlen(convo) - 1);
+        free(a);
+        if (k == 6) { /* another session takes the one resident place: "long" is parked */
+            char *o = turn(port, "other", "Tom had a red ball.", 4, NULL, NULL);
+            ASSERT_TRUE(o != NULL);
+            free(o);
+            ASSERT_EQ(metric(port, "nexus_sessions{state=\"parked\"}"), 1);
+        }
+        for (int w = 0; w < 10; w++)
+            strncat(convo, " the little girl went to the park with her dog",
+                    sizeof convo - strlen(convo) - 1);
+        long long b = metric(port, "nexus_session_kv_bytes_max");
+        if (b > kv_max) kv_max = b;
+    }
+    int32_t n = nx_tokenize(model(), convo, strlen(convo), NULL, 0, true, true);
+    fprintf(stderr, "  conversation %d tokens past n_ctx 256: %lld compactions, session KV "
+            "at most %lld bytes\n", -n, metric(port, "nexus_kv_compactions_total"), kv_max);
+    ASSERT_TRUE(-n > 4 * 256);
+    ASSERT_TRUE(metric(port, "nexus_kv_compactions_total") >= 3);
+    ASSERT_EQ(metric(port, "nexus_session_events_total{event=\"restore\"}"), 1);
+    /* dense: the same conversation does not fit */
+    json_t *b = json_pack("{s:s, s:i, s:s}", "prompt", convo, "max_tokens", 4, "session", "dense");
+    char *body = json_dumps(b, 0);
+    json_decref(b);
+    struct resp r = post(port, "/v1/completions", body);
+    nx_free(body);
+    ASSERT_EQ(r.status, 400);
+    ASSERT_CONTAINS(r.body, "does not fit");
+    resp_free(&r);
+    srv_stop(s);
+    rm_dir(dir);
+}
+
 TEST(session_ids_are_checked) {
     struct srv_params p = params();
     p.engine.sessions.max_resident = 1;

@@ -38,6 +38,7 @@ struct srv_engine {
     struct srv_sessions *sessions; /* NULL when sessions are off */
     nx_grammar_vocab *gvocab; /* the model's vocabulary for grammars (built at start) */
     int32_t n_ctx;
+    int32_t n_hist;      /* history capacity of every sequence (>= n_ctx) */
     int32_t rr;          /* the slot whose prompt is served first in the next step */
     struct slot *slots;
     float *lp_tmp;       /* (n_vocab) scratch for log-probabilities (engine thread only) */
@@ -51,7 +52,7 @@ struct srv_engine {
     bool thread_started;
     uint64_t seed_ctr;   /* seeds for requests without one */
 
-    atomic_llong prompt_tokens, prompt_cached, gen_tokens;
+    atomic_llong prompt_tokens, prompt_cached, gen_tokens, compactions;
     atomic_llong pool_in_use, pool_bytes; /* the context's KV pool (engine thread writes) */
 };
 
@@ -119,13 +120,19 @@ nx_status srv_job_create(struct srv_engine *e, struct srv_gen_request *req,
         job_free(j);
         return NX_STATUS_NOMEM;
     }
-    if (j->n_prompt + 1 > e->n_ctx) {
-        snprintf(err, errlen, "the prompt has %d tokens; this server's context holds %d "
-                 "(prompt and generated tokens together)", (int)j->n_prompt, (int)e->n_ctx);
+    /* a conversation whose sequence may evict (a session's, or under an evicting server
+       policy) goes on past n_ctx; a dense one is checked again when it runs */
+    const char *pol = e->p.ctx.kv.policy;
+    bool may_evict = j->req.session[0] || (pol && strcmp(pol, "full"));
+    int32_t limit = may_evict ? e->n_hist : e->n_ctx;
+    if (j->n_prompt + 1 > limit) {
+        snprintf(err, errlen, "the prompt has %d tokens; this server's %s holds %d "
+                 "(prompt and generated tokens together)", (int)j->n_prompt,
+                 may_evict ? "conversation history" : "context", (int)limit);
         job_free(j);
         return NX_STATUS_INVALID_ARG;
     }
-    int32_t room = e->n_ctx - j->n_prompt;
+    int32_t room = limit - j->n_prompt;
     if (j->req.max_tokens <= 0 || j->req.max_tokens > room) j->req.max_tokens = room;
     j->cap_text = 256;
     j->text = nx_malloc(j->cap_text);
@@ -283,11 +290,18 @@ static nx_status slot_start(struct srv_engine *e, struct slot *s, char *msg, siz
     nx_seq_kv_stats(e->ctx, si->seq, &ks);
     /* a session reuses its compressed history: that is what it is for */
     if (!s->sess && ks.evictions != si->evictions_at_reset) s->n_done = j->n_cached = 0;
-    if (nx_kv_seq_rm(e->ctx, si->seq, s->n_done, -1) != NX_STATUS_OK) {
+    /* a prompt that diverges inside a compacted stretch starts afresh */
+    if (s->n_done < si->linear_from) s->n_done = j->n_cached = 0;
+    if (s->n_done == 0 ||
+        nx_kv_seq_rm(e->ctx, si->seq, s->n_done - si->pos_shift, -1) != NX_STATUS_OK) {
         nx_kv_seq_rm(e->ctx, si->seq, -1, -1);
         s->n_done = j->n_cached = 0;
     }
-    if (s->n_done == 0) si->evictions_at_reset = ks.evictions;
+    if (s->n_done == 0) {
+        nx_seq_kv_stats(e->ctx, si->seq, &ks);
+        si->evictions_at_reset = ks.evictions;
+        si->pos_shift = si->linear_from = 0;
+    }
     si->n_toks = s->n_done;
     s->logits_at = -1;
     struct nx_sampler_params sp = nx_sampler_default_params();
@@ -412,12 +426,29 @@ static void slot_sample(struct srv_engine *e, struct slot *s) {
         slot_release(e, s, "stop", NX_STATUS_OK, NULL);
         return;
     }
-    if (j->n_gen >= j->req.max_tokens || s->cur->n_toks + 1 >= e->n_ctx) {
+    if (j->n_gen >= j->req.max_tokens || s->cur->n_toks + 1 >= e->n_hist) {
         slot_release(e, s, "length", NX_STATUS_OK, NULL);
         return;
     }
     s->pending = t;
     s->phase = SLOT_GENERATE;
+}
+
+/* Room for n more positions in slot s's sequence: when they would pass n_ctx, its gaps are
+   closed first (nx_kv_seq_compact: an evicting sequence goes on; a dense one has none).
+   Returns how many of the n fit now. */
+static int32_t make_room(struct srv_engine *e, struct slot *s, int32_t n) {
+    struct srv_seqinfo *si = s->cur;
+    int32_t pos = si->n_toks - si->pos_shift;
+    if (pos + n <= e->n_ctx) return n;
+    nx_pos shift = 0;
+    if (nx_kv_seq_compact(e->ctx, si->seq, &shift) == NX_STATUS_OK && shift > 0) {
+        si->pos_shift += shift;
+        si->linear_from = si->n_toks;
+        pos -= shift;
+        atomic_fetch_add(&e->compactions, 1);
+    }
+    return NX_MAX(0, NX_MIN(n, e->n_ctx - pos));
 }
 
 /*
@@ -451,10 +482,14 @@ static void engine_step(struct srv_engine *e) {
     for (int i = 0; i < e->p.n_slots; i++) {
         struct slot *s = &e->slots[i];
         if (!s->job || s->phase != SLOT_GENERATE) continue;
+        if (make_room(e, s, 1) < 1) { /* a dense sequence at n_ctx */
+            slot_release(e, s, "length", NX_STATUS_OK, NULL);
+            continue;
+        }
         s->logits_at = b->n_tokens;
         s->in_batch = true;
         e->batch_slot[b->n_tokens] = i;
-        nx_batch_add(b, s->pending, s->cur->n_toks, s->cur->seq, true);
+        nx_batch_add(b, s->pending, s->cur->n_toks - s->cur->pos_shift, s->cur->seq, true);
     }
     /* prompt tokens this step may carry: the rest of the batch, or while slots are
        generating at most prefill_chunk, so their next tokens are not held up a whole batch */
@@ -466,13 +501,22 @@ static void engine_step(struct srv_engine *e) {
         struct slot *s = &e->slots[si];
         struct srv_job *j = s->job;
         if (!j || s->phase != SLOT_PREFILL) continue;
-        int32_t n = NX_MIN(room - b->n_tokens, j->n_prompt - s->n_done);
+        int32_t want = NX_MIN(room - b->n_tokens, j->n_prompt - s->n_done);
+        int32_t n = want > 0 ? make_room(e, s, want) : 0;
+        if (want > 0 && n == 0) {
+            snprintf(msg, sizeof msg, "the prompt does not fit: %d tokens, the context holds "
+                     "%d positions and this sequence's policy %s", (int)j->n_prompt,
+                     (int)e->n_ctx, "keeps them all (only an evicting sequence goes past n_ctx)");
+            slot_release(e, s, NULL, NX_STATUS_INVALID_ARG, msg);
+            continue;
+        }
         s->in_batch = n > 0;
         for (int32_t t = 0; t < n; t++) {
             bool last = s->n_done + t == j->n_prompt - 1;
             if (last) s->logits_at = b->n_tokens;
             e->batch_slot[b->n_tokens] = si;
-            nx_batch_add(b, j->prompt[s->n_done + t], s->n_done + t, s->cur->seq, last);
+            nx_batch_add(b, j->prompt[s->n_done + t], s->n_done + t - s->cur->pos_shift,
+                         s->cur->seq, last);
         }
     }
     e->rr = (e->rr + 1) % e->p.n_slots;
@@ -585,6 +629,7 @@ nx_status srv_engine_init(const nx_model *model, const struct srv_engine_params 
     st = nx_ctx_init(model, &cp, &e->ctx, err, errlen);
     if (st) goto fail;
     e->n_ctx = nx_ctx_n_ctx(e->ctx);
+    e->n_hist = NX_MAX(e->n_ctx, p->n_hist > 0 ? p->n_hist : 65536);
     st = nx_grammar_vocab_init(model, &e->gvocab);
     if (st) goto fail;
     st = nx_batch_init(cp.n_batch, &e->batch);
@@ -597,13 +642,13 @@ nx_status srv_engine_init(const nx_model *model, const struct srv_engine_params 
         s->own.seq = i;
         s->cur = &s->own;
         s->logits_at = -1;
-        s->own.toks = nx_malloc(sizeof(nx_token) * (size_t)e->n_ctx);
+        s->own.toks = nx_malloc(sizeof(nx_token) * (size_t)e->n_hist);
         if (!s->own.toks) goto fail;
     }
     if (n_sess > 0) {
         struct srv_sessions_params sp = p->sessions;
         sp.seq0 = p->n_slots;
-        sp.n_ctx = e->n_ctx;
+        sp.n_hist = e->n_hist;
         sp.kv = cp.kv;
         st = srv_sessions_init(&sp, &e->sessions, err, errlen);
         if (st) goto fail;
@@ -665,6 +710,7 @@ void srv_engine_stats(struct srv_engine *e, struct srv_engine_stats *out) {
     out->prompt_tokens = atomic_load(&e->prompt_tokens);
     out->prompt_tokens_cached = atomic_load(&e->prompt_cached);
     out->gen_tokens = atomic_load(&e->gen_tokens);
+    out->compactions = atomic_load(&e->compactions);
     out->kv_pool_in_use = atomic_load(&e->pool_in_use);
     out->kv_pool_bytes = atomic_load(&e->pool_bytes);
 }

@@ -69,7 +69,9 @@ struct srv_job {
 struct srv_engine_params {
     int32_t n_slots;      /* concurrent generations (-np) */
     int32_t queue_max;    /* jobs waiting for a slot before submit refuses (429) */
-    int32_t n_ctx;        /* context of each slot */
+    int32_t n_ctx;        /* positions of each slot's sequence */
+    int32_t n_hist;       /* tokens a conversation may reach when its sequence evicts (it is
+                             compacted at n_ctx: nx_kv_seq_compact); 0: 65536, at least n_ctx */
     int32_t n_threads;
     int32_t prefill_chunk; /* most prompt tokens one step carries while some slot is
                               generating (0: fill the batch), so decode keeps moving */
@@ -108,6 +110,7 @@ struct srv_engine_stats {
     int64_t prompt_tokens, prompt_tokens_cached, gen_tokens;
     int64_t kv_bytes[64];   /* per slot (first 64) */
     int64_t evictions;
+    int64_t compactions;    /* sequences renumbered at n_ctx so they could go on */
     int64_t kv_pool_in_use, kv_pool_bytes; /* the KV pool's bytes in use and allocated, as
                                               of the last step */
     struct srv_sessions_stats sessions;

@@ -181,8 +181,10 @@ char *srv_metrics_render(const struct srv_engine_stats *es) {
                 "# TYPE nexus_kv_pool_bytes gauge\nnexus_kv_pool_bytes %lld\n",
             (long long)es->kv_pool_in_use, (long long)es->kv_pool_bytes);
         put(&o, "# HELP nexus_kv_evictions_total Eviction rounds over all slots.\n"
-                "# TYPE nexus_kv_evictions_total counter\nnexus_kv_evictions_total %lld\n",
-            (long long)es->evictions);
+                "# TYPE nexus_kv_evictions_total counter\nnexus_kv_evictions_total %lld\n"
+                "# HELP nexus_kv_compactions_total Sequences renumbered at n_ctx so they could go on.\n"
+                "# TYPE nexus_kv_compactions_total counter\nnexus_kv_compactions_total %lld\n",
+            (long long)es->evictions, (long long)es->compactions);
     }
     if (o.oom) {
         nx_free(o.p);

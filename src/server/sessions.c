@@ -10,6 +10,8 @@
 #include "core/nx_base.h"
 #include "server/sessions.h"
 
+#define HIST_HEAD 2 /* tokens kept in front of every history buffer (see park) */
+
 struct srv_session {
     char id[SRV_SESSION_ID_MAX + 1];
     bool used;                 /* the entry names a session */
@@ -68,7 +70,7 @@ nx_status srv_sessions_init(const struct srv_sessions_params *p, struct srv_sess
     S->hist = nx_calloc((size_t)NX_MAX(p->max_resident, 1), sizeof *S->hist);
     if (!S->s || !S->owner || !S->hist) goto oom;
     for (int i = 0; i < p->max_resident; i++) {
-        S->hist[i] = nx_malloc(sizeof(nx_token) * (size_t)p->n_ctx);
+        S->hist[i] = nx_malloc(sizeof(nx_token) * ((size_t)p->n_hist + HIST_HEAD));
         if (!S->hist[i]) goto oom;
     }
     *out = S;
@@ -108,6 +110,10 @@ static void update_bytes(struct srv_sessions *S, nx_ctx *ctx) {
     atomic_store(&S->largest_peak, peak);
 }
 
+/* A parked session's caller data in its state file: HIST_MAGIC, linear_from, then the history
+   (the history buffers keep HIST_HEAD tokens in front of each history for it). */
+#define HIST_MAGIC 0x3248584e /* "NXH2" */
+
 /* Give up s's sequence: write it to disk (or forget it without a directory). */
 static void park(struct srv_sessions *S, nx_ctx *ctx, struct srv_session *s) {
     int idx = s->si.seq - S->p.seq0;
@@ -115,8 +121,12 @@ static void park(struct srv_sessions *S, nx_ctx *ctx, struct srv_session *s) {
     if (S->p.dir) {
         char path[1200], err[512];
         file_of(S, s, path, sizeof path);
-        nx_status st = nx_seq_state_save(ctx, s->si.seq, path, s->si.toks,
-                               sizeof(nx_token) * (size_t)s->si.n_toks, err, sizeof err);
+        nx_token *blob = s->si.toks - HIST_HEAD;
+        blob[0] = HIST_MAGIC;
+        blob[1] = s->si.linear_from;
+        nx_status st = nx_seq_state_save(ctx, s->si.seq, path, blob,
+                               sizeof(nx_token) * ((size_t)s->si.n_toks + HIST_HEAD), err,
+                               sizeof err);
         if (st) NX_LOGW("session %s: cannot park it (%s); it is forgotten", s->id, err);
         saved = st == NX_STATUS_OK;
     }
@@ -205,20 +215,30 @@ struct srv_session *srv_sessions_acquire(struct srv_sessions *S, nx_ctx *ctx, co
             if (!s->parked) s->used = false;
             return NULL;
         }
-        s->si = (struct srv_seqinfo){seq, S->hist[idx], 0, 0};
+        s->si = (struct srv_seqinfo){seq, S->hist[idx] + HIST_HEAD, 0, 0, 0, 0};
         if (s->parked) {
             char path[1200], lerr[512];
             size_t len = 0;
             file_of(S, s, path, sizeof path);
-            nx_status ls = nx_seq_state_load(ctx, seq, path, s->si.toks,
-                                             sizeof(nx_token) * (size_t)S->p.n_ctx, &len, lerr,
-                                             sizeof lerr);
+            nx_token *blob = S->hist[idx];
+            nx_status ls = nx_seq_state_load(ctx, seq, path, blob,
+                                             sizeof(nx_token) * ((size_t)S->p.n_hist + HIST_HEAD),
+                                             &len, lerr, sizeof lerr);
+            int32_t n_toks = (int32_t)(len / sizeof(nx_token)) - HIST_HEAD;
+            nx_pos n_past = nx_seq_n_past(ctx, seq);
+            if (!ls && (len % sizeof(nx_token) || n_toks < 0 || blob[0] != HIST_MAGIC ||
+                        blob[1] < 0 || blob[1] > n_toks || n_toks < n_past)) {
+                ls = NX_STATUS_FORMAT;
+                snprintf(lerr, sizeof lerr, "its history does not match its sequence");
+            }
             if (ls) {
                 NX_LOGW("session %s: cannot restore it (%s); it starts afresh", id, lerr);
                 nx_kv_seq_rm(ctx, seq, -1, -1);
                 atomic_fetch_add(&S->restore_failures, 1);
             } else {
-                s->si.n_toks = (int32_t)(len / sizeof(nx_token));
+                s->si.n_toks = n_toks;
+                s->si.linear_from = blob[1];
+                s->si.pos_shift = n_toks - n_past;
                 atomic_fetch_add(&S->restores, 1);
             }
             unlink(path);

@@ -29,9 +29,13 @@
 /* What a sequence holds: shared by slots (their own sequence) and sessions. */
 struct srv_seqinfo {
     nx_seq_id seq;
-    nx_token *toks;            /* (n_ctx) tokens decoded into the sequence, in order */
+    nx_token *toks;            /* (n_hist) tokens decoded into the sequence, in order */
     int32_t n_toks;
     int64_t evictions_at_reset; /* the sequence's eviction count when it was last emptied */
+    /* Positions: history index i >= linear_from sits at position i - pos_shift; the tokens
+       before linear_from were renumbered by nx_kv_seq_compact (an evicting sequence that
+       reached n_ctx), so a prompt that diverges there cannot reuse the sequence. */
+    int32_t pos_shift, linear_from;
 };
 
 struct srv_sessions_params {
@@ -41,7 +45,7 @@ struct srv_sessions_params {
     double idle_s;             /* a resident session idle this long is parked (0: never) */
     const char *dir;           /* where parked sessions go; NULL: parked ones are forgotten */
     nx_seq_id seq0;            /* first sequence id for sessions */
-    int32_t n_ctx;             /* positions a sequence can hold (history capacity) */
+    int32_t n_hist;            /* tokens of history a sequence can hold */
     struct nx_kv_params kv;    /* a new session's policy unless its first request sets one */
 };
 

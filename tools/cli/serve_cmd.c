@@ -24,7 +24,8 @@ static int usage(void) {
             "         [--cors ORIGIN] [--name NAME] [--max-body BYTES] [--max-tokens N]\n"
             "         [--max-messages N] [--max-conns N] [--timeout S] [--idle-timeout S]\n"
             "         [--kv-policy P] [--kv-density D] [--kv-budget N] [--kv-regime R]\n"
-            "         [--kv-type f16|f32] [--mmap] [--prefill-chunk N] [--sessions N] [--session-dir DIR]\n"
+            "         [--kv-type f16|f32] [--mmap] [--prefill-chunk N] [--max-history N]\n"
+            "         [--sessions N] [--session-dir DIR]\n"
             "         [--session-idle S] [--session-mem BYTES] [--chat-template NAME|FILE]\n"
             "         [--mcp CONFIG [--mcp-k 5] [--mcp-steps 4] [--mcp-budget BYTES]\n"
             "          [--mcp-timeout MS]]   (server-side tools of the config's MCP servers)\n"
@@ -114,7 +115,7 @@ int serve_main(int argc, char **argv) {
                         {"--session-idle", 0, 1e9},  {"--session-mem", 0, 1e15},
                         {"--mcp-k", 1, 16},          {"--mcp-steps", 1, 64},
                         {"--mcp-budget", 96, 1 << 24}, {"--mcp-timeout", 1, 1e7},
-                        {"--prefill-chunk", 0, 1 << 20}};
+                        {"--prefill-chunk", 0, 1 << 20}, {"--max-history", 0, 1 << 26}};
             size_t k = 0;
             while (k < sizeof nums / sizeof nums[0] && strcmp(a, nums[k].flag)) k++;
             if (k == sizeof nums / sizeof nums[0]) {
@@ -143,7 +144,8 @@ int serve_main(int argc, char **argv) {
             case 17: p.tools.max_steps = (int)x; break;
             case 18: p.tools.budget = (size_t)x; break;
             case 19: p.tools.timeout_ms = (int)x; break;
-            default: p.engine.prefill_chunk = (int32_t)x; break;
+            case 20: p.engine.prefill_chunk = (int32_t)x; break;
+            default: p.engine.n_hist = (int32_t)x; break;
             }
         }
     }
