@@ -968,7 +968,7 @@ TEST(constraint_grammars_round_trip_through_the_parsers) {
             const char *named = m == 2 ? "search" : NULL;
             struct srv_constraint c;
             char err[256];
-            nx_status bst = srv_constraint_build(fam[k].f, tools, modes[m], named, NULL, &c, err, sizeof err);
+            nx_status bst = srv_constraint_build(fam[k].f, NULL, tools, modes[m], named, NULL, &c, err, sizeof err);
             if (bst) fprintf(stderr, "  %s mode %d: %s\n", nx_tool_format_name(fam[k].f), m, err);
             ASSERT_OK(bst);
             ASSERT_TRUE(c.grammar != NULL && c.tools && c.format == fam[k].f);
@@ -1018,15 +1018,25 @@ TEST(constraint_grammars_round_trip_through_the_parsers) {
             nx_grammar_matcher_free(gm);
             srv_constraint_free(&c);
         }
-    /* a family without a grammar here: auto is free (parsed with its own parser), required
-       asks for the Hermes shape */
+    /* the families of chat/callshape.h have their own grammar (test_server_toolgrammar);
+       gemma4 and pythonic are refused with the family named, never left unconstrained */
     struct srv_constraint c;
-    char err[256];
-    ASSERT_OK(srv_constraint_build(NX_TOOL_FORMAT_XML_INVOKE, tools, SRV_TOOLS_AUTO, NULL, NULL, &c, err, sizeof err));
-    ASSERT_TRUE(c.grammar == NULL && c.format == NX_TOOL_FORMAT_XML_INVOKE);
+    char err[512];
+    ASSERT_OK(srv_constraint_build(NX_TOOL_FORMAT_XML_INVOKE, NULL, tools, SRV_TOOLS_AUTO, NULL, NULL, &c, err, sizeof err));
+    ASSERT_TRUE(c.grammar != NULL && c.format == NX_TOOL_FORMAT_XML_INVOKE);
+    ASSERT_STR_EQ(c.trigger, "<minimax:tool_call>");
     srv_constraint_free(&c);
-    ASSERT_OK(srv_constraint_build(NX_TOOL_FORMAT_XML_INVOKE, tools, SRV_TOOLS_REQUIRED, NULL, NULL, &c, err, sizeof err));
-    ASSERT_TRUE(c.grammar != NULL && c.format == NX_TOOL_FORMAT_HERMES);
+    enum nx_tool_format refused[] = {NX_TOOL_FORMAT_GEMMA4, NX_TOOL_FORMAT_PYTHONIC};
+    for (int k = 0; k < 2; k++)
+        for (int m = 0; m < 3; m++) {
+            ASSERT_EQ(srv_constraint_build(refused[k], NULL, tools, modes[m], m == 2 ? "search" : NULL, NULL, &c, err, sizeof err),
+                      NX_STATUS_UNSUPPORTED);
+            ASSERT_TRUE(strstr(err, nx_tool_format_name(refused[k])) != NULL);
+            ASSERT_TRUE(c.grammar == NULL);
+        }
+    /* without tools they are plain chat */
+    ASSERT_OK(srv_constraint_build(NX_TOOL_FORMAT_GEMMA4, NULL, NULL, SRV_TOOLS_AUTO, NULL, NULL, &c, err, sizeof err));
+    ASSERT_TRUE(c.grammar == NULL && !c.tools);
     srv_constraint_free(&c);
     json_decref(tools);
     nx_grammar_vocab_free(v);

@@ -44,16 +44,21 @@ struct srv_constraint {
     char *owned;           /* the prefill when built for the request (NAMED), else NULL */
     const char *suffix;    /* static text a finished call is closed with before parsing */
     enum nx_tool_format format; /* how to parse tool calls out of the answer */
+    char *tools_json;      /* owned: the request's tools (compact JSON), for
+                              nx_tool_calls_parse_with_tools; NULL without tools */
     bool tools;            /* tool calls may appear in the answer */
 };
 
 /*
- * Build the constraint. tools: the request's tools array (may be NULL), mode and name (for
+ * Build the constraint. form: the opening marker of the template's own call form, from
+ * chat_template_call_form (NULL: the family's first form; it matters for the families with
+ * several, tagged-json and xml-invoke). tools: the request's tools array (may be NULL), mode and name (for
  * NAMED) from tool_choice; rf: response_format (may be NULL). Errors (err names the tool or
  * keyword): INVALID_ARG (a malformed tool, an unknown named tool, tools together with a JSON
- * response format), UNSUPPORTED (a schema keyword the compiler refuses), NOMEM.
+ * response format), UNSUPPORTED (a schema keyword the compiler refuses; a family without a grammar, gemma4 and
+ * pythonic, named in err; a tool or parameter name or schema the family's form cannot write), NOMEM.
  */
-nx_status srv_constraint_build(enum nx_tool_format family, json_t *tools,
+nx_status srv_constraint_build(enum nx_tool_format family, const char *form, json_t *tools,
                                enum srv_tool_mode mode, const char *name, json_t *rf,
                                struct srv_constraint *out, char *err, size_t errlen);
 void srv_constraint_free(struct srv_constraint *c);
