@@ -1067,6 +1067,55 @@ TEST(server_llama3_tool_calls) {
     srv_stop(s);
 }
 
+/* Templates of the families with a shape (chat/callshape.h), served for real: the server finds
+   each template's call form, required / named calls come out whole in that form and parse
+   (with the tools: string parameters stay text) into calls under the schema; gemma4 is refused
+   with its family named. */
+TEST(server_tool_calls_in_each_familys_form) {
+    const char *tmpls[] = {"MiniMax-M2.jinja", "deepseek-ai-DeepSeek-V3.2.jinja", "NVIDIA-Nemotron-Nano-v2.jinja",
+                           "moonshotai-Kimi-K2.jinja", "upstage-Solar-Open-100B.jinja", "openai-gpt-oss-120b.jinja",
+                           "tencent-Hy3.jinja", "meetkai-functionary-medium-v3.2.jinja", "MiniMax-M3.jinja",
+                           "google-gemma-4-31B-it.jinja"};
+    const char *choices[] = {"\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"search\"}}"};
+    /* k_tools with a description for each tool (some templates print it unconditionally) */
+    char tools[1024];
+    const char *at = strstr(k_tools, "{\"name\":\"search\"");
+    snprintf(tools, sizeof tools, "%.*s{\"name\":\"search\",\"description\":\"Search\"%s", (int)(at - k_tools), k_tools,
+             at + strlen("{\"name\":\"search\""));
+    for (size_t k = 0; k < NX_ARRAY_LEN(tmpls); k++) {
+        char path[1024];
+        snprintf(path, sizeof path, "../shared/data/chat-templates/%s", tmpls[k]);
+        struct srv_params p = params();
+        p.chat_template = path;
+        p.engine.n_slots = 1;
+        p.engine.n_ctx = 4096; /* the templates' tool instructions are long */
+        struct srv_server *s = start(&p);
+        ASSERT_TRUE(s != NULL);
+        bool gemma = strstr(tmpls[k], "gemma") != NULL;
+        for (int c = 0; c < 2; c++)
+            for (int seed = 1; seed <= 2; seed++) {
+                char body[2048];
+                snprintf(body, sizeof body,
+                         /* 300: DSML's shortest call is 124 bytes, one token a byte at worst */
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"}],"
+                         "\"temperature\":1.0,\"seed\":%d,\"max_tokens\":300,\"tools\":%s,"
+                         "\"tool_choice\":%s}", seed, tools, choices[c]);
+                int st;
+                json_t *r = chat_json(srv_port(s), body, &st);
+                if (gemma) {
+                    ASSERT_EQ(st, 400);
+                    const char *msg = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+                    ASSERT_TRUE(msg && strstr(msg, "gemma4"));
+                } else {
+                    ASSERT_EQ(st, 200);
+                    if (!tool_call_ok(r, c == 1 ? "search" : NULL)) FAILF("%s: %s", tmpls[k], json_dumps(r, 0));
+                }
+                json_decref(r);
+            }
+        srv_stop(s);
+    }
+}
+
 TEST(zz_free_model) {
     nx_model_free(g_model);
     g_model = NULL;

@@ -7,12 +7,18 @@
  * Qwen and templates that show no calls: <tool_call>{"name": N, "arguments": A}</tool_call>;
  * Llama 3: {"name": N, "parameters": A}; Mistral: [TOOL_CALLS][{"name": N, "arguments": A}];
  * DeepSeek: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>A<｜tool▁call▁end｜>
- * <｜tool▁calls▁end｜>. The other families (nexus.h) have no grammar here: in "auto" their
- * own format is free and parsed after; a required / named call uses the Hermes shape. A is
+ * <｜tool▁calls▁end｜>. The other families that have a shape in chat/callshape.h (tagged-json,
+ * xml-invoke, each in the template's own form; kimi, solar, harmony, hy, functionary,
+ * minimax-m3) get a grammar of their own form: each tool's call with its name, then its
+ * arguments (one JSON object, or for the XML-style families one element per parameter whose
+ * value is raw text for a "type": "string" property and compact JSON under the property's
+ * schema otherwise; what a form cannot write is refused by name), then what closes the call.
+ * gemma4 and pythonic (arguments in their own non-JSON syntaxes) have no grammar: a request
+ * with tools is refused with the family named, never left unconstrained. A is
  * always the tool's full parameters schema (a keyword the schema compiler does not support is
  * refused by name: fail closed); Hermes / Mistral compile one JSON Schema, an anyOf over the
- * tools of {"name": {"const": N}, "arguments": A}; Llama 3 / DeepSeek combine each tool's
- * compiled schema source into one GBNF (nx_grammar_from_schema_gbnf).
+ * tools of {"name": {"const": N}, "arguments": A}; Llama 3 / DeepSeek and the shaped families
+ * combine each tool's compiled schema source into one GBNF (nx_grammar_from_schema_gbnf).
  *  - tool_choice "required": the family's opening text is put at the start of the answer
  *    (part of the prompt) and the grammar applies from the first token, so the output is
  *    always one valid call.
@@ -22,7 +28,10 @@
  *    call must be valid. Hermes "<tool_call>\n" (as Hermes-trained models write it), Mistral
  *    "[TOOL_CALLS]": the grammar applies after the tag. Llama 3 and DeepSeek have no separate
  *    tag: the trigger is the call's own beginning ({"name" / <｜tool▁calls▁begin｜>, from
- *    nx_tool_format_trigger) and the grammar matches the rest of the call after it.
+ *    nx_tool_format_trigger) and the grammar matches the rest of the call after it. The shaped
+ *    families' trigger is their form's opening marker; functionary's (">>>") ends the prompt,
+ *    so its auto grammar applies from the start: a call, or "all\n" and text without '>'
+ *    then maybe a call.
  *  - response_format json_schema: the schema's grammar from the first token; json_object: any
  *    JSON object.
  * One call per answer under a grammar (parallel_tool_calls is honoured by producing one).
