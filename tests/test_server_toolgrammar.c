@@ -6,8 +6,8 @@
  * random allowed token: a random-weight model) must parse back through the family's parser
  * (nx_tool_calls_parse_with_tools) into one call of an offered tool whose arguments pass
  * agent/argcheck and, in a script, Python's jsonschema against the full schema. The schemas
- * hold enums, bounded strings and integers, nested objects, arrays, anyOf, a date and a tool
- * without parameters; raw-text string parameters are given digits-only enums and lengths so a
+ * hold enums, bounded strings and integers, nested objects, arrays, anyOf, a $ref, a date and
+ * a tool without parameters; raw-text string parameters are given digits-only enums and lengths so a
  * parser that decoded them as JSON would fail.
  */
 #include <jansson.h>
@@ -57,7 +57,8 @@ static const struct { enum nx_tool_format f; const char *form; } k_forms[] = {
     {NX_TOOL_FORMAT_XML_INVOKE, "<function name=\""},    {NX_TOOL_FORMAT_KIMI, NULL},
     {NX_TOOL_FORMAT_SOLAR, NULL},                        {NX_TOOL_FORMAT_HARMONY, NULL},
     {NX_TOOL_FORMAT_HY, NULL},                           {NX_TOOL_FORMAT_FUNCTIONARY, NULL},
-    {NX_TOOL_FORMAT_MINIMAX_M3, NULL},
+    {NX_TOOL_FORMAT_MINIMAX_M3, NULL},                   {NX_TOOL_FORMAT_GEMMA4, NULL},
+    {NX_TOOL_FORMAT_PYTHONIC, NULL},
 };
 
 static nx_model *g_model;
@@ -233,7 +234,7 @@ TEST(every_family_generates_calls_that_parse_and_validate) {
 
 /* What a family's form cannot write is refused with the family named: a top-level anyOf in
  * the parameters, a parameter name that is not a plain word, a raw enum value holding the stop
- * byte; gemma4 and pythonic have no grammar at all. */
+ * byte; in gemma4's and Python's syntaxes, enum strings they cannot quote. */
 TEST(refusals_name_the_family) {
     const char *bad[] = {
         "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"anyOf\":[{\"type\":\"object\"}]}}}]",
@@ -255,13 +256,22 @@ TEST(refusals_name_the_family) {
         srv_constraint_free(&c);
         json_decref(tools);
     }
-    json_t *tools = json_loads(k_tools, 0, NULL);
-    struct srv_constraint c;
-    char err[600];
-    ASSERT_EQ(srv_constraint_build(NX_TOOL_FORMAT_PYTHONIC, NULL, tools, SRV_TOOLS_AUTO, NULL, NULL, &c, err, sizeof err),
-              NX_STATUS_UNSUPPORTED);
-    ASSERT_TRUE(strstr(err, "pythonic") != NULL);
-    json_decref(tools);
+    struct { enum nx_tool_format f; const char *tools, *needle; } dia[] = {
+        {NX_TOOL_FORMAT_GEMMA4, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                                "\"properties\":{\"a\":{\"enum\":[\"x<y\"]}}}}}]", "gemma4"},
+        {NX_TOOL_FORMAT_GEMMA4, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                                "\"properties\":{\"a b\":{\"type\":\"integer\"}}}}}]", "property name 'a b'"},
+        {NX_TOOL_FORMAT_PYTHONIC, "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                                  "\"properties\":{\"a\":{\"type\":\"string\",\"enum\":[\"it's\"]}}}}}]", "python"},
+    };
+    for (size_t k = 0; k < NX_ARRAY_LEN(dia); k++) {
+        json_t *tools = json_loads(dia[k].tools, 0, NULL);
+        struct srv_constraint c;
+        char err[600];
+        ASSERT_EQ(srv_constraint_build(dia[k].f, NULL, tools, SRV_TOOLS_AUTO, NULL, NULL, &c, err, sizeof err), NX_STATUS_UNSUPPORTED);
+        if (!strstr(err, dia[k].needle) || !strstr(err, "tools[0] (f)")) FAILF("case %zu: %s", k, err);
+        json_decref(tools);
+    }
 }
 
 /* Each real template of a shaped family is found writing one of its family's forms. */
@@ -283,6 +293,8 @@ TEST(template_forms_detected) {
         {"tencent-Hy3.jinja", "<tool_call:opensource>"},
         {"meetkai-functionary-medium-v3.2.jinja", ">>>"},
         {"MiniMax-M3.jinja", "]<]minimax[>[<tool_call>"},
+        {"google-gemma-4-31B-it.jinja", "<|tool_call>"},
+        {"LFM2.5-8B-A1B.jinja", "<|tool_call_start|>"},
     };
     for (size_t k = 0; k < NX_ARRAY_LEN(cases); k++) {
         char path[1024], err[512];

@@ -58,6 +58,12 @@ static const struct chat_call_shape SHAPES[] = {
     {.family = NX_TOOL_FORMAT_MINIMAX_M3, .open = MM3 "<tool_call>", .name_pre = "\n" MM3 "<invoke name=\"",
      .name_post = "\">", .params = true, .param_pre = MM3 "<", .param_mid = ">", .param_post = MM3 "</",
      .param_post_end = ">", .raw_stop = "]", .close = MM3 "</invoke>\n" MM3 "</tool_call>"},
+    /* gemma4: the arguments object in its own syntax (dialect 1) */
+    {.family = NX_TOOL_FORMAT_GEMMA4, .open = "<|tool_call>", .name_pre = "call:", .name_post = "", .close = "<tool_call|>",
+     .dialect = 1},
+    /* pythonic: NAME(key=value,) with Python literals (dialect 2); a comma after each value */
+    {.family = NX_TOOL_FORMAT_PYTHONIC, .open = "<|tool_call_start|>", .name_pre = "[", .name_post = "(", .params = true,
+     .param_pre = "", .param_mid = "=", .param_post = ",", .raw_stop = "", .close = ")]<|tool_call_end|>", .dialect = 2},
 };
 #define N_SHAPES (sizeof SHAPES / sizeof SHAPES[0])
 

@@ -12,6 +12,9 @@
  *     param_mid) VALUE param_post [KEY param_post_end, when param_post_end is set]
  * where VALUE is raw text for a property whose schema has "type": "string" (no byte of
  * raw_stop, no control character), and compact JSON under the property's schema otherwise.
+ * A family whose values are not JSON has a dialect (grammar/schema.h): gemma4's
+ * {key:<|"|>text<|"|>,..} for its whole arguments object, Python literals for each of
+ * pythonic's key=value parameters (strings quoted, never raw).
  */
 #ifndef NX_CHAT_CALLSHAPE_H
 #define NX_CHAT_CALLSHAPE_H
@@ -32,11 +35,12 @@ struct chat_call_shape {
     const char *param_pre, *param_mid, *param_mid_str, *param_post, *param_post_end;
     const char *raw_stop;
     const char *close;
+    int dialect; /* enum schema_dialect: 0 JSON, 1 gemma4, 2 Python literals */
 };
 
 /* The shape of family f in the form that opens with `form` (NULL or unknown: the family's
  * first form), or NULL when the family has no shape here (hermes, llama3, mistral, deepseek
- * and generic have their grammars in constrain.c; gemma4 and pythonic have none). Static. */
+ * and generic have their grammars in constrain.c). Static. */
 const struct chat_call_shape *chat_call_shape(enum nx_tool_format f, const char *form);
 
 /* The opening marker of the form template t writes a call in (a one-call conversation rendered

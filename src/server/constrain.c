@@ -7,6 +7,7 @@
 #include "chat/callshape.h"
 #include "core/alloc.h"
 #include "core/json.h"
+#include "grammar/schema.h"
 #include "server/constrain.h"
 
 /* Any JSON object, compact or not (response_format json_object). */
@@ -326,6 +327,34 @@ static nx_status put_schema(struct gb *b, json_t *schema, const char *prefix, ch
     return NX_STATUS_OK;
 }
 
+/* the same in a dialect (grammar/schema.h), for the families whose values are not JSON */
+static nx_status put_schema_dialect(struct gb *b, json_t *schema, int dialect, const char *prefix, char *err,
+                                    size_t errlen) {
+    if (dialect == SCHEMA_JSON) return put_schema(b, schema, prefix, err, errlen);
+    char *text = nx_json_dumps(schema, JSON_COMPACT), *gbnf = NULL;
+    if (!text) {
+        b->oom = true;
+        return NX_STATUS_OK;
+    }
+    struct nx_err e = {{0}};
+    nx_status st = schema_to_gbnf_dialect(text, strlen(text), NULL, (enum schema_dialect)dialect, &gbnf, &e);
+    nx_free(text);
+    if (st) {
+        snprintf(err, errlen, "%s", e.msg);
+        return st;
+    }
+    json_t *tmp = json_array();
+    bool ok = tmp && put_prefixed(tmp, gbnf, prefix);
+    nx_free(gbnf);
+    if (ok) {
+        gb_put(b, json_string_value(json_array_get(tmp, 0)), json_string_length(json_array_get(tmp, 0)));
+        gb_put(b, "\n", 1);
+    }
+    json_decref(tmp);
+    if (!ok) b->oom = true;
+    return NX_STATUS_OK;
+}
+
 static bool plain_name(const char *s) {
     if (!*s) return false;
     for (; *s; s++)
@@ -489,7 +518,8 @@ static nx_status put_params(struct gb *b, const struct chat_call_shape *sh, json
             st = NX_STATUS_INVALID_ARG;
             break;
         }
-        bool str = json_is_string(json_object_get(ps, "type")) && !strcmp(json_string_value(json_object_get(ps, "type")), "string");
+        bool str = sh->dialect == SCHEMA_JSON && json_is_string(json_object_get(ps, "type")) &&
+                   !strcmp(json_string_value(json_object_get(ps, "type")), "string");
         snprintf(rule, sizeof rule, "t%zu-p%zu", ti, i);
         gb_printf(b, "%s ::=", rule);
         LIT(b, sh->param_pre, key, str && sh->param_mid_str ? sh->param_mid_str : sh->param_mid);
@@ -509,7 +539,7 @@ static nx_status put_params(struct gb *b, const struct chat_call_shape *sh, json
                 if (json_object_get(params, defs[d]) && !json_object_get(sub, defs[d]))
                     json_object_set(sub, defs[d], json_object_get(params, defs[d]));
             snprintf(prefix, sizeof prefix, "%s-j-", rule);
-            st = sub ? put_schema(b, sub, prefix, err, errlen) : NX_STATUS_NOMEM;
+            st = sub ? put_schema_dialect(b, sub, sh->dialect, prefix, err, errlen) : NX_STATUS_NOMEM;
             json_decref(sub);
             gb_printf(b, "%s ::= %sroot\n", vrule, prefix);
             if (st && err[0] && !strstr(err, "parameter")) {
@@ -558,7 +588,12 @@ static nx_status shape_constraint(const struct chat_call_shape *sh, json_t *tool
         } else {
             char prefix[32];
             snprintf(prefix, sizeof prefix, "t%zu-", i);
-            st = put_schema(&b, params ? params : own, prefix, err, errlen);
+            st = put_schema_dialect(&b, params ? params : own, sh->dialect, prefix, err, errlen);
+            if (st && !strstr(err, "tools[")) {
+                char inner[400];
+                snprintf(inner, sizeof inner, "%s", err);
+                snprintf(err, errlen, "tools[%zu] (%s): %s", i, fname, inner);
+            }
             gb_printf(&b, "t%zu-args ::= t%zu-root\n", i, i);
         }
         json_decref(own);
@@ -627,7 +662,7 @@ nx_status srv_constraint_build(enum nx_tool_format family, const char *form, jso
     c->prefill = "";
     c->suffix = "";
     /* a template that shows no tool calls (or the generic form) gets the Hermes shape; the
-       families of chat/callshape.h their own; gemma4 and pythonic are refused below */
+       families of chat/callshape.h their own; any other is refused below, never left free */
     bool has_grammar = family == NX_TOOL_FORMAT_HERMES || family == NX_TOOL_FORMAT_MISTRAL ||
                        family == NX_TOOL_FORMAT_LLAMA3 || family == NX_TOOL_FORMAT_DEEPSEEK;
     const struct chat_call_shape *shape = has_grammar ? NULL : chat_call_shape(family, form);
@@ -667,10 +702,9 @@ nx_status srv_constraint_build(enum nx_tool_format family, const char *form, jso
     }
     if (family != NX_TOOL_FORMAT_HERMES && !has_grammar && !shape) {
         srv_constraint_free(c);
-        snprintf(err, errlen, "this model's chat template writes tool calls in the %s family, whose arguments "
-                 "are not JSON and for which there is no tool-call grammar yet: tools cannot be constrained "
-                 "(send tool_choice \"none\", or serve with a --chat-template of another family)",
-                 nx_tool_format_name(family));
+        snprintf(err, errlen, "this model's chat template writes tool calls in the %s family, for which there "
+                 "is no tool-call grammar: tools cannot be constrained (send tool_choice \"none\", or serve with "
+                 "a --chat-template of another family)", nx_tool_format_name(family));
         return NX_STATUS_UNSUPPORTED;
     }
     if (shape) {
