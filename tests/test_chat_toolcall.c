@@ -238,6 +238,10 @@ TEST(families_parse) {
     struct want_call wx[] = {{"search_docs", "{\"query\":\"kv cache\",\"n\":2}", NULL}};
     check(NX_TOOL_FORMAT_HERMES, "<tool_call>\n<function=search_docs>\n<parameter=query>\nkv cache\n</parameter>\n<parameter=n>\n2\n</parameter>\n</function>\n</tool_call>", "", 1, wx);
     check(NX_TOOL_FORMAT_HERMES, "Just an answer, no call.", "Just an answer, no call.", 0, NULL);
+    /* reals keep the digits written (shortest text that reads back the same double) */
+    check(NX_TOOL_FORMAT_HERMES, "<tool_call>{\"name\": \"f\", \"arguments\": {\"b\": 0.762327, \"c\": 0.1, \"d\": 1e300, "
+          "\"e\": 0.30000000000000004}}</tool_call>", "", 1,
+          (struct want_call[]){{"f", "{\"b\":0.762327,\"c\":0.1,\"d\":1e300,\"e\":0.30000000000000004}", NULL}});
     struct want_call w2[] = {{"get_weather", "{\"location\":\"Oslo\"}", NULL}, {"search_docs", "{}", NULL}};
     check(NX_TOOL_FORMAT_LLAMA3, "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"location\": \"Oslo\"}}; {\"name\": \"search_docs\"}", "", 2, w2);
     check(NX_TOOL_FORMAT_LLAMA3, "{\"name\": \"get_weather\", \"parameters\": {\"location\": \"Oslo\"}}", "", 1, w2);

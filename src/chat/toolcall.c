@@ -122,6 +122,77 @@ static nx_status add_content(struct tcparse *P, const char *s, size_t n) {
     return NX_STATUS_OK;
 }
 
+/* Compact JSON like json_dumps(JSON_COMPACT), but each real with the fewest digits (15, 16 or
+ * 17) that read back to the same double, so a number the model wrote as 0.762327 stays
+ * 0.762327 and not 0.76232699999999998. Key order kept. false on out of memory. */
+static bool put_compact(json_t *sb, const json_t *v, int depth) {
+    char num[40];
+    if (depth > 200) return false;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *k;
+        json_t *e;
+        bool first = true, ok = !json_array_append_new(sb, json_string("{"));
+        json_object_foreach((json_t *)v, k, e) {
+            json_t *ks = json_string(k);
+            char *kq = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+            json_decref(ks);
+            ok = ok && kq && (first || !json_array_append_new(sb, json_string(","))) &&
+                 !json_array_append_new(sb, json_string(kq)) && !json_array_append_new(sb, json_string(":")) &&
+                 put_compact(sb, e, depth + 1);
+            nx_free(kq);
+            first = false;
+        }
+        return ok && !json_array_append_new(sb, json_string("}"));
+    }
+    case JSON_ARRAY: {
+        size_t i;
+        json_t *e;
+        bool ok = !json_array_append_new(sb, json_string("["));
+        json_array_foreach((json_t *)v, i, e) ok = ok && (!i || !json_array_append_new(sb, json_string(","))) &&
+                                                   put_compact(sb, e, depth + 1);
+        return ok && !json_array_append_new(sb, json_string("]"));
+    }
+    case JSON_REAL: {
+        double x = json_real_value(v);
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(num, sizeof num, "%.*g", prec, x);
+            if (strtod(num, NULL) == x) break;
+        }
+        char *plus = strstr(num, "e+");
+        if (plus) memmove(plus + 1, plus + 2, strlen(plus + 2) + 1); /* 1e300, as jansson writes it */
+        if (!strpbrk(num, ".eEn")) strcat(num, ".0"); /* still a real when read back */
+        return !json_array_append_new(sb, json_string(num));
+    }
+    default: {
+        char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        bool ok = t && !json_array_append_new(sb, json_string(t));
+        nx_free(t);
+        return ok;
+    }
+    }
+}
+
+static char *dump_shortest(const json_t *obj) {
+    json_t *sb = json_array();
+    char *out = NULL;
+    if (sb && put_compact(sb, obj, 0)) {
+        size_t n = 0, i;
+        json_t *p;
+        json_array_foreach(sb, i, p) n += json_string_length(p);
+        if ((out = nx_malloc(n + 1))) {
+            size_t o = 0;
+            json_array_foreach(sb, i, p) {
+                memcpy(out + o, json_string_value(p), json_string_length(p));
+                o += json_string_length(p);
+            }
+            out[o] = 0;
+        }
+    }
+    json_decref(sb);
+    return out;
+}
+
 static nx_status add_call(struct tcparse *P, const char *name, size_t name_len, json_t *args, const char *id,
                           size_t at) {
     json_t *obj = args;
@@ -142,7 +213,7 @@ static nx_status add_call(struct tcparse *P, const char *name, size_t name_len, 
         json_decref(decoded);
         return fail(P, NX_STATUS_FORMAT, at, "empty tool name");
     }
-    char *a = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    char *a = obj ? dump_shortest(obj) : NULL;
     json_decref(decoded);
     if (obj && !a) return fail(P, NX_STATUS_NOMEM, at, "out of memory");
     nx_tool_calls *c = P->out;
