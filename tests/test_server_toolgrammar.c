@@ -274,6 +274,46 @@ TEST(refusals_name_the_family) {
     }
 }
 
+/* A JSON value inside an XML element never holds '<' in its strings (so never the element's
+ * closing tag); raw string values neither. */
+TEST(values_inside_elements_hold_no_closing_tag) {
+    setup();
+    json_t *tools = json_loads(k_tools, 0, NULL);
+    struct srv_constraint c;
+    char err[600];
+    ASSERT_OK(srv_constraint_build(NX_TOOL_FORMAT_XML_INVOKE, "<minimax:tool_call>", tools, SRV_TOOLS_NAMED, "book_trip", NULL,
+                                   &c, err, sizeof err));
+    nx_grammar_matcher *m = NULL;
+    ASSERT_OK(nx_grammar_matcher_init(c.grammar, g_gv, &m));
+    const char *good = "\n<parameter name=\"dest\">{\"city\":\"a\\/b\"}</parameter>\n<parameter name=\"flex\">true</parameter>"
+                       "\n</invoke>\n</minimax:tool_call>";
+    ASSERT_OK(nx_grammar_matcher_accept_text(m, good, strlen(good)));
+    ASSERT_TRUE(nx_grammar_matcher_can_end(m));
+    nx_grammar_matcher_reset(m);
+    const char *bad = "\n<parameter name=\"dest\">{\"city\":\"</parameter>";
+    ASSERT_TRUE(nx_grammar_matcher_accept_text(m, bad, strlen(bad)) != NX_STATUS_OK);
+    nx_grammar_matcher_free(m);
+    srv_constraint_free(&c);
+    ASSERT_OK(srv_constraint_build(NX_TOOL_FORMAT_XML_INVOKE, "<minimax:tool_call>", tools, SRV_TOOLS_NAMED, "get_weather", NULL,
+                                   &c, err, sizeof err));
+    ASSERT_OK(nx_grammar_matcher_init(c.grammar, g_gv, &m));
+    const char *raw = "\n<parameter name=\"location\">a<b";
+    ASSERT_TRUE(nx_grammar_matcher_accept_text(m, raw, strlen(raw)) != NX_STATUS_OK);
+    nx_grammar_matcher_free(m);
+    srv_constraint_free(&c);
+    ASSERT_OK(srv_constraint_build(NX_TOOL_FORMAT_PYTHONIC, NULL, tools, SRV_TOOLS_NAMED, "get_weather", NULL, &c, err, sizeof err));
+    ASSERT_OK(nx_grammar_matcher_init(c.grammar, g_gv, &m));
+    const char *py = "location='x<";
+    ASSERT_TRUE(nx_grammar_matcher_accept_text(m, py, strlen(py)) != NX_STATUS_OK);
+    nx_grammar_matcher_reset(m);
+    py = "location='x y',)]<|tool_call_end|>";
+    ASSERT_OK(nx_grammar_matcher_accept_text(m, py, strlen(py)));
+    ASSERT_TRUE(nx_grammar_matcher_can_end(m));
+    nx_grammar_matcher_free(m);
+    srv_constraint_free(&c);
+    json_decref(tools);
+}
+
 /* Each real template of a shaped family is found writing one of its family's forms. */
 TEST(template_forms_detected) {
     struct { const char *file, *form; } cases[] = {

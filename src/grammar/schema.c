@@ -124,10 +124,19 @@ static void dia_string(struct sc *c, struct sbuf *b, long mn, long mx) {
         sb_printf(b, "\"\\\"\" %%jstr{%ld,%ld}", mn, mx);
         return;
     }
+    if (c->dialect == SCHEMA_JSON_NO_LT) { /* one character: plain (no '<') or a short escape */
+        const char *ch = "( [^\"\\\\<\\x00-\\x1f] | \"\\\\\" [\"\\\\/bfnrt] )";
+        sb_put(b, "\"\\\"\" ");
+        if (mx == 0) sb_put(b, "\"\"");
+        else if (mx < 0) sb_printf(b, "%s{%ld,}", ch, mn);
+        else sb_printf(b, "%s{%ld,%ld}", ch, mn, mx);
+        sb_put(b, " \"\\\"\"");
+        return;
+    }
     /* raw bodies without escapes: gemma4 up to its <|"|> quote (no '<'), python without the
        quote or a backslash; no control characters in either */
     const char *q = c->dialect == SCHEMA_GEMMA4 ? "\"<|\\\"|>\"" : "\"'\"";
-    const char *cls = c->dialect == SCHEMA_GEMMA4 ? "[^<\\x00-\\x1f]" : "[^'\\\\\\x00-\\x1f]";
+    const char *cls = c->dialect == SCHEMA_GEMMA4 ? "[^<\\x00-\\x1f]" : "[^'\\\\<\\x00-\\x1f]";
     sb_printf(b, "%s ", q);
     if (mx == 0) sb_put(b, "\"\"");
     else if (mx < 0) sb_printf(b, "%s{%ld,}", cls, mn);
@@ -149,7 +158,8 @@ static bool plain_key(const char *k) {
 /* v written in the dialect into t (JSON: compact JSON); false when it cannot be */
 static bool dia_dump(struct sc *c, json_t *v, struct sbuf *t, int depth) {
     if (depth > SC_MAX_DEPTH) return false;
-    if (c->dialect == SCHEMA_JSON || json_is_number(v)) {
+    if (c->dialect == SCHEMA_JSON || json_is_number(v) || (c->dialect == SCHEMA_JSON_NO_LT && !json_is_string(v) &&
+                                                           !json_is_array(v) && !json_is_object(v))) {
         char *j = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
         if (!j) return false;
         sb_put(t, j);
@@ -159,10 +169,16 @@ static bool dia_dump(struct sc *c, json_t *v, struct sbuf *t, int depth) {
     if (json_is_true(v)) sb_put(t, c->dialect == SCHEMA_PYTHON ? "True" : "true");
     else if (json_is_false(v)) sb_put(t, c->dialect == SCHEMA_PYTHON ? "False" : "false");
     else if (json_is_null(v)) sb_put(t, c->dialect == SCHEMA_PYTHON ? "None" : "null");
-    else if (json_is_string(v)) {
+    else if (json_is_string(v) && c->dialect == SCHEMA_JSON_NO_LT) {
+        if (strchr(json_string_value(v), '<')) return false;
+        char *j = json_dumps(v, JSON_ENCODE_ANY);
+        if (!j) return false;
+        sb_put(t, j);
+        nx_free(j);
+    } else if (json_is_string(v)) {
         const char *x = json_string_value(v);
         for (const char *q = x; *q; q++)
-            if ((unsigned char)*q < 0x20 || (c->dialect == SCHEMA_GEMMA4 ? *q == '<' : (*q == '\'' || *q == '\\')))
+            if ((unsigned char)*q < 0x20 || *q == '<' || (c->dialect == SCHEMA_PYTHON && (*q == '\'' || *q == '\\')))
                 return false;
         sb_put(t, c->dialect == SCHEMA_GEMMA4 ? "<|\"|>" : "'");
         sb_put(t, x);
@@ -393,7 +409,9 @@ static void gen_string(struct sc *c, json_t *s, struct sbuf *b) {
             return;
         }
         /* RFC 3339 full-date; days 01-28 only, so every generated date exists */
-        const char *q = c->dialect == SCHEMA_JSON ? "\"\\\"\"" : c->dialect == SCHEMA_GEMMA4 ? "\"<|\\\"|>\"" : "\"'\"";
+        const char *q = c->dialect == SCHEMA_JSON || c->dialect == SCHEMA_JSON_NO_LT ? "\"\\\"\""
+                        : c->dialect == SCHEMA_GEMMA4                            ? "\"<|\\\"|>\""
+                                                                                 : "\"'\"";
         sb_printf(b, "%s [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | \"1\" "
                      "[0-9] | \"2\" [0-8] ) %s", q, q);
         return;
@@ -427,9 +445,10 @@ static void lit_value(struct sc *c, json_t *v, struct sbuf *b) {
     if (!dia_dump(c, v, &t, 0) || t.oom) {
         nx_free(t.s);
         sc_fail(c, "cannot write an enum value in this dialect (%s)",
-                c->dialect == SCHEMA_GEMMA4 ? "gemma4: a string with '<' or a control character, or a key that is "
-                                              "not a plain name"
-                                            : "python: a string with a quote, a backslash or a control character");
+                c->dialect == SCHEMA_GEMMA4   ? "gemma4: a string with '<' or a control character, or a key that is "
+                                                "not a plain name"
+                : c->dialect == SCHEMA_PYTHON ? "python: a string with a quote, a backslash, '<' or a control character"
+                                              : "JSON inside an XML element: a string with '<'");
         return;
     }
     sb_lit(b, t.s ? t.s : "", t.n);
@@ -579,7 +598,9 @@ static void gen_object(struct sc *c, json_t *s, struct sbuf *b) {
         int kr = gen_key_excl(c, names, (int)np, 0);
         extra = new_rule(c);
         struct sbuf eb = {0};
-        const char *kq = c->dialect == SCHEMA_JSON ? "\"\\\"\" " : c->dialect == SCHEMA_PYTHON ? "\"'\" " : "";
+        const char *kq = c->dialect == SCHEMA_JSON || c->dialect == SCHEMA_JSON_NO_LT ? "\"\\\"\" "
+                         : c->dialect == SCHEMA_PYTHON                            ? "\"'\" "
+                                                                                  : "";
         sb_printf(&eb, "%sr%d %s\":\" r%d", kq, kr, kq, vr);
         def_rule(c, extra, &eb);
         nx_free(eb.s);

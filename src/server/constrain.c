@@ -539,7 +539,9 @@ static nx_status put_params(struct gb *b, const struct chat_call_shape *sh, json
                 if (json_object_get(params, defs[d]) && !json_object_get(sub, defs[d]))
                     json_object_set(sub, defs[d], json_object_get(params, defs[d]));
             snprintf(prefix, sizeof prefix, "%s-j-", rule);
-            st = sub ? put_schema_dialect(b, sub, sh->dialect, prefix, err, errlen) : NX_STATUS_NOMEM;
+            /* JSON inside an element: its strings hold no '<', so never a closing tag */
+            int dia = sh->dialect == SCHEMA_JSON ? SCHEMA_JSON_NO_LT : sh->dialect;
+            st = sub ? put_schema_dialect(b, sub, dia, prefix, err, errlen) : NX_STATUS_NOMEM;
             json_decref(sub);
             gb_printf(b, "%s ::= %sroot\n", vrule, prefix);
             if (st && err[0] && !strstr(err, "parameter")) {
