@@ -11,7 +11,8 @@
  *     param_pre KEY (param_mid_str when the property is a string and that is set, else
  *     param_mid) VALUE param_post [KEY param_post_end, when param_post_end is set]
  * where VALUE is raw text for a property whose schema has "type": "string" (no byte of
- * raw_stop, no control character), and compact JSON under the property's schema otherwise.
+ * raw_stop, no control character), and compact JSON under the property's schema otherwise (its
+ * strings without '<', so no value holds a closing tag).
  * A family whose values are not JSON has a dialect (grammar/schema.h): gemma4's
  * {key:<|"|>text<|"|>,..} for its whole arguments object, Python literals for each of
  * pythonic's key=value parameters (strings quoted, never raw).
