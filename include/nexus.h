@@ -769,12 +769,16 @@ enum nx_tool_format {
     NX_TOOL_FORMAT_HY = 12,         /* Hunyuan <tool_call:opensource>NAME<tool_sep:opensource> and
                                        <arg_key:opensource>K</..><arg_value:opensource>V</..> pairs */
     NX_TOOL_FORMAT_PYTHONIC = 13,   /* LFM2.5 <|tool_call_start|>[NAME(k='v', n=3), ..]<|tool_call_end|> */
-    NX_TOOL_FORMAT_FUNCTIONARY = 14 /* functionary v3.2: >>>NAME\n{..} segments, >>>all\n text */
+    NX_TOOL_FORMAT_FUNCTIONARY = 14, /* functionary v3.2: >>>NAME\n{..} segments, >>>all\n text */
+    NX_TOOL_FORMAT_MINIMAX_M3 = 15   /* ]<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="N">
+                                        ]<]minimax[>[<KEY>V]<]minimax[>[</KEY>..]<]minimax[>[</invoke>
+                                        ..]<]minimax[>[</tool_call>, nested values as elements
+                                        (<item> for list entries) */
 };
 /* The family a template's text shows (detected once at parse). */
 NX_API enum nx_tool_format nx_chat_template_tool_format(const nx_chat_template *t);
 /* "none", "hermes", "llama3", "mistral", "generic", "deepseek", "tagged-json", "xml-invoke",
- * "kimi", "solar", "harmony", "gemma4", "hy", "pythonic", "functionary". Static. */
+ * "kimi", "solar", "harmony", "gemma4", "hy", "pythonic", "functionary", "minimax-m3". Static. */
 NX_API const char *nx_tool_format_name(enum nx_tool_format f);
 /* The text that begins a tool call in that family: "<tool_call>" (hermes), "{\"name\""
  * (llama3; also "<|python_tag|>" and functionary's "<function=" are parsed), "[TOOL_CALLS]"
@@ -798,6 +802,18 @@ typedef struct nx_tool_calls nx_tool_calls;
  */
 NX_API nx_status nx_tool_calls_parse(enum nx_tool_format f, const char *text, size_t len,
                                      nx_tool_calls **out, char *err, size_t errlen);
+/*
+ * As nx_tool_calls_parse, with the tools the calls were made against (tools_json: a JSON array
+ * of OpenAI {"type":"function","function":{"name","parameters"}} or bare {"name","parameters"}
+ * entries; NULL: none). The families that write parameter values as raw text (hermes' XML and
+ * GLM forms, xml-invoke, hy, minimax-m3) decode a value as JSON when it is JSON, which would
+ * turn a string parameter "3" into a number: with the tools, a value whose property schema has
+ * "type": "string" stays text verbatim (others still decode). Extra error: INVALID_ARG when
+ * tools_json is not a JSON array.
+ */
+NX_API nx_status nx_tool_calls_parse_with_tools(enum nx_tool_format f, const char *text, size_t len,
+                                                const char *tools_json, nx_tool_calls **out,
+                                                char *err, size_t errlen);
 NX_API int32_t nx_tool_calls_count(const nx_tool_calls *c);
 /* Call i (0 <= i < count), borrowed, lives with c; NULL when out of range. */
 NX_API const struct nx_tool_call *nx_tool_calls_get(const nx_tool_calls *c, int32_t i);

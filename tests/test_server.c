@@ -1023,7 +1023,7 @@ TEST(constraint_grammars_round_trip_through_the_parsers) {
             const char *named = m == 2 ? "search" : NULL;
             struct srv_constraint c;
             char err[256];
-            nx_status bst = srv_constraint_build(fam[k].f, tools, modes[m], named, NULL, &c, err, sizeof err);
+            nx_status bst = srv_constraint_build(fam[k].f, NULL, tools, modes[m], named, NULL, &c, err, sizeof err);
             if (bst) fprintf(stderr, "  %s mode %d: %s\n", nx_tool_format_name(fam[k].f), m, err);
             ASSERT_OK(bst);
             ASSERT_TRUE(c.grammar != NULL && c.tools && c.format == fam[k].f);
@@ -1073,15 +1073,24 @@ TEST(constraint_grammars_round_trip_through_the_parsers) {
             nx_grammar_matcher_free(gm);
             srv_constraint_free(&c);
         }
-    /* a family without a grammar here: auto is free (parsed with its own parser), required
-       asks for the Hermes shape */
+    /* the families of chat/callshape.h have their own grammar (test_server_toolgrammar),
+       gemma4 and pythonic in their own argument syntaxes */
     struct srv_constraint c;
-    char err[256];
-    ASSERT_OK(srv_constraint_build(NX_TOOL_FORMAT_XML_INVOKE, tools, SRV_TOOLS_AUTO, NULL, NULL, &c, err, sizeof err));
-    ASSERT_TRUE(c.grammar == NULL && c.format == NX_TOOL_FORMAT_XML_INVOKE);
+    char err[512];
+    ASSERT_OK(srv_constraint_build(NX_TOOL_FORMAT_XML_INVOKE, NULL, tools, SRV_TOOLS_AUTO, NULL, NULL, &c, err, sizeof err));
+    ASSERT_TRUE(c.grammar != NULL && c.format == NX_TOOL_FORMAT_XML_INVOKE);
+    ASSERT_STR_EQ(c.trigger, "<minimax:tool_call>");
     srv_constraint_free(&c);
-    ASSERT_OK(srv_constraint_build(NX_TOOL_FORMAT_XML_INVOKE, tools, SRV_TOOLS_REQUIRED, NULL, NULL, &c, err, sizeof err));
-    ASSERT_TRUE(c.grammar != NULL && c.format == NX_TOOL_FORMAT_HERMES);
+    enum nx_tool_format own[] = {NX_TOOL_FORMAT_GEMMA4, NX_TOOL_FORMAT_PYTHONIC};
+    for (int k = 0; k < 2; k++)
+        for (int m = 0; m < 3; m++) {
+            ASSERT_OK(srv_constraint_build(own[k], NULL, tools, modes[m], m == 2 ? "search" : NULL, NULL, &c, err, sizeof err));
+            ASSERT_TRUE(c.grammar != NULL && c.format == own[k]);
+            srv_constraint_free(&c);
+        }
+    /* without tools they are plain chat */
+    ASSERT_OK(srv_constraint_build(NX_TOOL_FORMAT_GEMMA4, NULL, NULL, SRV_TOOLS_AUTO, NULL, NULL, &c, err, sizeof err));
+    ASSERT_TRUE(c.grammar == NULL && !c.tools);
     srv_constraint_free(&c);
     json_decref(tools);
     nx_grammar_vocab_free(v);
@@ -1110,6 +1119,47 @@ TEST(server_llama3_tool_calls) {
             json_decref(r);
         }
     srv_stop(s);
+}
+
+/* Templates of the families with a shape (chat/callshape.h), served for real: the server finds
+   each template's call form, required / named calls come out whole in that form and parse
+   (with the tools: string parameters stay text) into calls under the schema. */
+TEST(server_tool_calls_in_each_familys_form) {
+    const char *tmpls[] = {"MiniMax-M2.jinja", "deepseek-ai-DeepSeek-V3.2.jinja", "NVIDIA-Nemotron-Nano-v2.jinja",
+                           "moonshotai-Kimi-K2.jinja", "upstage-Solar-Open-100B.jinja", "openai-gpt-oss-120b.jinja",
+                           "tencent-Hy3.jinja", "meetkai-functionary-medium-v3.2.jinja", "MiniMax-M3.jinja",
+                           "google-gemma-4-31B-it.jinja", "LFM2.5-8B-A1B.jinja"};
+    const char *choices[] = {"\"required\"", "{\"type\":\"function\",\"function\":{\"name\":\"search\"}}"};
+    /* k_tools with a description for each tool (some templates print it unconditionally) */
+    char tools[1024];
+    const char *at = strstr(k_tools, "{\"name\":\"search\"");
+    snprintf(tools, sizeof tools, "%.*s{\"name\":\"search\",\"description\":\"Search\"%s", (int)(at - k_tools), k_tools,
+             at + strlen("{\"name\":\"search\""));
+    for (size_t k = 0; k < NX_ARRAY_LEN(tmpls); k++) {
+        char path[1024];
+        snprintf(path, sizeof path, "../shared/data/chat-templates/%s", tmpls[k]);
+        struct srv_params p = params();
+        p.chat_template = path;
+        p.engine.n_slots = 1;
+        p.engine.n_ctx = 4096; /* the templates' tool instructions are long */
+        struct srv_server *s = start(&p);
+        ASSERT_TRUE(s != NULL);
+        for (int c = 0; c < 2; c++)
+            for (int seed = 1; seed <= 2; seed++) {
+                char body[2048];
+                snprintf(body, sizeof body,
+                         /* 300: DSML's shortest call is 124 bytes, one token a byte at worst */
+                         "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Oslo?\"}],"
+                         "\"temperature\":1.0,\"seed\":%d,\"max_tokens\":300,\"tools\":%s,"
+                         "\"tool_choice\":%s}", seed, tools, choices[c]);
+                int st;
+                json_t *r = chat_json(srv_port(s), body, &st);
+                if (st != 200) FAILF("%s: status %d", tmpls[k], st);
+                if (!tool_call_ok(r, c == 1 ? "search" : NULL)) FAILF("%s: %s", tmpls[k], json_dumps(r, 0));
+                json_decref(r);
+            }
+        srv_stop(s);
+    }
 }
 
 TEST(zz_free_model) {

@@ -2,7 +2,8 @@
  * server_request.c - fuzz target: the server's request handling short of the engine, in
  * process (no sockets): what src/server/http.c does with a POST body before a job is queued.
  * Input: byte 0 picks the endpoint (bits 0-1: chat completions, completions, embeddings) and
- * the template's tool-call family (bits 2-4: nx_tool_format), the rest is the body. Steps, as
+ * the template's tool-call family (bits 2-4: none, hermes, llama3, mistral, generic, deepseek,
+ * then xml-invoke and pythonic for the shaped families of chat/callshape.h), the rest is the body. Steps, as
  * the handler: the nesting check (srv_json_depth, limit 64), the JSON parse (nx_json_loadb,
  * duplicate keys refused), the request check (src/server/oai.c: srv_parse_gen /
  * srv_parse_embed), for chat the output constraint from tools / tool_choice /
@@ -70,7 +71,10 @@ NX_FUZZ_TARGET(server_request) {
     fuzz_quiet();
     (void)chatml();
     int ep = data[0] & 3;
-    enum nx_tool_format fam = (enum nx_tool_format)(((data[0] >> 2) & 7) % 6);
+    static const enum nx_tool_format fams[8] = {NX_TOOL_FORMAT_NONE, NX_TOOL_FORMAT_HERMES, NX_TOOL_FORMAT_LLAMA3,
+                                                NX_TOOL_FORMAT_MISTRAL, NX_TOOL_FORMAT_GENERIC, NX_TOOL_FORMAT_DEEPSEEK,
+                                                NX_TOOL_FORMAT_XML_INVOKE, NX_TOOL_FORMAT_PYTHONIC};
+    enum nx_tool_format fam = fams[(data[0] >> 2) & 7];
     const char *body = (const char *)data + 1;
     size_t n = size - 1;
     if (srv_json_depth(body, n, 64) > 64) return 0;
@@ -110,7 +114,7 @@ NX_FUZZ_TARGET(server_request) {
         CHECK(json_is_array(r.messages));
         struct srv_constraint con;
         memset(&con, 0, sizeof con);
-        st = srv_constraint_build(fam, r.tools, r.tool_mode, r.tool_name, r.response_format, &con,
+        st = srv_constraint_build(fam, NULL, r.tools, r.tool_mode, r.tool_name, r.response_format, &con,
                                   err, sizeof err);
         if (st == NX_STATUS_OK) {
             CHECK(con.prefill != NULL);

@@ -36,6 +36,7 @@
 
 #include "chat/chat.h"
 #include "core/alloc.h"
+#include "core/json.h"
 #include "nexus.h"
 
 struct nx_tool_calls {
@@ -53,7 +54,35 @@ struct tcparse {
     char *err;
     size_t errlen;
     nx_status st;
+    json_t *tools; /* the request's tools (types of raw-text parameters), or NULL */
 };
+
+/* The parameters schema of tool NAME (OpenAI {"type":"function","function":{..}} or bare
+ * {"name":..,"parameters":..} entries), or NULL. */
+static json_t *tool_params(const struct tcparse *P, const char *name, size_t len) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(P->tools, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        if (!json_is_object(fn)) fn = t;
+        json_t *nm = json_object_get(fn, "name");
+        if (json_is_string(nm) && json_string_length(nm) == len && !memcmp(json_string_value(nm), name, len))
+            return json_object_get(fn, "parameters");
+    }
+    return NULL;
+}
+
+/* the schema of property KEY of an object schema (NULL when unknown) */
+static json_t *prop_schema(json_t *obj, const char *key, size_t len) {
+    json_t *props = json_object_get(obj, "properties");
+    return props ? json_object_getn(props, key, len) : NULL;
+}
+
+/* a raw-text parameter value is kept as text when its schema's type is exactly "string" */
+static bool string_schema(json_t *s) {
+    json_t *ty = json_object_get(s, "type");
+    return json_is_string(ty) && !strcmp(json_string_value(ty), "string");
+}
 
 static nx_status fail(struct tcparse *P, nx_status st, size_t at, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -93,6 +122,77 @@ static nx_status add_content(struct tcparse *P, const char *s, size_t n) {
     return NX_STATUS_OK;
 }
 
+/* Compact JSON like json_dumps(JSON_COMPACT), but each real with the fewest digits (15, 16 or
+ * 17) that read back to the same double, so a number the model wrote as 0.762327 stays
+ * 0.762327 and not 0.76232699999999998. Key order kept. false on out of memory. */
+static bool put_compact(json_t *sb, const json_t *v, int depth) {
+    char num[40];
+    if (depth > 200) return false;
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        const char *k;
+        json_t *e;
+        bool first = true, ok = !json_array_append_new(sb, json_string("{"));
+        json_object_foreach((json_t *)v, k, e) {
+            json_t *ks = json_string(k);
+            char *kq = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+            json_decref(ks);
+            ok = ok && kq && (first || !json_array_append_new(sb, json_string(","))) &&
+                 !json_array_append_new(sb, json_string(kq)) && !json_array_append_new(sb, json_string(":")) &&
+                 put_compact(sb, e, depth + 1);
+            nx_free(kq);
+            first = false;
+        }
+        return ok && !json_array_append_new(sb, json_string("}"));
+    }
+    case JSON_ARRAY: {
+        size_t i;
+        json_t *e;
+        bool ok = !json_array_append_new(sb, json_string("["));
+        json_array_foreach((json_t *)v, i, e) ok = ok && (!i || !json_array_append_new(sb, json_string(","))) &&
+                                                   put_compact(sb, e, depth + 1);
+        return ok && !json_array_append_new(sb, json_string("]"));
+    }
+    case JSON_REAL: {
+        double x = json_real_value(v);
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(num, sizeof num, "%.*g", prec, x);
+            if (strtod(num, NULL) == x) break;
+        }
+        char *plus = strstr(num, "e+");
+        if (plus) memmove(plus + 1, plus + 2, strlen(plus + 2) + 1); /* 1e300, as jansson writes it */
+        if (!strpbrk(num, ".eEn")) strcat(num, ".0"); /* still a real when read back */
+        return !json_array_append_new(sb, json_string(num));
+    }
+    default: {
+        char *t = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        bool ok = t && !json_array_append_new(sb, json_string(t));
+        nx_free(t);
+        return ok;
+    }
+    }
+}
+
+static char *dump_shortest(const json_t *obj) {
+    json_t *sb = json_array();
+    char *out = NULL;
+    if (sb && put_compact(sb, obj, 0)) {
+        size_t n = 0, i;
+        json_t *p;
+        json_array_foreach(sb, i, p) n += json_string_length(p);
+        if ((out = nx_malloc(n + 1))) {
+            size_t o = 0;
+            json_array_foreach(sb, i, p) {
+                memcpy(out + o, json_string_value(p), json_string_length(p));
+                o += json_string_length(p);
+            }
+            out[o] = 0;
+        }
+    }
+    json_decref(sb);
+    return out;
+}
+
 static nx_status add_call(struct tcparse *P, const char *name, size_t name_len, json_t *args, const char *id,
                           size_t at) {
     json_t *obj = args;
@@ -113,7 +213,7 @@ static nx_status add_call(struct tcparse *P, const char *name, size_t name_len, 
         json_decref(decoded);
         return fail(P, NX_STATUS_FORMAT, at, "empty tool name");
     }
-    char *a = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    char *a = obj ? dump_shortest(obj) : NULL;
     json_decref(decoded);
     if (obj && !a) return fail(P, NX_STATUS_NOMEM, at, "out of memory");
     nx_tool_calls *c = P->out;
@@ -208,8 +308,9 @@ static nx_status xml_function(struct tcparse *P, size_t i, size_t end) {
         if (v0 < v1 && s[v0] == '\n') v0++;
         if (v1 > v0 && s[v1 - 1] == '\n') v1--;
         char *key = dupn(s + k0, (size_t)(kgt - s) - k0);
+        bool as_string = string_schema(prop_schema(tool_params(P, s + name_at, name_len), s + k0, (size_t)(kgt - s) - k0));
         json_error_t je;
-        json_t *v = json_loadb(s + v0, v1 - v0, JSON_DECODE_ANY, &je);
+        json_t *v = as_string ? NULL : json_loadb(s + v0, v1 - v0, JSON_DECODE_ANY, &je);
         if (!v) v = json_stringn(s + v0, v1 - v0);
         if (!key || !v || json_object_set_new(args, key, v)) {
             nx_free(key);
@@ -268,7 +369,8 @@ static nx_status glm_call(struct tcparse *P, size_t i, size_t end, const struct 
         }
         size_t v0 = (size_t)(v - s) + vo;
         char *key = dupn(s + k0, (size_t)(k1 - s) - k0);
-        json_t *val = param_value(s + v0, (size_t)(v1 - s) - v0, false);
+        bool as_string = string_schema(prop_schema(tool_params(P, s + i, name_end - i), s + k0, (size_t)(k1 - s) - k0));
+        json_t *val = param_value(s + v0, (size_t)(v1 - s) - v0, as_string);
         if (!key || !val || json_object_set_new(args, key, val)) {
             nx_free(key);
             st = fail(P, NX_STATUS_NOMEM, at, "out of memory");
@@ -642,7 +744,8 @@ static nx_status invoke_call(struct tcparse *P, const struct invoke_form *F, siz
         }
         /* DSML marks string="true", Kimi-K3 type="string": the value is text, not JSON */
         size_t h0 = (size_t)(kq - s), h1 = (size_t)(ph - s);
-        bool as_string = find(s, h1, h0, "string=\"true\"") || find(s, h1, h0, "type=\"string\"");
+        bool as_string = find(s, h1, h0, "string=\"true\"") || find(s, h1, h0, "type=\"string\"") ||
+                         string_schema(prop_schema(tool_params(P, s + name0, name1 - name0), s + k0, h0 - k0));
         size_t v0 = h1 + strlen(F->param_head_end), v1 = (size_t)(pc - s);
         char *key = dupn(s + k0, h0 - k0);
         json_t *v = param_value(s + v0, v1 - v0, as_string);
@@ -1072,6 +1175,148 @@ static nx_status parse_functionary(struct tcparse *P) {
     return NX_STATUS_OK;
 }
 
+/* MiniMax-M3: ]<]minimax[>[<tool_call>\n(]<]minimax[>[<invoke name="N">MEMBERS]<]minimax[>[</invoke>\n)+
+ * ]<]minimax[>[</tool_call>, MEMBERS being ]<]minimax[>[<KEY>VALUE]<]minimax[>[</KEY> elements. A VALUE
+ * is nested elements (an object; an array when every element is <item>) or text: kept as text
+ * when its schema (from the tools, followed down) says string, else JSON when it decodes. */
+#define MM3_NS "]<]minimax[>["
+#define MM3_OPEN MM3_NS "<tool_call>"
+#define MM3_CLOSE MM3_NS "</tool_call>"
+#define MM3_NSL (sizeof MM3_NS - 1)
+
+static json_t *mm3_value(struct tcparse *P, size_t *i, size_t end, const char *key, size_t klen, json_t *sch, int depth);
+
+/* elements at s[*i] until NS</ (not consumed); into an object, or an array when all are <item> */
+static json_t *mm3_elements(struct tcparse *P, size_t *i, size_t end, json_t *sch, int depth) {
+    const char *s = P->s;
+    json_t *obj = json_object(), *arr = json_array();
+    bool all_items = true;
+    size_t j = *i;
+    if (!obj || !arr) goto nomem;
+    while (at_str(s, end, j, MM3_NS "<") && !at_str(s, end, j, MM3_NS "</")) {
+        size_t k0 = j + MM3_NSL + 1;
+        const char *gt = find(s, end, k0, ">");
+        if (!gt) {
+            fail(P, NX_STATUS_FORMAT, j, "truncated element tag");
+            goto bad;
+        }
+        size_t k1 = (size_t)(gt - s);
+        for (size_t q = k0; q < k1; q++)
+            if (s[q] == '<' || s[q] == '[' || s[q] == ']') {
+                fail(P, NX_STATUS_FORMAT, j, "malformed element tag");
+                goto bad;
+            }
+        bool item = k1 - k0 == 4 && !memcmp(s + k0, "item", 4);
+        json_t *sub = item ? json_object_get(sch, "items") : prop_schema(sch, s + k0, k1 - k0);
+        j = k1 + 1;
+        json_t *v = mm3_value(P, &j, end, s + k0, k1 - k0, sub, depth + 1);
+        if (!v) goto bad;
+        char *key = dupn(s + k0, k1 - k0);
+        if (!key || json_array_append(arr, v) || json_object_set_new(obj, key, v)) {
+            nx_free(key);
+            goto nomem;
+        }
+        nx_free(key);
+        all_items = all_items && item;
+    }
+    *i = j;
+    if (all_items && json_array_size(arr) > 0) {
+        json_decref(obj);
+        return arr;
+    }
+    json_decref(arr);
+    return obj;
+nomem:
+    fail(P, NX_STATUS_NOMEM, j, "out of memory");
+bad:
+    json_decref(obj);
+    json_decref(arr);
+    return NULL;
+}
+
+/* the value of element KEY at s[*i] (after its opening tag) through its closing tag */
+static json_t *mm3_value(struct tcparse *P, size_t *i, size_t end, const char *key, size_t klen, json_t *sch, int depth) {
+    const char *s = P->s;
+    size_t j = *i;
+    if (depth > 64) {
+        fail(P, NX_STATUS_FORMAT, j, "arguments nested deeper than 64");
+        return NULL;
+    }
+    json_t *v;
+    if (at_str(s, end, j, MM3_NS "<") && !at_str(s, end, j, MM3_NS "</")) {
+        if (!(v = mm3_elements(P, &j, end, sch, depth))) return NULL;
+    } else {
+        const char *e = find(s, end, j, MM3_NS);
+        if (!e) {
+            fail(P, NX_STATUS_FORMAT, j, "truncated value of <%.*s>", (int)(klen > 64 ? 64 : klen), key);
+            return NULL;
+        }
+        v = param_value(s + j, (size_t)(e - s) - j, string_schema(sch));
+        if (!v) {
+            fail(P, NX_STATUS_NOMEM, j, "out of memory");
+            return NULL;
+        }
+        j = (size_t)(e - s);
+    }
+    /* NS</KEY> */
+    if (!(at_str(s, end, j, MM3_NS "</") && j + MM3_NSL + 2 + klen < end && !memcmp(s + j + MM3_NSL + 2, key, klen) &&
+          s[j + MM3_NSL + 2 + klen] == '>')) {
+        json_decref(v);
+        fail(P, NX_STATUS_FORMAT, j, j >= end ? "truncated: no closing tag of <%.*s>" : "expected the closing tag of <%.*s>",
+             (int)(klen > 64 ? 64 : klen), key);
+        return NULL;
+    }
+    *i = j + MM3_NSL + 3 + klen;
+    return v;
+}
+
+static nx_status parse_minimax3(struct tcparse *P) {
+    const char *s = P->s;
+    size_t i = 0, n = P->n;
+    nx_status st;
+    for (;;) {
+        const char *o = find(s, n, i, MM3_OPEN);
+        if (!o) return add_content(P, s + i, n - i);
+        size_t at = (size_t)(o - s);
+        if ((st = add_content(P, s + i, at - i))) return st;
+        const char *close = find(s, n, at, MM3_CLOSE);
+        size_t end = close ? (size_t)(close - s) : n;
+        size_t j = at + strlen(MM3_OPEN);
+        int ncalls = 0;
+        for (;;) {
+            j = skip_ws(s, end, j);
+            if (j >= end) break;
+            if (!at_str(s, end, j, MM3_NS "<invoke name=\""))
+                return fail(P, NX_STATUS_FORMAT, j, "expected " MM3_NS "<invoke name=\"");
+            size_t name0 = j + MM3_NSL + strlen("<invoke name=\"");
+            const char *q = find(s, end, name0, "\">");
+            if (!q) return fail(P, NX_STATUS_FORMAT, j, "truncated <invoke name=\" tag");
+            size_t name1 = (size_t)(q - s);
+            size_t call_at = j;
+            j = name1 + 2;
+            json_t *params = tool_params(P, s + name0, name1 - name0);
+            json_t *args = mm3_elements(P, &j, end, params, 0);
+            if (!args) return P->st;
+            if (!json_is_object(args)) { /* top-level <item> elements: keys, not a list */
+                json_decref(args);
+                return fail(P, NX_STATUS_FORMAT, call_at, "arguments are a list of <item> elements, not named parameters");
+            }
+            if (!at_str(s, end, j, MM3_NS "</invoke>")) {
+                json_decref(args);
+                return fail(P, NX_STATUS_FORMAT, j, j >= end ? "truncated: no " MM3_NS "</invoke>" : "expected " MM3_NS "</invoke>");
+            }
+            j += MM3_NSL + strlen("</invoke>");
+            st = add_call(P, s + name0, name1 - name0, args, NULL, call_at);
+            json_decref(args);
+            if (st) return st;
+            ncalls++;
+        }
+        if (!ncalls) return fail(P, NX_STATUS_FORMAT, at, MM3_OPEN " with no call after it");
+        i = close ? end + strlen(MM3_CLOSE) : n;
+        if (i >= n) return NX_STATUS_OK;
+    }
+}
+
 static void trim_content(char *c) {
     if (!c) return;
     size_t n = strlen(c), a = 0;
@@ -1083,18 +1328,36 @@ static void trim_content(char *c) {
 
 nx_status nx_tool_calls_parse(enum nx_tool_format f, const char *text, size_t len, nx_tool_calls **out,
                               char *err, size_t errlen) {
+    return nx_tool_calls_parse_with_tools(f, text, len, NULL, out, err, errlen);
+}
+
+nx_status nx_tool_calls_parse_with_tools(enum nx_tool_format f, const char *text, size_t len, const char *tools_json,
+                                         nx_tool_calls **out, char *err, size_t errlen) {
     if (!out) return NX_STATUS_INVALID_ARG;
     *out = NULL;
-    if (!text || f < NX_TOOL_FORMAT_NONE || f > NX_TOOL_FORMAT_FUNCTIONARY) {
+    if (!text || f < NX_TOOL_FORMAT_NONE || f > NX_TOOL_FORMAT_MINIMAX_M3) {
         if (err && errlen) snprintf(err, errlen, "%s", !text ? "text is NULL" : "unknown tool-call format");
         return NX_STATUS_INVALID_ARG;
     }
+    json_t *tools = NULL;
+    if (tools_json) {
+        json_error_t je;
+        bool oom = false;
+        tools = nx_json_loadb(tools_json, strlen(tools_json), 0, &je, &oom);
+        if (!json_is_array(tools)) {
+            json_decref(tools);
+            if (err && errlen)
+                snprintf(err, errlen, "%s", oom ? "out of memory" : "tools: not a JSON array of tool definitions");
+            return oom ? NX_STATUS_NOMEM : NX_STATUS_INVALID_ARG;
+        }
+    }
     nx_tool_calls *c = nx_calloc(1, sizeof *c);
     if (!c) {
+        json_decref(tools);
         if (err && errlen) snprintf(err, errlen, "out of memory");
         return NX_STATUS_NOMEM;
     }
-    struct tcparse P = {.s = text, .n = len, .out = c, .err = err, .errlen = errlen};
+    struct tcparse P = {.s = text, .n = len, .out = c, .err = err, .errlen = errlen, .tools = tools};
     nx_status st;
     switch (f) {
     case NX_TOOL_FORMAT_HERMES: st = parse_hermes(&P); break;
@@ -1111,8 +1374,10 @@ nx_status nx_tool_calls_parse(enum nx_tool_format f, const char *text, size_t le
     case NX_TOOL_FORMAT_HY: st = parse_hy(&P); break;
     case NX_TOOL_FORMAT_PYTHONIC: st = parse_pythonic(&P); break;
     case NX_TOOL_FORMAT_FUNCTIONARY: st = parse_functionary(&P); break;
+    case NX_TOOL_FORMAT_MINIMAX_M3: st = parse_minimax3(&P); break;
     default: st = add_content(&P, text, len); break;
     }
+    json_decref(tools);
     if (st == NX_STATUS_OK && !P.content) st = add_content(&P, "", 0);
     c->content = P.content;
     if (st != NX_STATUS_OK) {
@@ -1158,6 +1423,7 @@ const char *nx_tool_format_name(enum nx_tool_format f) {
     case NX_TOOL_FORMAT_HY: return "hy";
     case NX_TOOL_FORMAT_PYTHONIC: return "pythonic";
     case NX_TOOL_FORMAT_FUNCTIONARY: return "functionary";
+    case NX_TOOL_FORMAT_MINIMAX_M3: return "minimax-m3";
     default: return "none";
     }
 }
@@ -1178,6 +1444,7 @@ const char *nx_tool_format_trigger(enum nx_tool_format f) {
     case NX_TOOL_FORMAT_HY: return "<tool_call:opensource>";
     case NX_TOOL_FORMAT_PYTHONIC: return "<|tool_call_start|>";
     case NX_TOOL_FORMAT_FUNCTIONARY: return ">>>";
+    case NX_TOOL_FORMAT_MINIMAX_M3: return MM3_OPEN;
     default: return "";
     }
 }
@@ -1188,6 +1455,7 @@ static const struct {
     enum nx_tool_format f;
     const char *m[3];
 } DETECT[] = {
+    {NX_TOOL_FORMAT_MINIMAX_M3, {MM3_NS, "<invoke name=", NULL}},
     {NX_TOOL_FORMAT_XML_INVOKE, {"｜DSML｜", NULL}},
     {NX_TOOL_FORMAT_XML_INVOKE, {"<minimax:tool_call>", NULL}},
     {NX_TOOL_FORMAT_XML_INVOKE, {"<atem:invoke", NULL}},

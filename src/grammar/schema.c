@@ -99,6 +99,7 @@ struct sc {
     struct refmemo *refs;
     int n_refs, cap_refs;
     int any_rule; /* -1 until generated */
+    enum schema_dialect dialect;
 };
 
 __attribute__((format(printf, 2, 3))) static void sc_fail(struct sc *c, const char *fmt, ...) {
@@ -114,6 +115,103 @@ __attribute__((format(printf, 2, 3))) static void sc_fail(struct sc *c, const ch
 }
 
 static int new_rule(struct sc *c) { return c->n_rules++; }
+
+/* ---- dialects (schema.h): how strings, keys and the literals are written ---- */
+
+/* a string of mn..mx code points (mx < 0: unbounded) */
+static void dia_string(struct sc *c, struct sbuf *b, long mn, long mx) {
+    if (c->dialect == SCHEMA_JSON) {
+        sb_printf(b, "\"\\\"\" %%jstr{%ld,%ld}", mn, mx);
+        return;
+    }
+    if (c->dialect == SCHEMA_JSON_NO_LT) { /* one character: plain (no '<') or a short escape */
+        const char *ch = "( [^\"\\\\<\\x00-\\x1f] | \"\\\\\" [\"\\\\/bfnrt] )";
+        sb_put(b, "\"\\\"\" ");
+        if (mx == 0) sb_put(b, "\"\"");
+        else if (mx < 0) sb_printf(b, "%s{%ld,}", ch, mn);
+        else sb_printf(b, "%s{%ld,%ld}", ch, mn, mx);
+        sb_put(b, " \"\\\"\"");
+        return;
+    }
+    /* raw bodies without escapes: gemma4 up to its <|"|> quote (no '<'), python without the
+       quote or a backslash; no control characters in either */
+    const char *q = c->dialect == SCHEMA_GEMMA4 ? "\"<|\\\"|>\"" : "\"'\"";
+    const char *cls = c->dialect == SCHEMA_GEMMA4 ? "[^<\\x00-\\x1f]" : "[^'\\\\<\\x00-\\x1f]";
+    sb_printf(b, "%s ", q);
+    if (mx == 0) sb_put(b, "\"\"");
+    else if (mx < 0) sb_printf(b, "%s{%ld,}", cls, mn);
+    else sb_printf(b, "%s{%ld,%ld}", cls, mn, mx);
+    sb_printf(b, " %s", q);
+}
+static const char *dia_true(const struct sc *c) { return c->dialect == SCHEMA_PYTHON ? "\"True\"" : "\"true\""; }
+static const char *dia_false(const struct sc *c) { return c->dialect == SCHEMA_PYTHON ? "\"False\"" : "\"false\""; }
+static const char *dia_null(const struct sc *c) { return c->dialect == SCHEMA_PYTHON ? "\"None\"" : "\"null\""; }
+
+static bool plain_key(const char *k) {
+    if (!*k) return false;
+    for (; *k; k++)
+        if (!((*k >= 'a' && *k <= 'z') || (*k >= 'A' && *k <= 'Z') || (*k >= '0' && *k <= '9') || *k == '_' || *k == '-'))
+            return false;
+    return true;
+}
+
+/* v written in the dialect into t (JSON: compact JSON); false when it cannot be */
+static bool dia_dump(struct sc *c, json_t *v, struct sbuf *t, int depth) {
+    if (depth > SC_MAX_DEPTH) return false;
+    if (c->dialect == SCHEMA_JSON || json_is_number(v) || (c->dialect == SCHEMA_JSON_NO_LT && !json_is_string(v) &&
+                                                           !json_is_array(v) && !json_is_object(v))) {
+        char *j = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!j) return false;
+        sb_put(t, j);
+        nx_free(j);
+        return true;
+    }
+    if (json_is_true(v)) sb_put(t, c->dialect == SCHEMA_PYTHON ? "True" : "true");
+    else if (json_is_false(v)) sb_put(t, c->dialect == SCHEMA_PYTHON ? "False" : "false");
+    else if (json_is_null(v)) sb_put(t, c->dialect == SCHEMA_PYTHON ? "None" : "null");
+    else if (json_is_string(v) && c->dialect == SCHEMA_JSON_NO_LT) {
+        if (strchr(json_string_value(v), '<')) return false;
+        char *j = json_dumps(v, JSON_ENCODE_ANY);
+        if (!j) return false;
+        sb_put(t, j);
+        nx_free(j);
+    } else if (json_is_string(v)) {
+        const char *x = json_string_value(v);
+        for (const char *q = x; *q; q++)
+            if ((unsigned char)*q < 0x20 || *q == '<' || (c->dialect == SCHEMA_PYTHON && (*q == '\'' || *q == '\\')))
+                return false;
+        sb_put(t, c->dialect == SCHEMA_GEMMA4 ? "<|\"|>" : "'");
+        sb_put(t, x);
+        sb_put(t, c->dialect == SCHEMA_GEMMA4 ? "<|\"|>" : "'");
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *e;
+        sb_put(t, "[");
+        json_array_foreach(v, i, e) {
+            if (i) sb_put(t, ",");
+            if (!dia_dump(c, e, t, depth + 1)) return false;
+        }
+        sb_put(t, "]");
+    } else if (json_is_object(v)) {
+        const char *k;
+        json_t *e;
+        bool first = true;
+        sb_put(t, "{");
+        json_object_foreach(v, k, e) {
+            if (!first) sb_put(t, ",");
+            first = false;
+            json_t *ks = json_string(k);
+            bool ok = c->dialect == SCHEMA_GEMMA4 ? plain_key(k) : (ks && dia_dump(c, ks, t, depth + 1));
+            json_decref(ks);
+            if (!ok) return false;
+            if (c->dialect == SCHEMA_GEMMA4) sb_put(t, k);
+            sb_put(t, ":");
+            if (!dia_dump(c, e, t, depth + 1)) return false;
+        }
+        sb_put(t, "}");
+    } else return false;
+    return true;
+}
 static void def_rule(struct sc *c, int r, const struct sbuf *body) {
     sb_printf(&c->out, "r%d ::= ", r);
     sb_put(&c->out, body->s ? body->s : "\"\"");
@@ -136,11 +234,19 @@ static int gen_any(struct sc *c) {
     int v = new_rule(c), o = new_rule(c), a = new_rule(c), str = new_rule(c), num = new_rule(c);
     c->any_rule = v;
     int cap = c->p->max_string_chars > 0 ? c->p->max_string_chars : -1;
-    sb_printf(&c->out, "r%d ::= r%d | r%d | r%d | r%d | \"true\" | \"false\" | \"null\"\n", v, o, a,
-              str, num);
-    sb_printf(&c->out, "r%d ::= \"\\\"\" %%jstr{0,%d}\n", str, cap);
-    sb_printf(&c->out, "r%d ::= \"{\" ( r%d \":\" r%d ( \",\" r%d \":\" r%d )* )? \"}\"\n", o, str, v,
-              str, v);
+    sb_printf(&c->out, "r%d ::= r%d | r%d | r%d | r%d | %s | %s | %s\n", v, o, a, str, num, dia_true(c), dia_false(c),
+              dia_null(c));
+    struct sbuf sb = {0};
+    dia_string(c, &sb, 0, cap);
+    sb_printf(&c->out, "r%d ::= %s\n", str, sb.s ? sb.s : "\"\"");
+    if (sb.oom) c->out.oom = true;
+    nx_free(sb.s);
+    if (c->dialect == SCHEMA_GEMMA4) /* bare keys */
+        sb_printf(&c->out, "r%d ::= \"{\" ( [A-Za-z0-9_]{1,32} \":\" r%d ( \",\" [A-Za-z0-9_]{1,32} \":\" r%d )* )? \"}\"\n", o,
+                  v, v);
+    else
+        sb_printf(&c->out, "r%d ::= \"{\" ( r%d \":\" r%d ( \",\" r%d \":\" r%d )* )? \"}\"\n", o, str, v,
+                  str, v);
     sb_printf(&c->out, "r%d ::= \"[\" ( r%d ( \",\" r%d )* )? \"]\"\n", a, v, v);
     sb_printf(&c->out,
               "r%d ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,%d} ) ( \".\" [0-9]{1,6} )?\n", num,
@@ -303,8 +409,11 @@ static void gen_string(struct sc *c, json_t *s, struct sbuf *b) {
             return;
         }
         /* RFC 3339 full-date; days 01-28 only, so every generated date exists */
-        sb_put(b, "\"\\\"\" [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | \"1\" "
-                  "[0-9] | \"2\" [0-8] ) \"\\\"\"");
+        const char *q = c->dialect == SCHEMA_JSON || c->dialect == SCHEMA_JSON_NO_LT ? "\"\\\"\""
+                        : c->dialect == SCHEMA_GEMMA4                            ? "\"<|\\\"|>\""
+                                                                                 : "\"'\"";
+        sb_printf(b, "%s [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | \"1\" "
+                     "[0-9] | \"2\" [0-8] ) %s", q, q);
         return;
     }
     long mn = get_count(c, s, "minLength", 0);
@@ -314,7 +423,7 @@ static void gen_string(struct sc *c, json_t *s, struct sbuf *b) {
         sc_fail(c, "maxLength below minLength");
         return;
     }
-    sb_printf(b, "\"\\\"\" %%jstr{%ld,%ld}", mn, mx);
+    dia_string(c, b, mn, mx);
 }
 
 /* ---- enum / const ---- */
@@ -332,13 +441,18 @@ static bool type_matches(const char *t, json_t *v) {
 }
 
 static void lit_value(struct sc *c, json_t *v, struct sbuf *b) {
-    char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    if (!t) {
-        sc_fail(c, "cannot serialise an enum value");
+    struct sbuf t = {0};
+    if (!dia_dump(c, v, &t, 0) || t.oom) {
+        nx_free(t.s);
+        sc_fail(c, "cannot write an enum value in this dialect (%s)",
+                c->dialect == SCHEMA_GEMMA4   ? "gemma4: a string with '<' or a control character, or a key that is "
+                                                "not a plain name"
+                : c->dialect == SCHEMA_PYTHON ? "python: a string with a quote, a backslash, '<' or a control character"
+                                              : "JSON inside an XML element: a string with '<'");
         return;
     }
-    sb_lit(b, t, strlen(t));
-    nx_free(t);
+    sb_lit(b, t.s ? t.s : "", t.n);
+    nx_free(t.s);
 }
 
 /* ---- types ---- */
@@ -434,14 +548,19 @@ static void gen_object(struct sc *c, json_t *s, struct sbuf *b) {
         kv[i] = new_rule(c);
         struct sbuf kb = {0};
         json_t *ks = json_string(key);
-        char *kt = ks ? json_dumps(ks, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+        struct sbuf kt = {0};
+        bool kok = ks && (c->dialect == SCHEMA_GEMMA4 ? plain_key(key) : dia_dump(c, ks, &kt, 0));
         json_decref(ks);
-        if (!kt) {
-            c->out.oom = true;
+        if (kok && c->dialect == SCHEMA_GEMMA4) sb_put(&kt, key);
+        if (!kok || kt.oom) {
+            nx_free(kt.s);
+            nx_free(kb.s);
+            if (!ks || kt.oom) c->out.oom = true;
+            else sc_fail(c, "property name '%s' cannot be written in this dialect", key);
             goto done;
         }
-        sb_lit(&kb, kt, strlen(kt));
-        nx_free(kt);
+        sb_lit(&kb, kt.s, kt.n);
+        nx_free(kt.s);
         sb_printf(&kb, " \":\" r%d", vr);
         def_rule(c, kv[i], &kb);
         nx_free(kb.s);
@@ -479,7 +598,10 @@ static void gen_object(struct sc *c, json_t *s, struct sbuf *b) {
         int kr = gen_key_excl(c, names, (int)np, 0);
         extra = new_rule(c);
         struct sbuf eb = {0};
-        sb_printf(&eb, "\"\\\"\" r%d \"\\\"\" \":\" r%d", kr, vr);
+        const char *kq = c->dialect == SCHEMA_JSON || c->dialect == SCHEMA_JSON_NO_LT ? "\"\\\"\" "
+                         : c->dialect == SCHEMA_PYTHON                            ? "\"'\" "
+                                                                                  : "";
+        sb_printf(&eb, "%sr%d %s\":\" r%d", kq, kr, kq, vr);
         def_rule(c, extra, &eb);
         nx_free(eb.s);
     }
@@ -628,9 +750,9 @@ static void gen_typed(struct sc *c, json_t *s, const char *t, struct sbuf *b) {
     else if (!strcmp(t, "number"))
         gen_number(c, s, false, b);
     else if (!strcmp(t, "boolean"))
-        sb_put(b, "( \"true\" | \"false\" )");
+        sb_printf(b, "( %s | %s )", dia_true(c), dia_false(c));
     else if (!strcmp(t, "null"))
-        sb_put(b, "\"null\"");
+        sb_put(b, dia_null(c));
     else if (!strcmp(t, "array"))
         gen_array(c, s, b);
     else
@@ -857,6 +979,11 @@ struct nx_json_schema_params nx_json_schema_default_params(void) {
 
 nx_status schema_to_gbnf(const char *json, size_t len, const struct nx_json_schema_params *p,
                          char **gbnf_out, struct nx_err *err) {
+    return schema_to_gbnf_dialect(json, len, p, SCHEMA_JSON, gbnf_out, err);
+}
+
+nx_status schema_to_gbnf_dialect(const char *json, size_t len, const struct nx_json_schema_params *p,
+                                 enum schema_dialect dialect, char **gbnf_out, struct nx_err *err) {
     *gbnf_out = NULL;
     struct nx_json_schema_params dp = nx_json_schema_default_params();
     json_error_t je;
@@ -864,7 +991,7 @@ nx_status schema_to_gbnf(const char *json, size_t len, const struct nx_json_sche
     if (!root)
         return nx_err_set(err, NX_STATUS_FORMAT, "json schema: %d:%d: %s", je.line, je.column,
                           je.text);
-    struct sc c = {.root = root, .p = p ? p : &dp, .err = err, .any_rule = -1};
+    struct sc c = {.root = root, .p = p ? p : &dp, .err = err, .any_rule = -1, .dialect = dialect};
     c.n_rules = 1; /* r0 is the root */
     sb_put(&c.out, "root ::= r0\n");
     int r = gen(&c, root);

@@ -1,9 +1,13 @@
 /* constrain.c - tools / tool_choice / response_format to a grammar (see constrain.h). */
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "chat/callshape.h"
 #include "core/alloc.h"
 #include "core/json.h"
+#include "grammar/schema.h"
 #include "server/constrain.h"
 
 /* Any JSON object, compact or not (response_format json_object). */
@@ -235,20 +239,436 @@ static nx_status after_trigger_grammar(enum nx_tool_format family, json_t *tools
     return st;
 }
 
-nx_status srv_constraint_build(enum nx_tool_format family, json_t *tools,
+/* ---- the families of chat/callshape.h ---- */
+
+struct gb {
+    char *p;
+    size_t n, cap;
+    bool oom;
+};
+static void gb_put(struct gb *b, const char *s, size_t k) {
+    if (b->oom) return;
+    if (b->n + k + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 1024;
+        while (cap < b->n + k + 1) cap *= 2;
+        char *q = nx_realloc(b->p, cap);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, k);
+    b->n += k;
+    b->p[b->n] = 0;
+}
+static void gb_printf(struct gb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void gb_printf(struct gb *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k < 0) return;
+    if ((size_t)k < sizeof tmp) {
+        gb_put(b, tmp, (size_t)k);
+        return;
+    }
+    char *big = nx_malloc((size_t)k + 1);
+    if (!big) {
+        b->oom = true;
+        return;
+    }
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    gb_put(b, big, (size_t)k);
+    nx_free(big);
+}
+/* the concatenation of s[] as one GBNF literal (nothing when all are empty) */
+static void gb_lit(struct gb *b, const char *const *s, int n) {
+    size_t len = 0;
+    for (int i = 0; i < n; i++) len += s[i] ? strlen(s[i]) : 0;
+    if (!len) return;
+    gb_put(b, " \"", 2);
+    for (int i = 0; i < n; i++)
+        for (const char *q = s[i]; q && *q; q++) {
+            char e[8];
+            if (*q == '"' || *q == '\\') snprintf(e, sizeof e, "\\%c", *q);
+            else if (*q == '\n') snprintf(e, sizeof e, "\\n");
+            else if (*q == '\r') snprintf(e, sizeof e, "\\r");
+            else if (*q == '\t') snprintf(e, sizeof e, "\\t");
+            else if ((unsigned char)*q < 0x20) snprintf(e, sizeof e, "\\x%02x", (unsigned char)*q);
+            else {
+                e[0] = *q;
+                e[1] = 0;
+            }
+            gb_put(b, e, strlen(e));
+        }
+    gb_put(b, "\"", 1);
+}
+#define LIT(b, ...) gb_lit(b, (const char *const[]){__VA_ARGS__}, (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)))
+
+/* the grammar source of one JSON Schema, its rules prefixed */
+static nx_status put_schema(struct gb *b, json_t *schema, const char *prefix, char *err, size_t errlen) {
+    nx_grammar *g = NULL;
+    nx_status st = srv_schema_grammar(schema, &g, err, errlen);
+    if (st) return st;
+    json_t *tmp = json_array();
+    bool ok = tmp && put_prefixed(tmp, nx_grammar_source(g), prefix);
+    nx_grammar_free(g);
+    if (ok) {
+        gb_put(b, json_string_value(json_array_get(tmp, 0)), json_string_length(json_array_get(tmp, 0)));
+        gb_put(b, "\n", 1);
+    }
+    json_decref(tmp);
+    if (!ok) b->oom = true;
+    return NX_STATUS_OK;
+}
+
+/* the same in a dialect (grammar/schema.h), for the families whose values are not JSON */
+static nx_status put_schema_dialect(struct gb *b, json_t *schema, int dialect, const char *prefix, char *err,
+                                    size_t errlen) {
+    if (dialect == SCHEMA_JSON) return put_schema(b, schema, prefix, err, errlen);
+    char *text = nx_json_dumps(schema, JSON_COMPACT), *gbnf = NULL;
+    if (!text) {
+        b->oom = true;
+        return NX_STATUS_OK;
+    }
+    struct nx_err e = {{0}};
+    nx_status st = schema_to_gbnf_dialect(text, strlen(text), NULL, (enum schema_dialect)dialect, &gbnf, &e);
+    nx_free(text);
+    if (st) {
+        snprintf(err, errlen, "%s", e.msg);
+        return st;
+    }
+    json_t *tmp = json_array();
+    bool ok = tmp && put_prefixed(tmp, gbnf, prefix);
+    nx_free(gbnf);
+    if (ok) {
+        gb_put(b, json_string_value(json_array_get(tmp, 0)), json_string_length(json_array_get(tmp, 0)));
+        gb_put(b, "\n", 1);
+    }
+    json_decref(tmp);
+    if (!ok) b->oom = true;
+    return NX_STATUS_OK;
+}
+
+static bool plain_name(const char *s) {
+    if (!*s) return false;
+    for (; *s; s++)
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '_' ||
+              *s == '-' || *s == '.'))
+            return false;
+    return true;
+}
+
+static const char *const k_annotations[] = {"description", "title", "default", "examples", "$schema", "$id",
+                                            "$comment", "deprecated", "readOnly", "writeOnly", NULL};
+static bool annotation(const char *k) {
+    for (int i = 0; k_annotations[i]; i++)
+        if (!strcmp(k, k_annotations[i])) return true;
+    return false;
+}
+
+/* a raw-text string value (callshape.h): enum / const literals, a date, or text of the length */
+static nx_status put_raw_string(struct gb *b, const struct chat_call_shape *sh, json_t *ps, const char *rule,
+                                const char *where, char *err, size_t errlen) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(ps, k, v) {
+        if (!strcmp(k, "type") || !strcmp(k, "enum") || !strcmp(k, "const") || !strcmp(k, "minLength") ||
+            !strcmp(k, "maxLength") || !strcmp(k, "format") || annotation(k))
+            continue;
+        snprintf(err, errlen, "%s: unsupported keyword '%s' for a %s raw-text string parameter", where, k,
+                 nx_tool_format_name(sh->family));
+        return NX_STATUS_UNSUPPORTED;
+    }
+    json_t *en = json_object_get(ps, "enum"), *cn = json_object_get(ps, "const");
+    json_t *lits = cn ? json_pack("[O]", cn) : en ? json_incref(en) : NULL;
+    if (lits) {
+        if (!json_is_array(lits) || !json_array_size(lits)) {
+            json_decref(lits);
+            snprintf(err, errlen, "%s: enum must be a non-empty array", where);
+            return NX_STATUS_INVALID_ARG;
+        }
+        size_t i;
+        bool empty = false;
+        int n = 0;
+        gb_printf(b, "%s ::= (", rule);
+        json_array_foreach(lits, i, v) {
+            const char *t = json_string_value(v);
+            bool bad = !t;
+            for (const char *q = t; q && *q && !bad; q++) bad = (unsigned char)*q < 0x20 || strchr(sh->raw_stop, *q);
+            if (bad) {
+                json_decref(lits);
+                snprintf(err, errlen, "%s: enum value %zu is not a string the %s family can write as raw text", where,
+                         i, nx_tool_format_name(sh->family));
+                return NX_STATUS_UNSUPPORTED;
+            }
+            if (!*t) {
+                empty = true;
+                continue;
+            }
+            if (n++) gb_put(b, " |", 2);
+            LIT(b, t);
+        }
+        json_decref(lits);
+        if (!n) gb_put(b, " \"\"", 3);
+        gb_printf(b, " )%s\n", empty && n ? "?" : "");
+        return NX_STATUS_OK;
+    }
+    json_t *fmt = json_object_get(ps, "format");
+    if (fmt) {
+        if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "date")) {
+            snprintf(err, errlen, "%s: unsupported format '%s' (only \"date\")", where,
+                     json_is_string(fmt) ? json_string_value(fmt) : "?");
+            return NX_STATUS_UNSUPPORTED;
+        }
+        gb_printf(b, "%s ::= [0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8] )\n",
+                  rule);
+        return NX_STATUS_OK;
+    }
+    json_t *jmn = json_object_get(ps, "minLength"), *jmx = json_object_get(ps, "maxLength");
+    long mn = json_is_integer(jmn) ? (long)json_integer_value(jmn) : 0;
+    long mx = json_is_integer(jmx) ? (long)json_integer_value(jmx) : -1;
+    if ((jmn && !json_is_integer(jmn)) || (jmx && !json_is_integer(jmx)) || mn < 0 || mn > 100000 || mx > 100000 ||
+        (jmx && mx < mn)) {
+        snprintf(err, errlen, "%s: minLength / maxLength must be integers, 0 <= minLength <= maxLength <= 100000", where);
+        return NX_STATUS_INVALID_ARG;
+    }
+    /* the class: no stop byte, no control character (a value is never trimmed or cut short) */
+    char cls[64] = "[^";
+    for (const char *q = sh->raw_stop; *q; q++) {
+        size_t l = strlen(cls);
+        if (*q == ']' || *q == '\\' || *q == '^' || *q == '-') cls[l++] = '\\';
+        cls[l++] = *q;
+        cls[l] = 0;
+    }
+    strcat(cls, "\\x00-\\x1f]");
+    if (mx < 0 && mn == 0) gb_printf(b, "%s ::= %s*\n", rule, cls);
+    else if (mx < 0) gb_printf(b, "%s ::= %s{%ld,}\n", rule, cls, mn);
+    else if (mx == 0) gb_printf(b, "%s ::= \"\"\n", rule);
+    else gb_printf(b, "%s ::= %s{%ld,%ld}\n", rule, cls, mn, mx);
+    return NX_STATUS_OK;
+}
+
+/* Rule tI-args of tool i (NULL *none when it has no parameters): its parameters, each a raw
+ * text or JSON value (callshape.h). */
+static nx_status put_params(struct gb *b, const struct chat_call_shape *sh, json_t *params, size_t ti,
+                            const char *fname, bool *none, char *err, size_t errlen) {
+    char where[300];
+    snprintf(where, sizeof where, "tools[%zu] (%s)", ti, fname);
+    const char *k;
+    json_t *v;
+    json_object_foreach(params, k, v) {
+        if (!strcmp(k, "properties") || !strcmp(k, "required") || !strcmp(k, "additionalProperties") ||
+            !strcmp(k, "$defs") || !strcmp(k, "definitions") || annotation(k))
+            continue;
+        if (!strcmp(k, "type") && json_is_string(v) && !strcmp(json_string_value(v), "object")) continue;
+        snprintf(err, errlen, "%s: the %s family writes parameters one by one, so the parameters schema must be "
+                 "an object with properties; keyword '%s' at its top is not supported", where,
+                 nx_tool_format_name(sh->family), k);
+        return NX_STATUS_UNSUPPORTED;
+    }
+    json_t *props = json_object_get(params, "properties"), *req = json_object_get(params, "required");
+    if ((props && !json_is_object(props)) || (req && !json_is_array(req))) {
+        snprintf(err, errlen, "%s: properties must be an object and required an array", where);
+        return NX_STATUS_INVALID_ARG;
+    }
+    size_t i;
+    json_array_foreach(req, i, v) {
+        if (!json_is_string(v) || !json_object_get(props, json_string_value(v))) {
+            snprintf(err, errlen, "%s: required parameter %s has no schema in properties", where,
+                     json_is_string(v) ? json_string_value(v) : "(not a string)");
+            return NX_STATUS_UNSUPPORTED;
+        }
+    }
+    /* required first, then optional, each in the schema's order */
+    json_t *order = json_array();
+    json_object_foreach(props, k, v) {
+        bool r = false;
+        json_t *x;
+        json_array_foreach(req, i, x) r = r || !strcmp(json_string_value(x), k);
+        if (r) json_array_append_new(order, json_string(k));
+    }
+    size_t n_req = json_array_size(order);
+    json_object_foreach(props, k, v) {
+        bool r = false;
+        json_t *x;
+        json_array_foreach(req, i, x) r = r || !strcmp(json_string_value(x), k);
+        if (!r) json_array_append_new(order, json_string(k));
+    }
+    nx_status st = NX_STATUS_OK;
+    json_t *kj;
+    json_array_foreach(order, i, kj) {
+        const char *key = json_string_value(kj);
+        json_t *ps = json_object_get(props, key);
+        char pw[600], rule[64], prefix[96];
+        snprintf(pw, sizeof pw, "%s parameter %s", where, key);
+        if (!plain_name(key) || (sh->family == NX_TOOL_FORMAT_MINIMAX_M3 && !strcmp(key, "item"))) {
+            snprintf(err, errlen, "%s: the name cannot be written as a %s parameter tag", pw,
+                     nx_tool_format_name(sh->family));
+            st = NX_STATUS_UNSUPPORTED;
+            break;
+        }
+        if (!json_is_object(ps)) {
+            snprintf(err, errlen, "%s: its schema must be an object", pw);
+            st = NX_STATUS_INVALID_ARG;
+            break;
+        }
+        bool str = sh->dialect == SCHEMA_JSON && json_is_string(json_object_get(ps, "type")) &&
+                   !strcmp(json_string_value(json_object_get(ps, "type")), "string");
+        snprintf(rule, sizeof rule, "t%zu-p%zu", ti, i);
+        gb_printf(b, "%s ::=", rule);
+        LIT(b, sh->param_pre, key, str && sh->param_mid_str ? sh->param_mid_str : sh->param_mid);
+        gb_printf(b, " %s-v", rule);
+        if (sh->param_post_end) LIT(b, sh->param_post, key, sh->param_post_end);
+        else LIT(b, sh->param_post);
+        gb_put(b, "\n", 1);
+        char vrule[80];
+        snprintf(vrule, sizeof vrule, "%s-v", rule);
+        if (str) {
+            st = put_raw_string(b, sh, ps, vrule, pw, err, errlen);
+        } else {
+            /* JSON under the property's schema, the definitions it may refer to carried along */
+            json_t *sub = json_copy(ps);
+            const char *defs[] = {"$defs", "definitions"};
+            for (int d = 0; d < 2 && sub; d++)
+                if (json_object_get(params, defs[d]) && !json_object_get(sub, defs[d]))
+                    json_object_set(sub, defs[d], json_object_get(params, defs[d]));
+            snprintf(prefix, sizeof prefix, "%s-j-", rule);
+            /* JSON inside an element: its strings hold no '<', so never a closing tag */
+            int dia = sh->dialect == SCHEMA_JSON ? SCHEMA_JSON_NO_LT : sh->dialect;
+            st = sub ? put_schema_dialect(b, sub, dia, prefix, err, errlen) : NX_STATUS_NOMEM;
+            json_decref(sub);
+            gb_printf(b, "%s ::= %sroot\n", vrule, prefix);
+            if (st && err[0] && !strstr(err, "parameter")) {
+                char inner[400];
+                snprintf(inner, sizeof inner, "%s", err);
+                snprintf(err, errlen, "%s: %s", pw, inner);
+            }
+        }
+        if (st) break;
+    }
+    if (st == NX_STATUS_OK) {
+        *none = json_array_size(order) == 0;
+        if (!*none) {
+            gb_printf(b, "t%zu-args ::=", ti);
+            for (size_t q = 0; q < json_array_size(order); q++) gb_printf(b, " t%zu-p%zu%s", ti, q, q >= n_req ? "?" : "");
+            gb_put(b, "\n", 1);
+        }
+    }
+    json_decref(order);
+    return st;
+}
+
+/* The constraint of a family of chat/callshape.h: each tool's call in the family's own form. */
+static nx_status shape_constraint(const struct chat_call_shape *sh, json_t *tools, enum srv_tool_mode mode,
+                                  const char *name, struct srv_constraint *c, char *err, size_t errlen) {
+    struct gb b = {0};
+    nx_status st = NX_STATUS_OK;
+    size_t i, n_alt = 0;
+    json_t *t;
+    char named_rule[64] = "";
+    json_array_foreach(tools, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        const char *fname = json_string_value(json_object_get(fn, "name"));
+        if (mode == SRV_TOOLS_NAMED && strcmp(fname, name)) continue;
+        if (!plain_name(fname)) {
+            snprintf(err, errlen, "tools[%zu]: the name '%s' has characters the %s family cannot write (want "
+                     "letters, digits, '_', '-', '.')", i, fname, nx_tool_format_name(sh->family));
+            st = NX_STATUS_UNSUPPORTED;
+            break;
+        }
+        json_t *params = json_object_get(fn, "parameters");
+        json_t *own = params ? NULL : json_pack("{s:s, s:{}}", "type", "object", "properties");
+        bool none = false;
+        if (sh->params) {
+            st = put_params(&b, sh, params ? params : own, i, fname, &none, err, errlen);
+        } else {
+            char prefix[32];
+            snprintf(prefix, sizeof prefix, "t%zu-", i);
+            st = put_schema_dialect(&b, params ? params : own, sh->dialect, prefix, err, errlen);
+            if (st && !strstr(err, "tools[")) {
+                char inner[400];
+                snprintf(inner, sizeof inner, "%s", err);
+                snprintf(err, errlen, "tools[%zu] (%s): %s", i, fname, inner);
+            }
+            gb_printf(&b, "t%zu-args ::= t%zu-root\n", i, i);
+        }
+        json_decref(own);
+        if (st) break;
+        /* tI-call: the whole call after the trigger; tI-rest: after the name (the NAMED grammar) */
+        gb_printf(&b, "t%zu-rest ::=", i);
+        if (!none) gb_printf(&b, " t%zu-args", i);
+        LIT(&b, sh->close);
+        if (none && !sh->close[0]) gb_put(&b, " \"\"", 3);
+        gb_printf(&b, "\nt%zu-call ::=", i);
+        if (sh->id_gbnf) gb_printf(&b, " %s", sh->id_gbnf);
+        json_t *jn = json_string(fname);
+        char *qn = sh->json_name && jn ? nx_json_dumps(jn, JSON_ENCODE_ANY) : NULL;
+        json_decref(jn);
+        LIT(&b, sh->name_pre, qn ? qn : fname, sh->name_post);
+        gb_printf(&b, " t%zu-rest\n", i);
+        if (mode == SRV_TOOLS_NAMED) {
+            snprintf(named_rule, sizeof named_rule, "t%zu-rest", i);
+            size_t cap = strlen(sh->open) + 16 + strlen(sh->name_pre) + strlen(qn ? qn : fname) + strlen(sh->name_post) + 1;
+            c->owned = nx_malloc(cap);
+            if (c->owned) {
+                snprintf(c->owned, cap, "%s%s%s%s%s", sh->open_in_prompt ? "" : sh->open, sh->id_fixed ? sh->id_fixed : "",
+                         sh->name_pre, qn ? qn : fname, sh->name_post);
+                c->prefill = c->owned;
+            } else b.oom = true;
+        }
+        nx_free(qn);
+        n_alt++;
+    }
+    if (st == NX_STATUS_OK && !b.oom) {
+        if (mode == SRV_TOOLS_NAMED) gb_printf(&b, "root ::= %s\n", named_rule);
+        else {
+            gb_printf(&b, "calls ::=");
+            size_t k = 0;
+            json_array_foreach(tools, i, t) gb_printf(&b, "%s t%zu-call", k++ ? " |" : "", i);
+            gb_put(&b, "\n", 1);
+            /* functionary in auto: the prompt ends with ">>>", so the answer is a call or
+               "all\n" text (no '>'), then maybe a call */
+            if (sh->open_in_prompt && mode == SRV_TOOLS_AUTO)
+                gb_printf(&b, "root ::= calls | \"all\\n\" [^>]* ( \">>>\" calls )?\n");
+            else gb_printf(&b, "root ::= calls\n");
+        }
+    }
+    if (st == NX_STATUS_OK && b.oom) {
+        snprintf(err, errlen, "out of memory");
+        st = NX_STATUS_NOMEM;
+    }
+    if (st == NX_STATUS_OK) {
+        if (getenv("NX_DUMP_TOOL_GRAMMAR")) fprintf(stderr, "%s\n", b.p);
+        st = nx_grammar_from_schema_gbnf(b.p, b.n, NULL, &c->grammar, err, errlen);
+    }
+    nx_free(b.p);
+    if (st) {
+        srv_constraint_free(c);
+        return st;
+    }
+    if (mode == SRV_TOOLS_AUTO && !sh->open_in_prompt) c->trigger = sh->open;
+    else if (mode == SRV_TOOLS_REQUIRED && !sh->open_in_prompt) c->prefill = sh->open;
+    return NX_STATUS_OK;
+}
+
+nx_status srv_constraint_build(enum nx_tool_format family, const char *form, json_t *tools,
                                enum srv_tool_mode mode, const char *name, json_t *rf,
                                struct srv_constraint *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     c->prefill = "";
     c->suffix = "";
-    /* a template that shows no tool calls gets the Hermes shape; so do, when a call is
-       required, the families this file has no grammar for (in auto mode their own format is
-       free and parsed after) */
+    /* a template that shows no tool calls (or the generic form) gets the Hermes shape; the
+       families of chat/callshape.h their own; any other is refused below, never left free */
     bool has_grammar = family == NX_TOOL_FORMAT_HERMES || family == NX_TOOL_FORMAT_MISTRAL ||
                        family == NX_TOOL_FORMAT_LLAMA3 || family == NX_TOOL_FORMAT_DEEPSEEK;
-    if (family == NX_TOOL_FORMAT_NONE || family == NX_TOOL_FORMAT_GENERIC ||
-        (!has_grammar && mode != SRV_TOOLS_AUTO))
-        family = NX_TOOL_FORMAT_HERMES;
+    const struct chat_call_shape *shape = has_grammar ? NULL : chat_call_shape(family, form);
+    if (family == NX_TOOL_FORMAT_NONE || family == NX_TOOL_FORMAT_GENERIC) family = NX_TOOL_FORMAT_HERMES;
     c->format = family;
     const char *rft = rf ? json_string_value(json_object_get(rf, "type")) : NULL;
     bool json_rf = rft && strcmp(rft, "text");
@@ -277,7 +697,29 @@ nx_status srv_constraint_build(enum nx_tool_format family, json_t *tools,
     }
     if (!with_tools) return NX_STATUS_OK;
     c->tools = true;
-    if (!has_grammar && family != NX_TOOL_FORMAT_HERMES) return NX_STATUS_OK; /* free, parsed after */
+    c->tools_json = nx_json_dumps(tools, JSON_COMPACT);
+    if (!c->tools_json) {
+        snprintf(err, errlen, "out of memory");
+        return NX_STATUS_NOMEM;
+    }
+    if (family != NX_TOOL_FORMAT_HERMES && !has_grammar && !shape) {
+        srv_constraint_free(c);
+        snprintf(err, errlen, "this model's chat template writes tool calls in the %s family, for which there "
+                 "is no tool-call grammar: tools cannot be constrained (send tool_choice \"none\", or serve with "
+                 "a --chat-template of another family)", nx_tool_format_name(family));
+        return NX_STATUS_UNSUPPORTED;
+    }
+    if (shape) {
+        /* validate the tools as the other families do (call_schema), then build the shape */
+        json_t *body;
+        nx_status vs = call_schema(family, tools, mode, name, &body, err, errlen);
+        if (vs) {
+            srv_constraint_free(c);
+            return vs;
+        }
+        json_decref(body);
+        return shape_constraint(shape, tools, mode, name, c, err, errlen);
+    }
     json_t *body;
     nx_status st = call_schema(family, tools, mode, name, &body, err, errlen);
     if (st) return st;
@@ -321,6 +763,8 @@ nx_status srv_constraint_build(enum nx_tool_format family, json_t *tools,
 void srv_constraint_free(struct srv_constraint *c) {
     nx_grammar_free(c->grammar);
     c->grammar = NULL;
+    nx_free(c->tools_json);
+    c->tools_json = NULL;
     nx_free(c->owned);
     c->owned = NULL;
     c->prefill = "";

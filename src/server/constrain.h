@@ -7,12 +7,18 @@
  * Qwen and templates that show no calls: <tool_call>{"name": N, "arguments": A}</tool_call>;
  * Llama 3: {"name": N, "parameters": A}; Mistral: [TOOL_CALLS][{"name": N, "arguments": A}];
  * DeepSeek: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>A<｜tool▁call▁end｜>
- * <｜tool▁calls▁end｜>. The other families (nexus.h) have no grammar here: in "auto" their
- * own format is free and parsed after; a required / named call uses the Hermes shape. A is
+ * <｜tool▁calls▁end｜>. The other families that have a shape in chat/callshape.h (tagged-json,
+ * xml-invoke, each in the template's own form; kimi, solar, harmony, hy, functionary,
+ * minimax-m3) get a grammar of their own form: each tool's call with its name, then its
+ * arguments (one JSON object, or for the XML-style families one element per parameter whose
+ * value is raw text for a "type": "string" property and compact JSON under the property's
+ * schema otherwise; what a form cannot write is refused by name), then what closes the call.
+ * gemma4 and pythonic (arguments in their own non-JSON syntaxes) have no grammar: a request
+ * with tools is refused with the family named, never left unconstrained. A is
  * always the tool's full parameters schema (a keyword the schema compiler does not support is
  * refused by name: fail closed); Hermes / Mistral compile one JSON Schema, an anyOf over the
- * tools of {"name": {"const": N}, "arguments": A}; Llama 3 / DeepSeek combine each tool's
- * compiled schema source into one GBNF (nx_grammar_from_schema_gbnf).
+ * tools of {"name": {"const": N}, "arguments": A}; Llama 3 / DeepSeek and the shaped families
+ * combine each tool's compiled schema source into one GBNF (nx_grammar_from_schema_gbnf).
  *  - tool_choice "required": the family's opening text is put at the start of the answer
  *    (part of the prompt) and the grammar applies from the first token, so the output is
  *    always one valid call.
@@ -22,7 +28,10 @@
  *    call must be valid. Hermes "<tool_call>\n" (as Hermes-trained models write it), Mistral
  *    "[TOOL_CALLS]": the grammar applies after the tag. Llama 3 and DeepSeek have no separate
  *    tag: the trigger is the call's own beginning ({"name" / <｜tool▁calls▁begin｜>, from
- *    nx_tool_format_trigger) and the grammar matches the rest of the call after it.
+ *    nx_tool_format_trigger) and the grammar matches the rest of the call after it. The shaped
+ *    families' trigger is their form's opening marker; functionary's (">>>") ends the prompt,
+ *    so its auto grammar applies from the start: a call, or "all\n" and text without '>'
+ *    then maybe a call.
  *  - response_format json_schema: the schema's grammar from the first token; json_object: any
  *    JSON object.
  * One call per answer under a grammar (parallel_tool_calls is honoured by producing one).
@@ -44,16 +53,21 @@ struct srv_constraint {
     char *owned;           /* the prefill when built for the request (NAMED), else NULL */
     const char *suffix;    /* static text a finished call is closed with before parsing */
     enum nx_tool_format format; /* how to parse tool calls out of the answer */
+    char *tools_json;      /* owned: the request's tools (compact JSON), for
+                              nx_tool_calls_parse_with_tools; NULL without tools */
     bool tools;            /* tool calls may appear in the answer */
 };
 
 /*
- * Build the constraint. tools: the request's tools array (may be NULL), mode and name (for
+ * Build the constraint. form: the opening marker of the template's own call form, from
+ * chat_template_call_form (NULL: the family's first form; it matters for the families with
+ * several, tagged-json and xml-invoke). tools: the request's tools array (may be NULL), mode and name (for
  * NAMED) from tool_choice; rf: response_format (may be NULL). Errors (err names the tool or
  * keyword): INVALID_ARG (a malformed tool, an unknown named tool, tools together with a JSON
- * response format), UNSUPPORTED (a schema keyword the compiler refuses), NOMEM.
+ * response format), UNSUPPORTED (a schema keyword the compiler refuses; a family without a grammar, gemma4 and
+ * pythonic, named in err; a tool or parameter name or schema the family's form cannot write), NOMEM.
  */
-nx_status srv_constraint_build(enum nx_tool_format family, json_t *tools,
+nx_status srv_constraint_build(enum nx_tool_format family, const char *form, json_t *tools,
                                enum srv_tool_mode mode, const char *name, json_t *rf,
                                struct srv_constraint *out, char *err, size_t errlen);
 void srv_constraint_free(struct srv_constraint *c);

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <utf8proc.h>
 
+#include "chat/callshape.h"
 #include "core/alloc.h"
 #include "core/json.h"
 #include "core/log.h"
@@ -30,6 +31,7 @@ struct srv_server {
     struct srv_tools *tools;   /* --mcp: server-side tools; NULL when off */
     nx_chat_template *tmpl;    /* the model's chat template, or a built-in */
     enum nx_tool_format tool_fmt;
+    const char *tool_form; /* the template's call form (chat_template_call_form), or NULL */
     bool shows_tools;          /* the template puts the tools it is given into the prompt */
     char bos[64], eos[64];     /* the model's BOS / EOS token texts for templates */
     struct MHD_Daemon *d;
@@ -342,7 +344,7 @@ static json_t *tool_answer(struct srv_job *j, int *n_calls) {
     nx_tool_calls *calls = NULL;
     char err[256];
     json_t *out = json_object();
-    if (nx_tool_calls_parse(c->format, full, n, &calls, err, sizeof err) == NX_STATUS_OK &&
+    if (nx_tool_calls_parse_with_tools(c->format, full, n, c->tools_json, &calls, err, sizeof err) == NX_STATUS_OK &&
         nx_tool_calls_count(calls) > 0) {
         json_t *arr = json_array();
         for (int32_t i = 0; i < nx_tool_calls_count(calls); i++) {
@@ -759,7 +761,7 @@ static struct srv_job *start_job(struct conn *cs, json_t *body, json_t *shown,
     struct srv_constraint con = {0};
     char *prompt = NULL;
     if (cs->kind == SRV_KIND_CHAT) {
-        st = srv_constraint_build(S->tool_fmt, req.tools, req.tool_mode, req.tool_name,
+        st = srv_constraint_build(S->tool_fmt, S->tool_form, req.tools, req.tool_mode, req.tool_name,
                                   req.response_format, &con, err, sizeof err);
         if (st) {
             const char *what = req.response_format ? "response_format" : "tools";
@@ -1316,6 +1318,7 @@ nx_status srv_start(const nx_model *model, const nx_model *embed_model,
             return ts;
         }
         S->tool_fmt = nx_chat_template_tool_format(S->tmpl);
+        S->tool_form = chat_template_call_form(S->tmpl);
         S->shows_tools = template_shows_tools(S->tmpl);
         nx_token bos = nx_token_bos(model), eos = nx_token_eos(model);
         int32_t k = bos >= 0 ? nx_token_to_piece(model, bos, S->bos, sizeof S->bos - 1, true) : 0;

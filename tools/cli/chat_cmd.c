@@ -176,7 +176,8 @@ static int turn(struct chat *ch, const char *user) {
     fflush(stdout);
     enum nx_tool_format f = nx_chat_template_tool_format(ch->t);
     nx_tool_calls *calls = NULL;
-    if (ch->tools_json && nx_tool_calls_parse(f, reply, strlen(reply), &calls, err, sizeof err) == NX_STATUS_OK) {
+    if (ch->tools_json && nx_tool_calls_parse_with_tools(f, reply, strlen(reply), ch->tools_json, &calls, err,
+                                                         sizeof err) == NX_STATUS_OK) {
         for (int32_t i = 0; i < nx_tool_calls_count(calls); i++) {
             const struct nx_tool_call *tc = nx_tool_calls_get(calls, i);
             fprintf(stderr, "[tool call] %s %s\n", tc->name, tc->arguments);
