@@ -7,7 +7,8 @@ servers, so chat templates play no part):
   throughput  C concurrent clients (--clients 1,4,8), each sending --requests prompts of about
               --prompt-words words and asking for --gen tokens; reports aggregate generated
               tokens/s over the wall time, and TTFT (request sent -> first streamed text)
-              p50 / p99.
+              p50 / p99. Every prompt is new to the server (prompts are drawn per client
+              count and round), so no prompt cache helps either side.
   agent       --sessions conversations of --turns turns, all at once; each turn appends a
               tool result of about --tool-words words and the server's own previous answer,
               and asks for --agent-gen tokens, so late turns carry 8K+ tokens of context;
@@ -153,8 +154,12 @@ def start_server(name, kind, args, a):
     raise RuntimeError(f"{name} did not become healthy")
 
 
-def throughput(kind, a, clients):
-    rng = random.Random(a.seed)
+def throughput(kind, a, clients, rnd):
+    # New prompts for every (clients, round): a server started for a round serves every
+    # client count in turn, and repeating the earlier counts' prompts would let its prompt
+    # cache answer them (llama-server keeps each slot's last prompt). Every server of a round
+    # gets the same prompts.
+    rng = random.Random(a.seed * 1000003 + clients * 1009 + rnd)
     prompts = [text_of(rng, a.prompt_words) for _ in range(clients * a.requests)]
     res, errs = [], []
     lock = threading.Lock()
@@ -332,7 +337,7 @@ def main():
             p, _ = start_server(name, kind, args, a)
             try:
                 for c in [int(x) for x in a.clients.split(",") if x]:
-                    r = throughput(kind, a, c)
+                    r = throughput(kind, a, c, rnd)
                     r["server"], r["kind"], r["round"] = name, kind, rnd
                     results.append(r)
                     print(f"round {rnd} {name:12s} clients {c}: {r['agg_tps']:.1f} tok/s, "

@@ -606,6 +606,29 @@ static char *turn(int port, const char *session, const char *prompt, int n, cons
     return t;
 }
 
+/* A new conversation goes to the least recently used free slot (sharing only BOS with the
+   others), so the previous conversation's prefix is still there for its next turn. */
+TEST(server_new_conversation_spares_the_last_ones_cache) {
+    struct srv_params p = params();
+    struct srv_server *s = start(&p); /* 2 slots */
+    int port = srv_port(s);
+    const char *a = "Once upon a time, there was a little girl named Lily. She loved to play.";
+    const char *b = "Tom had a big red ball and a small blue car in the garden.";
+    char a2[512];
+    snprintf(a2, sizeof a2, "%s She went to the park.", a);
+    int cached = -1;
+    char *x = turn(port, NULL, a, 4, NULL, NULL);
+    char *y = turn(port, NULL, b, 4, NULL, NULL);
+    char *z = turn(port, NULL, a2, 4, NULL, &cached);
+    ASSERT_TRUE(x && y && z);
+    int32_t na = nx_tokenize(model(), a, strlen(a), NULL, 0, true, true);
+    ASSERT_TRUE(cached >= -na - 2);
+    free(x);
+    free(y);
+    free(z);
+    srv_stop(s);
+}
+
 /* A conversation bound to a session reuses its KV across turns; dense, its answers equal the
    same prompts run without a session. */
 TEST(session_turns_reuse_kv_and_match_plain_runs) {

@@ -12,6 +12,9 @@
 
 enum slot_phase { SLOT_IDLE = 0, SLOT_PREFILL, SLOT_GENERATE };
 
+/* the shortest shared prefix that makes a request prefer a slot over a less recently used one */
+#define SRV_MIN_REUSE 16
+
 struct slot {
     struct srv_seqinfo own; /* the slot's own sequence (requests without a session) */
     struct srv_seqinfo *cur; /* the sequence the running job uses: own, or its session's */
@@ -22,6 +25,7 @@ struct slot {
     nx_token pending;    /* GENERATE: the sampled token the next step decodes */
     int32_t logits_at;   /* index of this slot's logits in the last batch, -1 when none */
     bool in_batch;       /* the slot has entries in the batch being built */
+    uint64_t last_used;  /* when it was last given a job (engine's counter) */
     nx_sampler *smp;
     struct gen_stop_filter text; /* stop strings, whole UTF-8 characters */
     bool text_ready;
@@ -51,6 +55,7 @@ struct srv_engine {
     pthread_t thread;
     bool thread_started;
     uint64_t seed_ctr;   /* seeds for requests without one */
+    uint64_t use_ctr;    /* admissions so far (slots' last_used) */
 
     atomic_llong prompt_tokens, prompt_cached, gen_tokens, compactions;
     atomic_llong pool_in_use, pool_bytes; /* the context's KV pool (engine thread writes) */
@@ -220,7 +225,7 @@ static void queue_take(struct srv_engine *e, int32_t i) {
 }
 
 /* Give queued jobs to idle slots, oldest first: a job without a session to the idle slot whose
-   sequence shares the longest prefix with its prompt; a job with one to any idle slot, on its
+   sequence shares the longest prefix with its prompt (the least recently used among equals); a job with one to any idle slot, on its
    session's sequence (a session busy with another turn keeps its job waiting). Called on the
    engine thread with e->mu held (session parking and restoring use the context, which only
    this thread touches). */
@@ -234,7 +239,12 @@ static void admit(struct srv_engine *e) {
             if (s->job) continue;
             int32_t l = j->req.session[0] ? 0 : common_prefix(s->own.toks, s->own.n_toks,
                                                                j->prompt, j->n_prompt);
-            if (l > best_len) {
+            /* a few shared tokens (BOS, a chat header) are not worth another conversation's
+               cache: they count only when they are all the slot holds or all the prompt */
+            if (l < SRV_MIN_REUSE && l < s->own.n_toks && l < j->n_prompt - 1) l = 0;
+            /* ties go to the least recently used slot, so the other conversations' cached
+               prefixes stay longest */
+            if (l > best_len || (l == best_len && s->last_used < e->slots[best].last_used)) {
                 best = i;
                 best_len = l;
             }
@@ -271,6 +281,7 @@ static void admit(struct srv_engine *e) {
         }
         queue_take(e, q);
         s->job = j;
+        s->last_used = ++e->use_ctr;
         s->sess = sess;
         s->phase = SLOT_PREFILL;
         /* the last prompt token is always decoded, so its logits are fresh */
