@@ -71,18 +71,21 @@ static float max_abs_diff(const float *a, const float *b, int n) {
     return d;
 }
 
+/* Two contexts whose sequence seq holds the same n random tokens with [r0, r1) removed; t gets
+   the n tokens and one more. */
+static bool twins(nx_ctx *a, nx_ctx *b, nx_seq_id seq, nx_token *t, int n, nx_pos r0, nx_pos r1) {
+    for (int i = 0; i <= n; i++) t[i] = rnd_tok();
+    return a && b && !decode_at(a, seq, t, n, 0) && !decode_at(b, seq, t, n, 0) &&
+           !nx_kv_seq_rm(a, seq, r0, r1) && !nx_kv_seq_rm(b, seq, r0, r1);
+}
+
 TEST(one_run_moves_without_changing_the_next_logits) {
     ASSERT_TRUE(stories() != NULL);
     const int nv = nx_model_n_vocab(stories());
     nx_ctx *a = mk(256, NULL), *b = mk(256, NULL);
-    ASSERT_TRUE(a && b);
     nx_token t[121];
-    for (int i = 0; i < 121; i++) t[i] = rnd_tok();
-    ASSERT_OK(decode_at(a, 0, t, 120, 0));
-    ASSERT_OK(decode_at(b, 0, t, 120, 0));
-    /* drop the first 60: what is left is one run at 60..119 */
-    ASSERT_OK(nx_kv_seq_rm(a, 0, 0, 60));
-    ASSERT_OK(nx_kv_seq_rm(b, 0, 0, 60));
+    /* the first 60 dropped: what is left is one run at 60..119 */
+    ASSERT_TRUE(twins(a, b, 0, t, 120, 0, 60));
     nx_pos shift = -1;
     ASSERT_OK(nx_kv_seq_compact(a, 0, &shift));
     ASSERT_EQ(shift, 60);
@@ -107,13 +110,8 @@ TEST(one_run_moves_without_changing_the_next_logits) {
 TEST(closing_one_gap_equals_the_range_shift) {
     const int nv = nx_model_n_vocab(stories());
     nx_ctx *a = mk(256, NULL), *b = mk(256, NULL);
-    ASSERT_TRUE(a && b);
     nx_token t[101];
-    for (int i = 0; i < 101; i++) t[i] = rnd_tok();
-    ASSERT_OK(decode_at(a, 1, t, 100, 0));
-    ASSERT_OK(decode_at(b, 1, t, 100, 0));
-    ASSERT_OK(nx_kv_seq_rm(a, 1, 30, 55));
-    ASSERT_OK(nx_kv_seq_rm(b, 1, 30, 55));
+    ASSERT_TRUE(twins(a, b, 1, t, 100, 30, 55));
     nx_pos shift = 0;
     ASSERT_OK(nx_kv_seq_compact(a, 1, &shift));
     ASSERT_EQ(shift, 25);
