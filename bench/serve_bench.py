@@ -225,14 +225,16 @@ def agent(name, kind, a):
     if kind == "nexus":
         kv_now = metric(a.port, "nexus_session_kv_bytes_max")
         kv_peak = metric(a.port, "nexus_session_kv_peak_bytes_max")
+        compactions = metric(a.port, "nexus_kv_compactions_total")
     else:
+        compactions = None
         cell = kv_bytes_per_cell(a.out)
         # a slot holds every token of its conversation: bytes per cell x tokens
         kv_now = kv_peak = cell * tokens if cell else None
     return {"server": name, "kind": kind, "workload": "agent", "ttft_per_turn": per_turn,
             "errors": errs[:5], "late_ttft": statistics.median(late) if late else float("nan"),
             "conversation_tokens": tokens, "kv_bytes_session": kv_now,
-            "kv_bytes_session_peak": kv_peak,
+            "kv_bytes_session_peak": kv_peak, "compactions": compactions,
             "answers": [[r[1] for r in x] for x in results]}
 
 
