@@ -567,6 +567,58 @@ TEST(fused_split_invariance) {
     }
 }
 
+/*
+ * kern_attn_blocks = one kern_attn_block per block, bit for bit: blocks taken from a buffer in
+ * a scrambled order (as a paged cache's are), block sizes below, at and above
+ * KERN_ATTN_CHUNK, a short last block, a trailing empty one, head counts across the fused
+ * head groups; for the reference and AVX2 tables and through the dispatcher.
+ */
+typedef void (*blocks_fn)(enum nx_type, int64_t, const void *const *, const void *const *, size_t,
+                          int64_t, int64_t, int64_t, const float *, int64_t, float, float *);
+static void check_blocks(blocks_fn mfn, block_fn bfn, const char *what) {
+    static const int64_t ngs[] = {1, 4, 9, 17};
+    static const int64_t brs[] = {32, 7, 100};
+    const float scale = 0.3f;
+    for (g_stride_mode = 0; g_stride_mode < 2; g_stride_mode++)
+    for (int a = 0; a < N_OF(g_kvts); a++)
+    for (int b = 0; b < N_OF(g_hds); b++)
+    for (int c = 0; c < N_OF(ngs); c++)
+    for (int d = 0; d < N_OF(brs); d++) {
+        enum nx_type kvt = g_kvts[a];
+        int64_t hd = g_hds[b], ng = ngs[c], br = brs[d], nblk = 5;
+        int64_t npos = (c % 2 ? 3 : 4) * br + (d + 1) * br / 4; /* a short last block; c odd: one empty */
+        int64_t rec = ng * (hd + 2);
+        struct kv k, v;
+        kv_make(&k, kvt, hd, nblk * br, 2.0f);
+        kv_make(&v, kvt, hd, nblk * br, 1.0f);
+        float *q = rand_floats(ng * hd, 1.0f);
+        float *pa = nan_floats(nblk * rec), *pb = nan_floats(nblk * rec);
+        const void *kp[5], *vp[5];
+        for (int64_t i = 0; i < nblk; i++) {
+            int64_t slot = (3 * i + 2) % nblk; /* 2 0 3 1 4 */
+            kp[i] = k.base + (size_t)(slot * br) * k.stride, vp[i] = v.base + (size_t)(slot * br) * v.stride;
+        }
+        mfn(kvt, hd, kp, vp, k.stride, nblk, br, npos, q, ng, scale, pa);
+        for (int64_t i = 0; i < nblk; i++)
+            bfn(kvt, hd, kp[i], k.stride, vp[i], v.stride, NX_MIN(br, npos - i * br), q, ng, scale, pb + i * rec);
+        int64_t diff = 0;
+        for (int64_t x = 0; x < nblk * rec; x++) diff += !same_bits(pa[x], pb[x]);
+        free(q), free(pa), free(pb);
+        kv_free(&k), kv_free(&v);
+        if (diff) FAILF("%s: type %d hd %lld ng %lld block %lld: %lld part elements differ from per-block calls", what,
+                        (int)kvt, (long long)hd, (long long)ng, (long long)br, (long long)diff);
+    }
+}
+
+TEST(blocks_match_per_block_ref) { check_blocks(kern_ref_attn_blocks, kern_ref_attn_block, "ref"); }
+
+TEST(blocks_match_per_block_avx2) {
+    if (!have_avx2()) return;
+    check_blocks(kern_avx2_attn_blocks, kern_avx2_attn_block, "avx2");
+}
+
+TEST(blocks_match_per_block_dispatch) { check_blocks(kern_attn_blocks, kern_attn_block, kern_name()); }
+
 /* Empty parts: m = -inf, l = 0, o = 0; the merge skips them; all empty gives zeros. */
 TEST(fused_empty_parts) {
     float q[16], kbuf[64], part[3 * 10], out[16];

@@ -155,15 +155,16 @@ AI void sc_tile(enum nx_type kvt, const int NG, const int NP, int64_t hd, const 
 }
 
 /* n positions (rows k + j*ks) for NG heads, NP at a time, leftovers 4, 2, 1 at a time. When
- * pfd > 0, the row slices pfd positions ahead (slice_bytes long) are prefetched. */
+ * pf is not NULL, the slices (slice_bytes long) of rows pf + j*ks, j < npf, are prefetched as
+ * positions j are reached. */
 AI void sc_run(enum nx_type kvt, const int NG, const int NP, int64_t hd, const char *k, size_t ks,
-               int64_t n, const float *q, float scale, float *s, int64_t ld, int64_t pfd,
-               size_t slice_bytes) {
+               int64_t n, const float *q, float scale, float *s, int64_t ld, const char *pf,
+               int64_t npf, size_t slice_bytes) {
     int64_t j = 0;
     for (; j + NP <= n; j += NP) {
-        if (pfd) {
+        if (pf) {
             UNROLL for (int p = 0; p < NP; p++)
-                prefetch_span(k + (size_t)(j + p + pfd) * ks, slice_bytes);
+                if (j + p < npf) prefetch_span(pf + (size_t)(j + p) * ks, slice_bytes);
         }
         sc_tile(kvt, NG, NP, hd, k + (size_t)j * ks, ks, q, scale, s + j, ld);
     }
@@ -179,8 +180,11 @@ AI void sc_run(enum nx_type kvt, const int NG, const int NP, int64_t hd, const c
     if (NP > 1 && j < n) sc_tile(kvt, NG, 1, hd, k + (size_t)j * ks, ks, q, scale, s + j, ld);
 }
 
+/* nk: when not NULL, the nn rows nk + j*ks (the next rows the caller will read) are prefetched
+ * during the pass over the last block of positions. */
 AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t npos,
-               const float *q, int64_t ng, float scale, float *scores, int64_t ld) {
+               const float *q, int64_t ng, float scale, float *scores, int64_t ld, const char *nk,
+               int64_t nn) {
     const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
     const int64_t bl = att_block(ks);
     for (int64_t j0 = 0; j0 < npos; j0 += bl) {
@@ -189,13 +193,17 @@ AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n
         for (int64_t g0 = 0; g0 < ng; g0 += ATT_HEADS) {
             const float *qg = q + g0 * hd;
             float *sg = scores + g0 * ld + j0;
-            /* prefetch during the first head group's pass, only rows that exist */
-            int64_t pfd = g0 == 0 && j0 + 2 * bl <= npos ? bl : 0;
+            /* prefetch during the first head group's pass, only rows that exist: the next
+               block of this call, else (last block) the caller's next rows */
+            const char *pf = NULL;
+            int64_t npf = 0;
+            if (g0 == 0 && j0 + 2 * bl <= npos) pf = kj + (size_t)bl * ks, npf = bl;
+            else if (g0 == 0 && j0 + bl >= npos && nk) pf = nk, npf = nn;
             switch (NX_MIN(ng - g0, (int64_t)ATT_HEADS)) {
-            case 4: sc_run(kvt, 4, 2, hd, kj, ks, n, qg, scale, sg, ld, pfd, slice); break;
-            case 3: sc_run(kvt, 3, 2, hd, kj, ks, n, qg, scale, sg, ld, pfd, slice); break;
-            case 2: sc_run(kvt, 2, 4, hd, kj, ks, n, qg, scale, sg, ld, pfd, slice); break;
-            default: sc_run(kvt, 1, 8, hd, kj, ks, n, qg, scale, sg, ld, pfd, slice); break;
+            case 4: sc_run(kvt, 4, 2, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice); break;
+            case 3: sc_run(kvt, 3, 2, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice); break;
+            case 2: sc_run(kvt, 2, 4, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice); break;
+            default: sc_run(kvt, 1, 8, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice); break;
             }
         }
     }
@@ -203,12 +211,12 @@ AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n
 
 static void sc_f32(int64_t hd, const char *k, size_t ks, int64_t npos, const float *q, int64_t ng,
                    float scale, float *scores, int64_t ld) {
-    sc_all(NX_TYPE_F32, hd, k, ks, npos, q, ng, scale, scores, ld);
+    sc_all(NX_TYPE_F32, hd, k, ks, npos, q, ng, scale, scores, ld, NULL, 0);
 }
 
 static void sc_f16(int64_t hd, const char *k, size_t ks, int64_t npos, const float *q, int64_t ng,
                    float scale, float *scores, int64_t ld) {
-    sc_all(NX_TYPE_F16, hd, k, ks, npos, q, ng, scale, scores, ld);
+    sc_all(NX_TYPE_F16, hd, k, ks, npos, q, ng, scale, scores, ld, NULL, 0);
 }
 
 void kern_avx2_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
@@ -224,13 +232,13 @@ void kern_avx2_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k
 /*
  * NG heads x NC chunks of 8 elements, over n positions (rows v + j*vs, already offset to the
  * chunk): o[g*hd + 8c + l] (+)= sum_j p[g*ld + j] * row_j[8c + l]. first: start from zero,
- * else from o. r > 0: a single partial chunk of r elements (NC == 1). Per position j, the
- * chunk's bytes in row j + pfd are prefetched at offsets 0, 64, .. (pfn of them) and, when pfe,
- * at the chunk's last byte.
+ * else from o. r > 0: a single partial chunk of r elements (NC == 1). Per position j < npf, the
+ * bytes at pf + j*vs are prefetched at offsets 0, 64, .. (pfn of them) and, when pfe, at
+ * offset span - 1 (the chunk's last byte).
  */
 AI void va_tile(enum nx_type kvt, const int NG, const int NC, int r, const char *v, size_t vs,
                 int64_t n, const float *p, int64_t ld, float *o, int64_t hd, bool first, int pfn,
-                bool pfe, int64_t pfd) {
+                bool pfe, const char *pf, int64_t npf) {
     const int span = (r ? r : 8 * NC) * (kvt == NX_TYPE_F32 ? 4 : 2);
     __m256 a[ATT_HEADS][8];
     const __m256i m = lane_mask(r);
@@ -243,9 +251,11 @@ AI void va_tile(enum nx_type kvt, const int NG, const int NC, int r, const char 
     }
     for (int64_t j = 0; j < n; j++) {
         const char *row = v + (size_t)j * vs;
-        const char *f = row + (size_t)pfd * vs;
-        for (int l = 0; l < pfn; l++) _mm_prefetch(f + 64 * l, _MM_HINT_T0);
-        if (pfe) _mm_prefetch(f + span - 1, _MM_HINT_T0);
+        if (j < npf) {
+            const char *f = pf + (size_t)j * vs;
+            for (int l = 0; l < pfn; l++) _mm_prefetch(f + 64 * l, _MM_HINT_T0);
+            if (pfe) _mm_prefetch(f + span - 1, _MM_HINT_T0);
+        }
         __m256 b[ATT_HEADS];
         UNROLL for (int g = 0; g < NG; g++) b[g] = _mm256_broadcast_ss(p + g * ld + j);
         UNROLL for (int c = 0; c < NC; c++) {
@@ -263,24 +273,26 @@ AI void va_tile(enum nx_type kvt, const int NG, const int NC, int r, const char 
 
 /*
  * All of hd for NG heads over one block of n positions: NC chunks at a time, leftover chunks
- * 4, 2, 1 at a time, then the partial chunk. When pfd > 0, the slices pfd rows ahead are
- * prefetched, each cache line once: the tiles whose chunk starts at a multiple of 64 bytes
+ * 4, 2, 1 at a time, then the partial chunk. When pf is not NULL, the slices of rows pf + j*vs
+ * (j < npf) are prefetched, each cache line once: the tiles whose chunk starts at a multiple of 64 bytes
  * into the slice prefetch every 64 bytes of their span (tiles go by decreasing width, so each
  * starts at a multiple of its own width and every 64-byte offset is some tile's start or inside
  * a tile of >= 64 bytes), and the last tile the slice's last byte when rows are not 64-byte
  * aligned (the slice then touches one more line).
  */
 AI void va_run(enum nx_type kvt, const int NG, const int NC, int64_t hd, const char *v, size_t vs,
-               int64_t n, const float *p, int64_t ld, float *o, bool first, int64_t pfd) {
+               int64_t n, const float *p, int64_t ld, float *o, bool first, const char *pf,
+               int64_t npf) {
     const int64_t elt = kvt == NX_TYPE_F32 ? 4 : 2;
-    const bool unaligned = ((uintptr_t)v | vs) & 63;
+    const bool unaligned = ((uintptr_t)(pf ? pf : v) | vs) & 63;
     int64_t i = 0;
 #define VA(nc_, r_) \
     do { \
         int64_t span_ = (r_ ? r_ : 8 * nc_) * elt, off_ = i * elt; \
-        int pfn_ = pfd && off_ % 64 == 0 ? (int)((span_ + 63) / 64) : 0; \
-        bool pfe_ = pfd && unaligned && off_ + span_ == hd * elt; \
-        va_tile(kvt, NG, nc_, r_, v + off_, vs, n, p, ld, o + i, hd, first, pfn_, pfe_, pfd); \
+        int pfn_ = pf && off_ % 64 == 0 ? (int)((span_ + 63) / 64) : 0; \
+        bool pfe_ = pf && unaligned && off_ + span_ == hd * elt; \
+        va_tile(kvt, NG, nc_, r_, v + off_, vs, n, p, ld, o + i, hd, first, pfn_, pfe_, \
+                pf ? pf + off_ : NULL, pf ? npf : 0); \
     } while (0)
     for (; i + 8 * NC <= hd; i += 8 * NC) VA(NC, 0);
     if (NC > 4 && i + 32 <= hd) {
@@ -299,9 +311,10 @@ AI void va_run(enum nx_type kvt, const int NG, const int NC, int64_t hd, const c
 #undef VA
 }
 
-/* acc: add to out (else overwrite it). */
+/* acc: add to out (else overwrite it). nv: as sc_all's nk (the caller's next nn rows). */
 AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t npos,
-               const float *p, int64_t ld, int64_t ng, float *out, bool acc) {
+               const float *p, int64_t ld, int64_t ng, float *out, bool acc, const char *nv,
+               int64_t nn) {
     const int64_t bl = att_block(vs);
     for (int64_t j0 = 0; j0 < npos; j0 += bl) {
         int64_t n = NX_MIN(npos - j0, bl);
@@ -310,13 +323,17 @@ AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n
         for (int64_t g0 = 0; g0 < ng; g0 += ATT_HEADS) {
             const float *pg = p + g0 * ld + j0;
             float *og = out + g0 * hd;
-            /* prefetch the next block during the first head group's pass, if it is whole */
-            int64_t pfd = g0 == 0 && j0 + 2 * bl <= npos ? bl : 0;
+            /* prefetch the next block during the first head group's pass, if it is whole; in
+               the last block, the caller's next rows */
+            const char *pf = NULL;
+            int64_t npf = 0;
+            if (g0 == 0 && j0 + 2 * bl <= npos) pf = vj + (size_t)bl * vs, npf = bl;
+            else if (g0 == 0 && j0 + bl >= npos && nv) pf = nv, npf = nn;
             switch (NX_MIN(ng - g0, (int64_t)ATT_HEADS)) {
-            case 4: va_run(kvt, 4, 2, hd, vj, vs, n, pg, ld, og, first, pfd); break;
-            case 3: va_run(kvt, 3, 2, hd, vj, vs, n, pg, ld, og, first, pfd); break;
-            case 2: va_run(kvt, 2, 4, hd, vj, vs, n, pg, ld, og, first, pfd); break;
-            default: va_run(kvt, 1, 8, hd, vj, vs, n, pg, ld, og, first, pfd); break;
+            case 4: va_run(kvt, 4, 2, hd, vj, vs, n, pg, ld, og, first, pf, npf); break;
+            case 3: va_run(kvt, 3, 2, hd, vj, vs, n, pg, ld, og, first, pf, npf); break;
+            case 2: va_run(kvt, 2, 4, hd, vj, vs, n, pg, ld, og, first, pf, npf); break;
+            default: va_run(kvt, 1, 8, hd, vj, vs, n, pg, ld, og, first, pf, npf); break;
             }
         }
     }
@@ -324,12 +341,12 @@ AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n
 
 static void va_f32(int64_t hd, const char *v, size_t vs, int64_t npos, const float *p, int64_t ld,
                    int64_t ng, float *out) {
-    va_all(NX_TYPE_F32, hd, v, vs, npos, p, ld, ng, out, false);
+    va_all(NX_TYPE_F32, hd, v, vs, npos, p, ld, ng, out, false, NULL, 0);
 }
 
 static void va_f16(int64_t hd, const char *v, size_t vs, int64_t npos, const float *p, int64_t ld,
                    int64_t ng, float *out) {
-    va_all(NX_TYPE_F16, hd, v, vs, npos, p, ld, ng, out, false);
+    va_all(NX_TYPE_F16, hd, v, vs, npos, p, ld, ng, out, false, NULL, 0);
 }
 
 void kern_avx2_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
@@ -364,8 +381,12 @@ AI float hsum8(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
+/* nk / nv / nn: the caller's next rows (the next KV block it reduces), prefetched during the
+ * last chunk (NULL: none); pre: prefetch this call's first chunk up front (false when an
+ * earlier call prefetched it as its next rows). */
 AI void fused_group(enum nx_type kvt, int64_t hd, const char *k, size_t ks, const char *v,
-                    size_t vs, int64_t npos, const float *q, int64_t ng, float scale, float *part) {
+                    size_t vs, int64_t npos, const float *q, int64_t ng, float scale, float *part,
+                    const char *nk, const char *nv, int64_t nn, bool pre) {
     float sbuf[FUSED_HEADS * KERN_ATTN_CHUNK];
     float obuf[FUSED_HEADS * KERN_ATTN_MAX_HD];
     float m[FUSED_HEADS], l[FUSED_HEADS];
@@ -374,13 +395,23 @@ AI void fused_group(enum nx_type kvt, int64_t hd, const char *k, size_t ks, cons
     const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
     for (int64_t j0 = 0; j0 < npos; j0 += KERN_ATTN_CHUNK) {
         int64_t n = NX_MIN(npos - j0, (int64_t)KERN_ATTN_CHUNK);
-        /* memory-level parallelism: ask for the chunk's K and V slices at once (a paged KV
-         * block is a few KiB the hardware prefetchers have no time to ramp up on) */
-        for (int64_t j = 0; j < n; j++) {
-            prefetch_span(k + (size_t)(j0 + j) * ks, slice);
-            prefetch_span(v + (size_t)(j0 + j) * vs, slice);
+        /* memory-level parallelism: the first chunk's K and V slices are asked for at once
+         * unless the previous call prefetched them (a paged KV block is a few KiB the hardware
+         * prefetchers have no time to ramp up on); each chunk prefetches the next one's (the
+         * last chunk: the caller's next rows) as its scores and values run */
+        if (j0 == 0 && pre) {
+            for (int64_t j = 0; j < n; j++) {
+                prefetch_span(k + (size_t)j * ks, slice);
+                prefetch_span(v + (size_t)j * vs, slice);
+            }
         }
-        sc_all(kvt, hd, k + (size_t)j0 * ks, ks, n, q, ng, scale, sbuf, KERN_ATTN_CHUNK);
+        const char *pk = nk, *pv = nv;
+        int64_t pn = nk ? nn : 0;
+        if (j0 + n < npos) {
+            pk = k + (size_t)(j0 + n) * ks, pv = v + (size_t)(j0 + n) * vs;
+            pn = NX_MIN(npos - j0 - n, (int64_t)KERN_ATTN_CHUNK);
+        }
+        sc_all(kvt, hd, k + (size_t)j0 * ks, ks, n, q, ng, scale, sbuf, KERN_ATTN_CHUNK, pk, pn);
         for (int64_t g = 0; g < ng; g++) {
             float *s = sbuf + g * KERN_ATTN_CHUNK;
             float mc = s[0];
@@ -416,7 +447,7 @@ AI void fused_group(enum nx_type kvt, int64_t hd, const char *k, size_t ks, cons
                 for (; i < hd; i++) o[i] *= alpha;
             }
         }
-        va_all(kvt, hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, obuf, true);
+        va_all(kvt, hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, obuf, true, pv, pn);
     }
     for (int64_t g = 0; g < ng; g++) {
         float *pg = part + g * (hd + 2);
@@ -426,13 +457,30 @@ AI void fused_group(enum nx_type kvt, int64_t hd, const char *k, size_t ks, cons
 }
 
 static void fused_f32(int64_t hd, const char *k, size_t ks, const char *v, size_t vs, int64_t npos,
-                      const float *q, int64_t ng, float scale, float *part) {
-    fused_group(NX_TYPE_F32, hd, k, ks, v, vs, npos, q, ng, scale, part);
+                      const float *q, int64_t ng, float scale, float *part, const char *nk,
+                      const char *nv, int64_t nn, bool pre) {
+    fused_group(NX_TYPE_F32, hd, k, ks, v, vs, npos, q, ng, scale, part, nk, nv, nn, pre);
 }
 
 static void fused_f16(int64_t hd, const char *k, size_t ks, const char *v, size_t vs, int64_t npos,
-                      const float *q, int64_t ng, float scale, float *part) {
-    fused_group(NX_TYPE_F16, hd, k, ks, v, vs, npos, q, ng, scale, part);
+                      const float *q, int64_t ng, float scale, float *part, const char *nk,
+                      const char *nv, int64_t nn, bool pre) {
+    fused_group(NX_TYPE_F16, hd, k, ks, v, vs, npos, q, ng, scale, part, nk, nv, nn, pre);
+}
+
+/* One KV range, all head groups; the next rows are prefetched by the last head group's pass
+ * only (the earlier groups' passes bring this range's rows back from L1/L2). */
+static void fused_heads(enum nx_type kvt, int64_t hd, const char *k, size_t ks, const char *v,
+                        size_t vs, int64_t npos, const float *q, int64_t ng, float scale,
+                        float *part, const char *nk, const char *nv, int64_t nn, bool pre) {
+    for (int64_t g0 = 0; g0 < ng; g0 += FUSED_HEADS) {
+        int64_t n = NX_MIN(ng - g0, (int64_t)FUSED_HEADS);
+        bool last = g0 + FUSED_HEADS >= ng;
+        const char *gk = last ? nk : NULL, *gv = last ? nv : NULL;
+        bool gpre = g0 == 0 && pre;
+        if (kvt == NX_TYPE_F32) fused_f32(hd, k, ks, v, vs, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2), gk, gv, nn, gpre);
+        else fused_f16(hd, k, ks, v, vs, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2), gk, gv, nn, gpre);
+    }
 }
 
 void kern_avx2_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
@@ -443,10 +491,24 @@ void kern_avx2_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_
         kern_ref_attn_block(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part);
         return;
     }
-    for (int64_t g0 = 0; g0 < ng; g0 += FUSED_HEADS) {
-        int64_t n = NX_MIN(ng - g0, (int64_t)FUSED_HEADS);
-        if (kvt == NX_TYPE_F32) fused_f32(hd, k, k_stride, v, v_stride, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2));
-        else fused_f16(hd, k, k_stride, v, v_stride, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2));
+    fused_heads(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part, NULL, NULL, 0, true);
+}
+
+void kern_avx2_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k, const void *const *v,
+                           size_t stride, int64_t nblk, int64_t brows, int64_t npos, const float *q,
+                           int64_t ng, float scale, float *parts) {
+    NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
+    const int64_t rec = ng * (hd + 2);
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t n = NX_MIN(brows, npos - b * brows);
+        if (hd > KERN_ATTN_MAX_HD) {
+            kern_ref_attn_block(kvt, hd, k[b], stride, v[b], stride, n, q, ng, scale, parts + b * rec);
+            continue;
+        }
+        int64_t nn = b + 1 < nblk ? NX_MIN(brows, npos - (b + 1) * brows) : 0;
+        const char *nk = nn > 0 ? k[b + 1] : NULL, *nv = nn > 0 ? v[b + 1] : NULL;
+        fused_heads(kvt, hd, k[b], stride, v[b], stride, n, q, ng, scale, parts + b * rec, nk, nv,
+                    nn, b == 0);
     }
 }
 

@@ -105,6 +105,14 @@ void kern_ref_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_s
     }
 }
 
+void kern_ref_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k, const void *const *v,
+                          size_t stride, int64_t nblk, int64_t brows, int64_t npos, const float *q,
+                          int64_t ng, float scale, float *parts) {
+    for (int64_t b = 0; b < nblk; b++)
+        kern_ref_attn_block(kvt, hd, k[b], stride, v[b], stride, NX_MIN(brows, npos - b * brows), q,
+                            ng, scale, parts + b * ng * (hd + 2));
+}
+
 void kern_ref_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out) {
     const int64_t rec = ng * (hd + 2);
     for (int64_t g = 0; g < ng; g++) {

@@ -221,6 +221,15 @@ void kern_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_strid
                                                             q, ng, scale, part);
 }
 
+void kern_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k, const void *const *v,
+                      size_t stride, int64_t nblk, int64_t brows, int64_t npos, const float *q,
+                      int64_t ng, float scale, float *parts) {
+    if (ng <= 0 || hd <= 0 || nblk <= 0) return;
+    const struct kern_table *t = kern_table_current();
+    (t->attn_blocks ? t->attn_blocks : kern_avx2_attn_blocks)(kvt, hd, k, v, stride, nblk, brows,
+                                                               npos, q, ng, scale, parts);
+}
+
 void kern_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out) {
     if (ng <= 0 || hd <= 0) return;
     const struct kern_table *t = kern_table_current();

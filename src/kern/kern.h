@@ -124,6 +124,17 @@ void kern_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_strid
                      size_t v_stride, int64_t npos, const float *q, int64_t ng, float scale,
                      float *part);
 void kern_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out);
+/*
+ * kern_attn_block over nblk KV blocks in turn, with the same strides: block b's rows are
+ * k[b] + j*stride and v[b] + j*stride for j < min(brows, npos - b*brows) (so every block but
+ * the last has brows rows; a block with none gives an empty part), its part at
+ * parts + b*ng*(hd+2). Bit-identical to one kern_attn_block call per block; the SIMD sets
+ * prefetch block b+1's rows while block b is reduced (the blocks of a paged KV cache are apart
+ * in memory, where the hardware prefetchers do not follow).
+ */
+void kern_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k, const void *const *v,
+                      size_t stride, int64_t nblk, int64_t brows, int64_t npos, const float *q,
+                      int64_t ng, float scale, float *parts);
 
 /*
  * Minimum work per thread (cost.c). The forward pass splits an operation over

@@ -514,6 +514,7 @@ const struct kern_table kern_table_avx512 = {
     .attn_scores = kern_avx2_attn_scores,
     .attn_values = kern_avx2_attn_values,
     .attn_block = kern_avx2_attn_block,
+    .attn_blocks = kern_avx2_attn_blocks,
     .attn_merge = kern_avx2_attn_merge,
     .softmax = kern_avx2_softmax,
     .load_kv = kern_avx2_load_kv,

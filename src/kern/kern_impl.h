@@ -46,6 +46,10 @@ struct kern_table {
     void (*attn_block)(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
                        const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
                        float scale, float *part);
+    /* kern_attn_blocks; NULL: the AVX2 version (SIMD sets only) */
+    void (*attn_blocks)(enum nx_type kvt, int64_t hd, const void *const *k, const void *const *v,
+                        size_t stride, int64_t nblk, int64_t brows, int64_t npos, const float *q,
+                        int64_t ng, float scale, float *parts);
     /* kern_attn_merge; NULL: the AVX2 version */
     void (*attn_merge)(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out);
     /* kern_weight_layout for this set; NULL: every type as it is in files */
@@ -94,6 +98,12 @@ void kern_avx2_attn_merge(int64_t hd, int64_t ng, int64_t nparts, const float *p
 void kern_avx2_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
                           const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
                           float scale, float *part);
+void kern_ref_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k, const void *const *v,
+                          size_t stride, int64_t nblk, int64_t brows, int64_t npos, const float *q,
+                          int64_t ng, float scale, float *parts);
+void kern_avx2_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k, const void *const *v,
+                           size_t stride, int64_t nblk, int64_t brows, int64_t npos, const float *q,
+                           int64_t ng, float scale, float *parts);
 
 /* AVX2 entry points (kern_avx2.c); the AVX-512 set reuses some of them. */
 void kern_avx2_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k);

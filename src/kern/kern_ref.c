@@ -208,6 +208,7 @@ const struct kern_table kern_table_ref = {
     .attn_scores = kern_ref_attn_scores,
     .attn_values = kern_ref_attn_values,
     .attn_block = kern_ref_attn_block,
+    .attn_blocks = kern_ref_attn_blocks,
     .attn_merge = kern_ref_attn_merge,
     .softmax = kern_ref_softmax,
     .load_kv = kern_ref_load_kv,

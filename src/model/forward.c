@@ -159,24 +159,41 @@ static void attn_accumulate(struct nx_ctx *c, int il, int64_t t, int64_t kvh, in
     }
 }
 
+/* Fused partial states of nq query heads q over the blocks [b0, b1) of table tab (ntok
+ * tokens), part b at parts + (b - b0) * rec (kern_attn_blocks, i.e. one kern_attn_block per
+ * cache block, a fixed partition, each block's successor prefetched while it is reduced),
+ * ATT_RUN blocks per call. */
+#define ATT_RUN 16
+static void attn_run(const struct kv_cache *kv, const struct kv_table *tab, int64_t ntok,
+                     int64_t b0, int64_t b1, int64_t hd, const float *q, int64_t nq, float scale,
+                     float *parts, int64_t rec) {
+    const int64_t B = kv->p.block;
+    const void *kp[ATT_RUN], *vp[ATT_RUN];
+    for (int64_t r0 = b0; r0 < b1; r0 += ATT_RUN) {
+        int64_t nb = NX_MIN((int64_t)ATT_RUN, b1 - r0);
+        for (int64_t i = 0; i < nb; i++) {
+            int32_t blk = tab->blocks[r0 + i];
+            kp[i] = kv_block_k(kv, blk), vp[i] = kv_block_v(kv, blk);
+        }
+        NX_ASSERT(rec == nq * (hd + 2) && "attn_run: parts of a call are contiguous");
+        kern_attn_blocks(kv->p.type, hd, kp, vp, kv->row_bytes, nb, B, ntok - r0 * B, q, nq, scale,
+                         parts + (r0 - b0) * rec);
+    }
+}
+
 /* Fused partial states of KV blocks [b0, b1) of token t's table over KV head kvh, part b at
- * parts + b * gqa * (hd + 2) (kern_attn_block: one part per cache block, a fixed partition). */
+ * parts + b * gqa * (hd + 2). */
 static void attn_parts(const struct nx_ctx *c, int il, int64_t t, int64_t kvh, int64_t b0,
                        int64_t b1, float *parts) {
     const struct kv_cache *kv = c->kv;
     const struct nx_hparams *hp = &c->model->hp;
-    const int64_t B = kv->p.block, hd = hp->head_dim, qd = (int64_t)hp->n_head * hd;
+    const int64_t hd = hp->head_dim, qd = (int64_t)hp->n_head * hd;
     const int gqa = hp->n_head / hp->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
     int64_t ntok;
     const struct kv_table *tab = attn_table(c, il, t, kvh, &ntok);
     const float *qg = c->q + t * qd + kvh * gqa * hd;
-    for (int64_t b = b0; b < b1; b++) {
-        int32_t blk = tab->blocks[b];
-        kern_attn_block(kv->p.type, hd, kv_block_k(kv, blk), kv->row_bytes, kv_block_v(kv, blk),
-                        kv->row_bytes, NX_MIN(B, ntok - b * B), qg, gqa, scale,
-                        parts + b * gqa * (hd + 2));
-    }
+    attn_run(kv, tab, ntok, b0, b1, hd, qg, gqa, scale, parts + b0 * gqa * (hd + 2), gqa * (hd + 2));
 }
 
 /*
@@ -213,11 +230,7 @@ static void attn_tile(const struct nx_ctx *c, int il, int64_t t0, int64_t nt, in
         nbmax = NX_MAX(nbmax, (ntok + B - 1) / B);
         memcpy(qbuf + i * gq, c->q + (t0 + i) * qd + kvh * gq, sizeof(float) * (size_t)gq);
     }
-    for (int64_t b = 0; b < nmin / B; b++) {
-        int32_t blk = tab->blocks[b];
-        kern_attn_block(kv->p.type, hd, kv_block_k(kv, blk), kv->row_bytes, kv_block_v(kv, blk),
-                        kv->row_bytes, B, qbuf, nt * gqa, scale, parts + b * rec);
-    }
+    attn_run(kv, tab, nmin / B * B, 0, nmin / B, hd, qbuf, nt * gqa, scale, parts, rec);
     for (int64_t i = 0; i < nt; i++) {
         attn_table(c, il, t0 + i, kvh, &ntok);
         int64_t nblk = (ntok + B - 1) / B;
