@@ -378,7 +378,9 @@ TEST(sidecar_restores_the_main_session_bit_for_bit_and_splices_exactly) {
     ASSERT_OK(nx_decode(ctx, &x, 1, false));
     ASSERT_TRUE(!memcmp(ref, nx_get_logits(ctx, -1), (size_t)nv * sizeof *ref));
     nx_free(r1.arguments);
+    nx_free(r1.raw);
     nx_free(r2.arguments);
+    nx_free(r2.raw);
     /* a context with one sequence is refused with a message */
     nx_ctx *one = NULL;
     cp.n_seq_max = 1;
