@@ -165,8 +165,8 @@ static char *call_tail(enum nx_tool_format family, const struct chat_call_shape 
 
 /* The family's shape (NULL for the families whose grammars are here), family normalized. */
 static const struct chat_call_shape *shape_of(enum nx_tool_format *family, const char *form) {
-    bool here = *family == NX_TOOL_FORMAT_HERMES || *family == NX_TOOL_FORMAT_MISTRAL ||
-                *family == NX_TOOL_FORMAT_LLAMA3 || *family == NX_TOOL_FORMAT_DEEPSEEK;
+    bool here = *family == NX_TOOL_FORMAT_MISTRAL || *family == NX_TOOL_FORMAT_LLAMA3 ||
+                *family == NX_TOOL_FORMAT_DEEPSEEK; /* hermes: its XML forms by name only */
     const struct chat_call_shape *sh = here ? NULL : chat_call_shape(*family, form);
     if (*family == NX_TOOL_FORMAT_NONE || *family == NX_TOOL_FORMAT_GENERIC) *family = NX_TOOL_FORMAT_HERMES;
     return sh;
