@@ -509,10 +509,16 @@ TEST(agent_turn_writes_calls_in_each_family_form) {
     const rt_registry *reg = ag_toolset_registry(ts);
     static const struct {
         const char *tmpl, *family, *form;
+        const char *elem, *close; /* the path parameter's element (printf of the path), or the
+                                     JSON arguments object's closing text */
     } cases[] = {
-        {"Qwen-Qwen2.5-7B-Instruct", "hermes", NULL},
-        {"MiniMax-M2", "xml-invoke", "<minimax:tool_call>"},
-        {"openai-gpt-oss-120b", "harmony", "to=functions."},
+        {"Qwen-Qwen2.5-7B-Instruct", "hermes", NULL, NULL, "}"},
+        {"MiniMax-M2", "xml-invoke", "<minimax:tool_call>", "<parameter name=\"path\">%s</parameter>",
+         "</invoke>\n</minimax:tool_call>"},
+        {"openai-gpt-oss-120b", "harmony", "to=functions.", NULL, "<|call|>"},
+        {"Qwen3-Coder", "hermes", "<tool_call>\n<function=", "<parameter=path>\n%s\n</parameter>\n",
+         "</function>\n</tool_call>"},
+        {"GLM-4.6", "hermes", "<tool_call>", "\n<arg_key>path</arg_key>\n<arg_value>%s</arg_value>", "\n</tool_call>"},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         char tp[PATH_MAX];
@@ -523,7 +529,7 @@ TEST(agent_turn_writes_calls_in_each_family_form) {
         if (!t) FAILF("%s: no trace", cases[ci].tmpl);
         ASSERT_STR_EQ(json_string_value(json_object_get(t, "call_family")), cases[ci].family);
         const char *form = json_string_value(json_object_get(t, "call_form"));
-        if (cases[ci].form) ASSERT_STR_EQ(form ? form : "(none)", cases[ci].form);
+        ASSERT_STR_EQ(form ? form : "(none)", cases[ci].form ? cases[ci].form : "(none)");
         json_t *s1 = json_array_get(json_object_get(t, "steps"), 0);
         json_t *call = json_object_get(s1, "call");
         ASSERT_STR_EQ(json_string_value(json_object_get(call, "name")), "write_file");
@@ -536,17 +542,13 @@ TEST(agent_turn_writes_calls_in_each_family_form) {
         const char *path = json_string_value(json_object_get(aj, "path"));
         const char *text = json_string_value(json_object_get(call, "text"));
         ASSERT_TRUE(path && text);
-        if (!strcmp(cases[ci].family, "xml-invoke")) {
-            /* each parameter its own element, the string raw */
+        size_t tl = strlen(text), cl = strlen(cases[ci].close);
+        ASSERT_TRUE(tl > cl && !strcmp(text + tl - cl, cases[ci].close));
+        if (cases[ci].elem) { /* each parameter its own element, the string raw */
             char want[PATH_MAX + 64];
-            snprintf(want, sizeof want, "<parameter name=\"path\">%s</parameter>", path);
+            snprintf(want, sizeof want, cases[ci].elem, path);
             ASSERT_CONTAINS(text, want);
-            ASSERT_CONTAINS(text, "</invoke>\n</minimax:tool_call>");
-        } else {
-            /* one JSON object, then what closes the call */
-            const char *close = !strcmp(cases[ci].family, "harmony") ? "<|call|>" : "}";
-            size_t tl = strlen(text), cl = strlen(close);
-            ASSERT_TRUE(tl > cl && !strcmp(text + tl - cl, close));
+        } else { /* one JSON object, then what closes the call */
             json_t *tj = json_loadb(text, tl - cl, 0, NULL);
             ASSERT_TRUE(tj && json_equal(tj, aj));
             json_decref(tj);
