@@ -378,7 +378,9 @@ TEST(sidecar_restores_the_main_session_bit_for_bit_and_splices_exactly) {
     ASSERT_OK(nx_decode(ctx, &x, 1, false));
     ASSERT_TRUE(!memcmp(ref, nx_get_logits(ctx, -1), (size_t)nv * sizeof *ref));
     nx_free(r1.arguments);
+    nx_free(r1.raw);
     nx_free(r2.arguments);
+    nx_free(r2.raw);
     /* a context with one sequence is refused with a message */
     nx_ctx *one = NULL;
     cp.n_seq_max = 1;
@@ -412,16 +414,22 @@ static bool schema_valid(const struct rt_tool *t, const char *arguments) {
     return system(cmd) == 0;
 }
 
-/* Runs one `nexus agent` turn; returns its parsed trace (NULL on failure). */
-static json_t *agent_turn(const char *cfg, const char *trace, const char *k, const char *task) {
+/* Runs one `nexus agent` turn (with template tmpl, or the model's when NULL); returns its
+ * parsed trace (NULL on failure). */
+static json_t *agent_turn_with(const char *cfg, const char *trace, const char *k, const char *task,
+                               const char *tmpl) {
     const char *args[] = {"agent", "-m", k_model, "--mcp", cfg, "--steps", "1", "--tool-choice",
-                          "required", "-k", k, "--budget", "200", "--trace", trace, task, NULL};
+                          "required", "-k", k, "--budget", "200", "--trace", trace, task,
+                          tmpl ? "--template" : NULL, tmpl, NULL};
     char *out = NULL;
     int rc = test_cli(args, true, &out);
     if (rc != 0) fprintf(stderr, "  nexus agent exited %d: %s\n", rc, out ? out : "");
     free(out);
     if (rc != 0) return NULL;
     return json_load_file(trace, 0, NULL);
+}
+static json_t *agent_turn(const char *cfg, const char *trace, const char *k, const char *task) {
+    return agent_turn_with(cfg, trace, k, task, NULL);
 }
 
 TEST(agent_turn_writes_then_reads_through_server_filesystem) {
@@ -487,6 +495,68 @@ TEST(agent_turn_writes_then_reads_through_server_filesystem) {
     nx_free(disk);
     json_decref(aj);
     json_decref(t);
+    ag_toolset_free(ts);
+}
+
+/* The agent's call in each template family's own form: the pick and the sidecar's arguments are
+ * written as the template writes calls, the arguments read back pass the schema (python
+ * jsonschema, independent of argcheck), and the generated text holds them in that form. */
+TEST(agent_turn_writes_calls_in_each_family_form) {
+    char cfg[PATH_MAX], root[PATH_MAX], err[600], tr[PATH_MAX];
+    if (!fs_config(cfg, sizeof cfg, root, sizeof root)) FAILF("server-filesystem missing");
+    ag_toolset *ts = NULL;
+    if (ag_toolset_open(NULL, 0, cfg, NULL, &ts, err, sizeof err)) FAILF("open: %s", err);
+    const rt_registry *reg = ag_toolset_registry(ts);
+    static const struct {
+        const char *tmpl, *family, *form;
+        const char *elem, *close; /* the path parameter's element (printf of the path), or the
+                                     JSON arguments object's closing text */
+    } cases[] = {
+        {"Qwen-Qwen2.5-7B-Instruct", "hermes", NULL, NULL, "}"},
+        {"MiniMax-M2", "xml-invoke", "<minimax:tool_call>", "<parameter name=\"path\">%s</parameter>",
+         "</invoke>\n</minimax:tool_call>"},
+        {"openai-gpt-oss-120b", "harmony", "to=functions.", NULL, "<|call|>"},
+        {"Qwen3-Coder", "hermes", "<tool_call>\n<function=", "<parameter=path>\n%s\n</parameter>\n",
+         "</function>\n</tool_call>"},
+        {"GLM-4.6", "hermes", "<tool_call>", "\n<arg_key>path</arg_key>\n<arg_value>%s</arg_value>", "\n</tool_call>"},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        char tp[PATH_MAX];
+        snprintf(tp, sizeof tp, "../shared/data/chat-templates/%s.jinja", cases[ci].tmpl);
+        test_tmp_path("trace_family.json", tr, sizeof tr);
+        unlink(tr);
+        json_t *t = agent_turn_with(cfg, tr, "1", "write_file: create a new file with some content", tp);
+        if (!t) FAILF("%s: no trace", cases[ci].tmpl);
+        ASSERT_STR_EQ(json_string_value(json_object_get(t, "call_family")), cases[ci].family);
+        const char *form = json_string_value(json_object_get(t, "call_form"));
+        ASSERT_STR_EQ(form ? form : "(none)", cases[ci].form ? cases[ci].form : "(none)");
+        json_t *s1 = json_array_get(json_object_get(t, "steps"), 0);
+        json_t *call = json_object_get(s1, "call");
+        ASSERT_STR_EQ(json_string_value(json_object_get(call, "name")), "write_file");
+        ASSERT_TRUE(json_is_true(json_object_get(call, "json_object")));
+        ASSERT_TRUE(json_is_true(json_object_get(call, "schema_valid")));
+        ASSERT_TRUE(json_is_true(json_object_get(call, "grammar_complete")));
+        const char *a = json_string_value(json_object_get(call, "arguments"));
+        ASSERT_TRUE(schema_valid(&reg->tools[rt_registry_find(reg, "write_file")], a));
+        json_t *aj = json_loads(a, 0, NULL);
+        const char *path = json_string_value(json_object_get(aj, "path"));
+        const char *text = json_string_value(json_object_get(call, "text"));
+        ASSERT_TRUE(path && text);
+        size_t tl = strlen(text), cl = strlen(cases[ci].close);
+        ASSERT_TRUE(tl > cl && !strcmp(text + tl - cl, cases[ci].close));
+        if (cases[ci].elem) { /* each parameter its own element, the string raw */
+            char want[PATH_MAX + 64];
+            snprintf(want, sizeof want, cases[ci].elem, path);
+            ASSERT_CONTAINS(text, want);
+        } else { /* one JSON object, then what closes the call */
+            json_t *tj = json_loadb(text, tl - cl, 0, NULL);
+            ASSERT_TRUE(tj && json_equal(tj, aj));
+            json_decref(tj);
+        }
+        ASSERT_TRUE(json_object_get(s1, "result") != NULL);
+        json_decref(aj);
+        json_decref(t);
+    }
     ag_toolset_free(ts);
 }
 

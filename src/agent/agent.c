@@ -53,7 +53,11 @@ nx_status ag_agent_run(const struct ag_agent_params *p, json_t **trace_out, char
         struct ag_exec_params ep = {.timeout_ms = p->timeout_ms, .budget = p->budget};
         st = ag_exec_new(cfg, &ep, &ex, err, errlen);
     }
-    if (!st) st = ag_sidecar_new(m, ag_toolset_registry(ts), &p->sidecar, &sc, err, errlen);
+    if (!st) { /* the arguments in the template's own call form */
+        struct ag_sidecar_params sp = p->sidecar;
+        sp.tmpl = tmpl;
+        st = ag_sidecar_new(m, ag_toolset_registry(ts), &sp, &sc, err, errlen);
+    }
     if (!st) {
         struct nx_ctx_params cp = nx_ctx_default_params();
         cp.n_ctx = p->n_ctx > 0 ? p->n_ctx : 4096;

@@ -9,7 +9,9 @@
 #include "core/alloc.h"
 #include "core/json.h"
 #include "core/nx_base.h"
+#include "chat/callshape.h"
 #include "gen/generate.h"
+#include "server/constrain.h"
 
 struct ag_sidecar {
     const nx_model *m;
@@ -17,8 +19,10 @@ struct ag_sidecar {
     struct ag_sidecar_params p;
     nx_grammar_vocab *gv;
     nx_kv_block **blk; /* per tool, NULL until compiled */
-    nx_grammar **gram; /* per tool, NULL until compiled */
+    struct srv_constraint *con; /* per tool: the NAMED call's prefill and argument grammar */
     bool *fallback;
+    enum nx_tool_format family;
+    const char *form; /* static (callshape) or NULL */
 };
 
 nx_status ag_sidecar_new(const nx_model *m, const rt_registry *reg,
@@ -29,10 +33,10 @@ nx_status ag_sidecar_new(const nx_model *m, const rt_registry *reg,
     size_t n = reg->n > 0 ? (size_t)reg->n : 1;
     if (sc) {
         sc->blk = nx_calloc(n, sizeof *sc->blk);
-        sc->gram = nx_calloc(n, sizeof *sc->gram);
+        sc->con = nx_calloc(n, sizeof *sc->con);
         sc->fallback = nx_calloc(n, sizeof *sc->fallback);
     }
-    if (!sc || !sc->blk || !sc->gram || !sc->fallback || nx_grammar_vocab_init(m, &sc->gv)) {
+    if (!sc || !sc->blk || !sc->con || !sc->fallback || nx_grammar_vocab_init(m, &sc->gv)) {
         ag_sidecar_free(sc);
         snprintf(err, errlen, "sidecar: out of memory");
         return NX_STATUS_NOMEM;
@@ -43,6 +47,8 @@ nx_status ag_sidecar_new(const nx_model *m, const rt_registry *reg,
     if (sc->p.window_tokens <= 0) sc->p.window_tokens = 256;
     if (sc->p.max_tokens <= 0) sc->p.max_tokens = 256;
     if (sc->p.park <= 0) sc->p.park = 1;
+    sc->family = sc->p.tmpl ? nx_chat_template_tool_format(sc->p.tmpl) : NX_TOOL_FORMAT_NONE;
+    sc->form = sc->p.tmpl ? chat_template_call_form(sc->p.tmpl) : NULL;
     *out = sc;
     return NX_STATUS_OK;
 }
@@ -51,10 +57,10 @@ void ag_sidecar_free(ag_sidecar *sc) {
     if (!sc) return;
     for (int i = 0; sc->reg && i < sc->reg->n; i++) {
         if (sc->blk) nx_kv_block_free(sc->blk[i]);
-        if (sc->gram) nx_grammar_free(sc->gram[i]);
+        if (sc->con) srv_constraint_free(&sc->con[i]);
     }
     nx_free(sc->blk);
-    nx_free(sc->gram);
+    nx_free(sc->con);
     nx_free(sc->fallback);
     nx_grammar_vocab_free(sc->gv);
     nx_free(sc);
@@ -70,28 +76,32 @@ char *ag_sidecar_block_text(const struct rt_tool *t) {
     return s;
 }
 
+/* The NAMED constraint of tool i in the family's form (server/constrain.h: the same code as the
+ * server's); a schema it refuses falls back to {"type": "object"}. */
 static nx_status grammar_for(ag_sidecar *sc, int i, char *err, size_t errlen) {
-    if (sc->gram[i]) return NX_STATUS_OK;
+    if (sc->con[i].grammar) return NX_STATUS_OK;
     const struct rt_tool *t = &sc->reg->tools[i];
-    char *schema = t->schema ? nx_json_dumps(t->schema, JSON_COMPACT) : NULL;
-    nx_status st = NX_STATUS_INVALID_ARG;
-    char gerr[256];
-    if (schema) {
-        struct nx_json_schema_params gp = nx_json_schema_default_params();
-        gp.max_string_chars = 64; /* keeps a random model's strings short; the schema's own
-                                     maxLength wins where it has one */
-        gp.max_items = 8;
-        st = nx_grammar_from_json_schema(schema, strlen(schema), &gp, &sc->gram[i], gerr, sizeof gerr);
-    }
-    nx_free(schema);
-    if (st == NX_STATUS_NOMEM) {
-        snprintf(err, errlen, "sidecar: out of memory");
-        return st;
-    }
-    if (st) { /* refused schema: any JSON object */
-        static const char any[] = "{\"type\":\"object\",\"additionalProperties\":true}";
-        sc->fallback[i] = true;
-        st = nx_grammar_from_json_schema(any, sizeof any - 1, NULL, &sc->gram[i], err, errlen);
+    nx_status st = NX_STATUS_OK;
+    for (int pass = 0; pass < 2; pass++) {
+        json_t *params = pass == 0 && t->schema ? json_incref(t->schema) : json_pack("{s:s}", "type", "object");
+        json_t *tools = json_pack("[{s:s, s:{s:s, s:o}}]", "type", "function", "function", "name", t->name,
+                                  "parameters", params);
+        if (!tools) {
+            snprintf(err, errlen, "sidecar: out of memory");
+            return NX_STATUS_NOMEM;
+        }
+        char gerr[512];
+        st = srv_constraint_build(sc->family, sc->form, tools, SRV_TOOLS_NAMED, t->name, NULL, &sc->con[i], gerr,
+                                  sizeof gerr);
+        json_decref(tools);
+        if (st == NX_STATUS_OK) {
+            sc->fallback[i] = pass > 0;
+            return st;
+        }
+        if (st == NX_STATUS_NOMEM || pass > 0) {
+            snprintf(err, errlen, "sidecar: %s: %s", t->name, gerr);
+            return st;
+        }
     }
     return st;
 }
@@ -131,16 +141,22 @@ static int on_text(void *user, const char *text, size_t len) {
 }
 
 /* The last `keep` tokens of the window text, then "\nCall: " and the forced prefix. */
-static nx_status tail_tokens(ag_sidecar *sc, const char *window, const char *name, nx_token **out,
+static nx_status tail_tokens(ag_sidecar *sc, const char *window, const char *head, nx_token **out,
                              int32_t *n_out, int32_t *n_window, int32_t *n_prefix,
                              struct nx_err *e) {
     nx_token *w = NULL, *f = NULL;
     int32_t nw = 0, nf = 0;
     nx_status st = NX_STATUS_OK;
     if (window && *window) st = nx_gen_tokenize(sc->m, window, strlen(window), 0, &w, &nw, e);
-    char pre[600];
-    snprintf(pre, sizeof pre, "\nCall: {\"name\":\"%s\",\"arguments\":", name);
-    if (!st) st = nx_gen_tokenize(sc->m, pre, strlen(pre), 0, &f, &nf, e);
+    size_t hl = strlen(head);
+    char *pre = st ? NULL : nx_malloc(hl + 8);
+    if (!st && !pre) st = nx_err_set(e, NX_STATUS_NOMEM, "sidecar: out of memory");
+    if (!st) {
+        memcpy(pre, "\nCall: ", 7);
+        memcpy(pre + 7, head, hl + 1);
+        st = nx_gen_tokenize(sc->m, pre, hl + 7, NX_GEN_TOK_PARSE_SPECIAL, &f, &nf, e);
+    }
+    nx_free(pre);
     int32_t keep = NX_MIN(nw, sc->p.window_tokens);
     nx_token *all = st ? NULL : nx_malloc(((size_t)keep + (size_t)nf) * sizeof *all);
     if (!st && !all) st = nx_err_set(e, NX_STATUS_NOMEM, "sidecar: out of memory");
@@ -165,6 +181,30 @@ static void restore_main(nx_ctx *ctx, nx_seq_id park, bool parked) {
     }
 }
 
+/* The call (prefill, the generated text, the suffix) read back by the family's parser: its
+ * arguments, or the generated text itself when no call parses (json_object false then). */
+static nx_status parse_back(ag_sidecar *sc, int i, struct ag_sidecar_result *out, struct nx_err *e) {
+    const struct srv_constraint *c = &sc->con[i];
+    size_t lp = strlen(c->prefill), lr = strlen(out->raw), ls = strlen(c->suffix);
+    char *text = nx_malloc(lp + lr + ls + 1);
+    if (!text) return nx_err_set(e, NX_STATUS_NOMEM, "sidecar: out of memory");
+    memcpy(text, c->prefill, lp);
+    memcpy(text + lp, out->raw, lr);
+    memcpy(text + lp + lr, c->suffix, ls + 1);
+    nx_tool_calls *calls = NULL;
+    char perr[256];
+    nx_status st = nx_tool_calls_parse_with_tools(c->format, text, lp + lr + ls, c->tools_json, &calls, perr,
+                                                  sizeof perr);
+    nx_free(text);
+    if (st == NX_STATUS_NOMEM) return nx_err_set(e, st, "sidecar: out of memory");
+    const struct nx_tool_call *call = st ? NULL : nx_tool_calls_get(calls, 0);
+    out->arguments = nx_strdup(call && nx_tool_calls_count(calls) == 1 && !strcmp(call->name, sc->reg->tools[i].name)
+                                   ? call->arguments
+                                   : out->raw);
+    nx_tool_calls_free(calls);
+    return out->arguments ? NX_STATUS_OK : nx_err_set(e, NX_STATUS_NOMEM, "sidecar: out of memory");
+}
+
 nx_status ag_sidecar_generate(ag_sidecar *sc, nx_ctx *ctx, int i, const nx_token *prompt,
                               int32_t n, double t0, struct ag_sidecar_result *out, char *err,
                               size_t errlen) {
@@ -182,7 +222,7 @@ nx_status ag_sidecar_generate(ag_sidecar *sc, nx_ctx *ctx, int i, const nx_token
     spp.temp = 0;
     if (nx_sampler_init(&spp, nx_model_n_vocab(sc->m), &smp))
         st = nx_err_set(&e, NX_STATUS_NOMEM, "sidecar: out of memory");
-    if (!st && nx_sampler_set_grammar(smp, sc->gram[i], sc->gv, NULL, sc->p.max_tokens))
+    if (!st && nx_sampler_set_grammar(smp, sc->con[i].grammar, sc->gv, NULL, sc->p.max_tokens))
         st = nx_err_set(&e, NX_STATUS_NOMEM, "sidecar: grammar");
     struct nx_gen_result res = {0};
     if (!st) {
@@ -199,11 +239,12 @@ nx_status ag_sidecar_generate(ag_sidecar *sc, nx_ctx *ctx, int i, const nx_token
     if (!st) {
         nx_grammar_matcher *gm = nx_sampler_grammar_matcher(smp);
         out->grammar_complete = nx_grammar_matcher_is_finished(gm) || nx_grammar_matcher_can_end(gm);
-        out->arguments = res.text ? res.text : nx_strdup("");
+        out->raw = res.text ? res.text : nx_strdup("");
         res.text = NULL;
         out->n_generated = res.n_generated;
-        if (!out->arguments) st = nx_err_set(&e, NX_STATUS_NOMEM, "sidecar: out of memory");
+        if (!out->raw) st = nx_err_set(&e, NX_STATUS_NOMEM, "sidecar: out of memory");
     }
+    if (!st) st = parse_back(sc, i, out, &e);
     if (!st) {
         json_error_t je;
         bool oom = false;
@@ -261,7 +302,7 @@ nx_status ag_sidecar_args(ag_sidecar *sc, nx_ctx *ctx, int i, const char *window
     struct nx_err e = {{0}};
     nx_token *tail = NULL;
     int32_t n_tail = 0;
-    st = tail_tokens(sc, window, sc->reg->tools[i].name, &tail, &n_tail, &out->n_window,
+    st = tail_tokens(sc, window, sc->con[i].prefill, &tail, &n_tail, &out->n_window,
                      &out->n_prefix, &e);
     if (st) snprintf(err, errlen, "%s", e.msg);
     if (!st) st = ag_sidecar_generate(sc, ctx, i, tail, n_tail, ft_t0, out, err, errlen);

@@ -14,12 +14,16 @@
  *      compiled once per tool on its first use (nx_kv_block_compile, which leaves it in
  *      sequence 0, so the first use needs no splice) and kept by the sidecar;
  *   3. then the pruned window: the last window_tokens tokens of the caller's recent turns
- *      (verbatim text, cut on a token boundary from the front), "\nCall: " and the forced name
- *      prefix {"name":"NAME","arguments":
- *   4. the arguments are generated greedily under the grammar of the tool's full input schema
- *      (nx_grammar_from_json_schema; a schema the compiler refuses falls back to "any JSON
- *      object", reported in grammar_fallback), at most max_tokens tokens (the grammar's budget
- *      closes the object in time);
+ *      (verbatim text, cut on a token boundary from the front), "\nCall: " and the forced call
+ *      up to its arguments in the template's own form (params.tmpl: srv_call_head of its
+ *      family and chat_template_call_form; without a template Hermes's
+ *      <tool_call>\n{"name":"NAME","arguments":);
+ *   4. the arguments are generated greedily under the grammar of a NAMED call of the tool in
+ *      that form (srv_constraint_build, the server's code: the tool's full input schema, as
+ *      one JSON object or one element per parameter, then what closes the call; a schema it
+ *      refuses falls back to {"type": "object"}, reported in grammar_fallback), at most
+ *      max_tokens tokens (the grammar's budget closes the call in time); the call is read back
+ *      with the family's parser (nx_tool_calls_parse_with_tools) into JSON arguments;
  *   5. the sidecar sequence is ended and the main session restored into sequence 0 (shared
  *      back, the parked sequence ended): afterwards sequence 0 holds exactly what it held
  *      before, and the sequences other than 0 are empty.
@@ -42,6 +46,8 @@ struct ag_sidecar_params {
     int32_t window_tokens; /* recent-turn tokens kept (0: 256) */
     int32_t max_tokens;    /* argument tokens at most (0: 256) */
     nx_seq_id park;        /* where the main session waits (0: 1) */
+    const nx_chat_template *tmpl; /* whose call form the arguments are written in (borrowed,
+                                     outlives the sidecar; NULL: Hermes's) */
 };
 
 typedef struct ag_sidecar ag_sidecar;
@@ -60,7 +66,8 @@ nx_status ag_sidecar_compile(ag_sidecar *sc, nx_ctx *ctx, int tool, char *err, s
 char *ag_sidecar_block_text(const struct rt_tool *t);
 
 struct ag_sidecar_result {
-    char *arguments;       /* the generated JSON text (nx_free) */
+    char *arguments;       /* the arguments as JSON text, read back from the call (nx_free) */
+    char *raw;             /* the generated text, in the call form (nx_free) */
     bool json_object;      /* it parses as a JSON object (jansson) */
     bool schema_valid;     /* it passes ag_args_check against the tool's schema */
     bool grammar_complete; /* the grammar reached its end (the object is closed) */

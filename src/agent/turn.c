@@ -8,7 +8,9 @@
 #include "core/alloc.h"
 #include "core/json.h"
 #include "core/nx_base.h"
+#include "chat/callshape.h"
 #include "gen/generate.h"
+#include "server/constrain.h"
 
 struct turn {
     const nx_model *m;
@@ -78,46 +80,14 @@ static nx_status remember(struct turn *t, const nx_token *tok, int32_t n) {
     return NX_STATUS_OK;
 }
 
-static const char *trigger_of(const nx_chat_template *tmpl) {
-    const char *tr = nx_tool_format_trigger(nx_chat_template_tool_format(tmpl));
-    return tr && *tr ? tr : "<tool_call>";
-}
-
-/* GBNF: what follows the trigger: the rest of {"name":"N"} for N in the choice. */
-static char *names_gbnf(const ag_toolset *ts, const struct ag_choice *c, const char *trigger) {
+/* The top-k tools as a request's tools array (names only: the pick writes no arguments). */
+static json_t *choice_tools(const ag_toolset *ts, const struct ag_choice *c) {
     const rt_registry *reg = ag_toolset_registry(ts);
-    const char *lead = "{\\\"name\\\":\\\"";
-    size_t tl = strlen(trigger);
-    if (tl >= 7 && !strcmp(trigger + tl - 7, "{\"name\"")) lead = ":\\\"";
-    else if (!strcmp(trigger, "{\"")) lead = "name\\\":\\\"";
-    size_t n = 128;
-    for (int i = 0; i < c->n; i++) n += strlen(reg->tools[c->tool[i]].name) + 8;
-    char *g = nx_malloc(n), *p = g;
-    if (!g) return NULL;
-    p += sprintf(p, "root ::= \"%s\" (", lead);
-    for (int i = 0; i < c->n; i++) p += sprintf(p, "%s\"%s\"", i ? " | " : "", reg->tools[c->tool[i]].name);
-    sprintf(p, ") \"\\\"}\"\n");
-    return g;
-}
-
-/* The tool name in a decision's text after the trigger, or -1 (index into c). */
-static int picked(const ag_toolset *ts, const struct ag_choice *c, const char *text, const char *trigger,
-                  bool forced) {
-    const char *q = forced ? text : strstr(text, trigger);
-    if (!q) return -1;
-    const rt_registry *reg = ag_toolset_registry(ts);
-    int best = -1;
-    size_t best_len = 0;
-    for (int i = 0; i < c->n; i++) {
-        const char *nm = reg->tools[c->tool[i]].name;
-        char want[600];
-        snprintf(want, sizeof want, "\"%s\"}", nm);
-        if (strstr(q, want) && strlen(nm) > best_len) {
-            best = i;
-            best_len = strlen(nm);
-        }
-    }
-    return best;
+    json_t *a = json_array();
+    for (int i = 0; a && i < c->n; i++)
+        json_array_append_new(a, json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name",
+                                           reg->tools[c->tool[i]].name));
+    return a;
 }
 
 static json_t *route_json(const ag_toolset *ts, const struct ag_choice *c) {
@@ -179,14 +149,14 @@ static nx_status main_generate(struct turn *t, json_t *messages, const char *ext
     return st;
 }
 
-static json_t *system_message(const char *sigs, const char *trigger) {
-    size_t n = strlen(sigs) + strlen(trigger) + 256;
+static json_t *system_message(const char *sigs, const char *how) {
+    size_t n = strlen(sigs) + strlen(how) + 256;
     char *s = nx_malloc(n);
     if (!s) return NULL;
     snprintf(s, n,
              "You are an agent. Tools you may call (name(parameter: type, optional?: type)):\n%s"
-             "To call a tool write %s{\"name\":\"TOOL\"}; the arguments are filled in for you. "
-             "Otherwise answer the user.", sigs, trigger);
+             "To call a tool write %s; the arguments are filled in for you. "
+             "Otherwise answer the user.", sigs, how);
     json_t *m = json_pack("{s:s, s:s}", "role", "system", "content", s);
     nx_free(s);
     return m;
@@ -204,10 +174,14 @@ nx_status ag_turn_run(const nx_model *m, nx_ctx *ctx, const nx_chat_template *tm
     struct turn t = {.m = m, .ctx = ctx, .tmpl = tmpl, .ts = ts};
     nx_ctx_reset(ctx);
     const rt_registry *reg = ag_toolset_registry(ts);
-    const char *trigger = trigger_of(tmpl);
+    enum nx_tool_format family = nx_chat_template_tool_format(tmpl);
+    const char *form = chat_template_call_form(tmpl);
+    struct srv_constraint pick = {0};
+    json_t *ctools = NULL;
     nx_grammar_vocab *gv = NULL;
-    json_t *trace = json_pack("{s:s, s:s, s:[]}", "task", task, "tool_choice",
-                              p.choice == AG_TOOL_REQUIRED ? "required" : "auto", "steps");
+    json_t *trace = json_pack("{s:s, s:s, s:s, s:s?, s:[]}", "task", task, "tool_choice",
+                              p.choice == AG_TOOL_REQUIRED ? "required" : "auto", "call_family",
+                              nx_tool_format_name(family), "call_form", form, "steps");
     json_t *messages = json_array(), *steps = json_object_get(trace, "steps");
     char *window = nx_strdup("User: ");
     size_t wlen = 6;
@@ -224,14 +198,19 @@ nx_status ag_turn_run(const nx_model *m, nx_ctx *ctx, const nx_chat_template *tm
     char *sigs = NULL;
     if (!st) st = ag_toolset_route(ts, task, &c, t.e.msg, sizeof t.e.msg);
     if (!st && !(sigs = ag_toolset_prompt(ts, &c))) st = nx_err_set(&t.e, NX_STATUS_NOMEM, "out of memory");
+    if (!st && !(ctools = choice_tools(ts, &c))) st = nx_err_set(&t.e, NX_STATUS_NOMEM, "out of memory");
+    /* the pick: a call of one of the top-k up to its arguments, in the template's own form
+       (the server's code, server/constrain.h) */
+    if (!st && c.n > 0 && !c.abstain)
+        st = srv_pick_build(family, form, ctools, p.choice == AG_TOOL_REQUIRED ? SRV_TOOLS_REQUIRED : SRV_TOOLS_AUTO,
+                            &pick, t.e.msg, sizeof t.e.msg);
     if (!st) {
-        json_array_append_new(messages, system_message(sigs, trigger));
+        char *how = srv_call_head(family, form, "TOOL");
+        if (!how) st = nx_err_set(&t.e, NX_STATUS_NOMEM, "out of memory");
+        else json_array_append_new(messages, system_message(sigs, how));
+        nx_free(how);
         json_array_append_new(messages, json_pack("{s:s, s:s}", "role", "user", "content", task));
     }
-    char *gbnf = st ? NULL : names_gbnf(ts, &c, trigger);
-    nx_grammar *g = NULL;
-    if (!st && (!gbnf || nx_grammar_from_gbnf(gbnf, strlen(gbnf), NULL, &g, t.e.msg, sizeof t.e.msg)))
-        st = st ? st : NX_STATUS_NOMEM;
     for (int step = 0; !st && step < p.steps; step++) {
         json_t *js = json_pack("{s:i, s:o}", "step", step + 1, "route", route_json(ts, &c));
         json_array_append_new(steps, js);
@@ -243,13 +222,14 @@ nx_status ag_turn_run(const nx_model *m, nx_ctx *ctx, const nx_chat_template *tm
         char *text = NULL;
         int32_t n_total = 0, n_pre = 0;
         double t0 = nx_time_s();
-        st = main_generate(&t, messages, forced ? trigger : NULL, g, gv, forced ? NULL : trigger,
+        st = main_generate(&t, messages, forced ? pick.prefill : NULL, pick.grammar, gv, pick.trigger,
                            p.decide_tokens, &text, &n_total, &n_pre);
         if (st) break;
         json_object_set_new(js, "prompt_tokens", json_integer(n_total));
         json_object_set_new(js, "prefilled_tokens", json_integer(n_pre));
         json_object_set_new(js, "decide_ms", json_real((nx_time_s() - t0) * 1e3));
-        int k = picked(ts, &c, text, trigger, forced);
+        const char *after = pick.trigger ? strstr(text, pick.trigger) : text;
+        int k = after ? srv_pick_find(family, form, ctools, after) : -1;
         if (k < 0) {
             answer = text;
             stop = "answered";
@@ -261,8 +241,8 @@ nx_status ag_turn_run(const nx_model *m, nx_ctx *ctx, const nx_chat_template *tm
         struct ag_sidecar_result sr;
         st = ag_sidecar_args(sc, ctx, tool, window, &sr, t.e.msg, sizeof t.e.msg);
         if (st) break;
-        json_object_set_new(js, "call", json_pack("{s:s, s:s, s:b, s:b, s:b, s:b}", "name", rt->name,
-                                                  "arguments", sr.arguments, "json_object",
+        json_object_set_new(js, "call", json_pack("{s:s, s:s, s:s, s:b, s:b, s:b, s:b}", "name", rt->name,
+                                                  "arguments", sr.arguments, "text", sr.raw, "json_object",
                                                   sr.json_object, "schema_valid", sr.schema_valid,
                                                   "grammar_complete",
                                                   sr.grammar_complete, "grammar_fallback",
@@ -277,6 +257,7 @@ nx_status ag_turn_run(const nx_model *m, nx_ctx *ctx, const nx_chat_template *tm
         st = ag_exec_call(ex, rt, sr.arguments, &er);
         if (st) {
             nx_free(sr.arguments);
+            nx_free(sr.raw);
             nx_err_set(&t.e, st, "out of memory");
             break;
         }
@@ -305,6 +286,7 @@ nx_status ag_turn_run(const nx_model *m, nx_ctx *ctx, const nx_chat_template *tm
         if (!st) WIN_APPEND("\nResult: ");
         if (!st) WIN_APPEND(er.surrogate);
         nx_free(sr.arguments);
+        nx_free(sr.raw);
         nx_free(er.surrogate);
     }
     if (!st && !answer && strcmp(stop, "abstained")) { /* the step limit: answer without tools */
@@ -325,10 +307,10 @@ nx_status ag_turn_run(const nx_model *m, nx_ctx *ctx, const nx_chat_template *tm
     }
     nx_free(answer);
     nx_free(sigs);
-    nx_free(gbnf);
     nx_free(window);
     nx_free(t.main);
-    nx_grammar_free(g);
+    srv_constraint_free(&pick);
+    json_decref(ctools);
     nx_grammar_vocab_free(gv);
     json_decref(messages);
     return st;

@@ -13,20 +13,26 @@
  *      (an assistant message with tool_calls) and result (a tool message holding the surrogate).
  *      The rendered tokens reuse the main session's longest common prefix (the rest is
  *      decoded; nothing is decoded twice).
- *   3. the model continues under a grammar that allows only {"name":"N"} with N one of the
- *      top-k names after the call trigger (the template family's, "<tool_call>" for templates
- *      without tool calls): tool_choice "auto" leaves the text free until the trigger (lazy),
- *      and text without it is the answer; "required" puts the trigger in the prompt, so a name
- *      is always chosen.
- *   4. the arguments come from the sidecar, whose window is the turn so far as text ("User:
+ *   3. the model continues under a grammar of a call of one of the top-k tools, in the
+ *      template's own call form (chat_template_call_form of its family), up to where the
+ *      arguments begin (srv_pick_build, server/constrain.h: the server's code; Hermes's
+ *      <tool_call>\n{"name":"N","arguments": for templates without calls): tool_choice "auto"
+ *      leaves the text free until the form's opening (lazy), and text without it is the
+ *      answer; "required" puts the opening in the prompt, so a tool is always chosen. The
+ *      system message shows the form (srv_call_head of "TOOL").
+ *   4. the arguments come from the sidecar (in the same form when it was made with the
+ *      template, ag_sidecar_params.tmpl, as ag_agent_run does), whose window is the turn so far as text ("User:
  *      TASK", then "Call: NAME ARGS" / "Result: SURROGATE" per step), pruned to the sidecar's
  *      window_tokens.
  *   5. the call is executed; its surrogate (never the full payload) enters the next prompt.
  * At the step limit one more generation without the grammar gives the answer (answer_tokens).
  *
- * Trace (the JSON object ag_turn_run returns): {"task", "tool_choice", "steps": [{"step",
+ * Trace (the JSON object ag_turn_run returns): {"task", "tool_choice", "call_family",
+ * "call_form" (the opening of the form, chat/callshape.h; absent for the forms constrain.c
+ * writes itself: hermes JSON, llama3, mistral, deepseek), "steps": [{"step",
  * "route": {"hits": [{"name", "score"}], "chosen", "margin", "gate", "abstain", "ms"},
- * "prompt_tokens", "prefilled_tokens", "decide_ms", "call": {"name", "arguments",
+ * "prompt_tokens", "prefilled_tokens", "decide_ms", "call": {"name", "arguments", "text" (the
+ * sidecar's generated text in the call form),
  * "json_object", "schema_valid" (agent/argcheck.h), "grammar_complete", "grammar_fallback"}, "sidecar": {"block_tokens",
  * "window_tokens", "prefix_tokens", "generated_tokens", "compiled_now", "ttfa_ms",
  * "total_ms"}, "result": {"is_error", "status", "bytes", "surrogate_bytes", "id", "ms",

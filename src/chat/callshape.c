@@ -58,6 +58,14 @@ static const struct chat_call_shape SHAPES[] = {
     {.family = NX_TOOL_FORMAT_MINIMAX_M3, .open = MM3 "<tool_call>", .name_pre = "\n" MM3 "<invoke name=\"",
      .name_post = "\">", .params = true, .param_pre = MM3 "<", .param_mid = ">", .param_post = MM3 "</",
      .param_post_end = ">", .raw_stop = "]", .close = MM3 "</invoke>\n" MM3 "</tool_call>"},
+    /* hermes with XML inside <tool_call>: Qwen3-Coder's <function=NAME><parameter=KEY> and GLM's
+       NAME<arg_key>KEY</arg_key><arg_value>VALUE</arg_value>, each value on lines of its own */
+    {.family = NX_TOOL_FORMAT_HERMES, .open = "<tool_call>\n<function=", .by_form = true, .name_pre = "",
+     .name_post = ">\n", .params = true, .param_pre = "<parameter=", .param_mid = ">\n",
+     .param_post = "\n</parameter>\n", .raw_stop = "<", .close = "</function>\n</tool_call>"},
+    {.family = NX_TOOL_FORMAT_HERMES, .open = "<tool_call>", .mark = "<arg_key>", .by_form = true, .name_pre = "",
+     .name_post = "", .params = true, .param_pre = "\n<arg_key>", .param_mid = "</arg_key>\n<arg_value>",
+     .param_post = "</arg_value>", .raw_stop = "<", .close = "\n</tool_call>"},
     /* gemma4: the arguments object in its own syntax (dialect 1) */
     {.family = NX_TOOL_FORMAT_GEMMA4, .open = "<|tool_call>", .name_pre = "call:", .name_post = "", .close = "<tool_call|>",
      .dialect = 1},
@@ -71,7 +79,7 @@ const struct chat_call_shape *chat_call_shape(enum nx_tool_format f, const char 
     const struct chat_call_shape *first = NULL;
     for (size_t i = 0; i < N_SHAPES; i++) {
         if (SHAPES[i].family != f) continue;
-        if (!first) first = &SHAPES[i];
+        if (!first && !SHAPES[i].by_form) first = &SHAPES[i];
         if (form && !strcmp(form, SHAPES[i].open)) return &SHAPES[i];
     }
     return first;
@@ -92,7 +100,9 @@ static char *render_msgs(const nx_chat_template *t, const char *msgs) {
 
 const char *chat_template_call_form(const nx_chat_template *t) {
     enum nx_tool_format f = nx_chat_template_tool_format(t);
-    if (!chat_call_shape(f, NULL)) return NULL;
+    bool any = false;
+    for (size_t i = 0; i < N_SHAPES; i++) any = any || SHAPES[i].family == f;
+    if (!any) return NULL;
     static const char *const user = "{\"role\":\"user\",\"content\":\"Weather in Oslo?\"}";
     static const char *const args[2] = {"{\"location\":\"Oslo\"}", "\"{\\\"location\\\": \\\"Oslo\\\"}\""};
     char a[256], b[1024];
@@ -111,7 +121,7 @@ const char *chat_template_call_form(const nx_chat_template *t) {
         const char *best = NULL;
         for (size_t i = 0; i < N_SHAPES; i++) {
             if (SHAPES[i].family != f) continue;
-            const char *q = strstr(rb + p, SHAPES[i].open);
+            const char *q = strstr(rb + p, SHAPES[i].mark ? SHAPES[i].mark : SHAPES[i].open);
             if (q && (!best || q < best)) {
                 best = q;
                 form = SHAPES[i].open;

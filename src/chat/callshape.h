@@ -37,16 +37,23 @@ struct chat_call_shape {
     const char *raw_stop;
     const char *close;
     int dialect; /* enum schema_dialect: 0 JSON, 1 gemma4, 2 Python literals */
+    const char *mark; /* text a rendered call holds in this form only (NULL: open) */
+    bool by_form;     /* a form of a family whose first form has its grammar in constrain.c
+                         (hermes: Qwen3-Coder's and GLM's XML inside <tool_call>): only when
+                         the template's form names it */
 };
 
 /* The shape of family f in the form that opens with `form` (NULL or unknown: the family's
- * first form), or NULL when the family has no shape here (hermes, llama3, mistral, deepseek
- * and generic have their grammars in constrain.c). Static. */
+ * first form), or NULL when the family has no shape here (llama3, mistral, deepseek, generic,
+ * and hermes's JSON form have their grammars in constrain.c; hermes's XML forms,
+ * "<tool_call>\n<function=" (Qwen3-Coder: <function=NAME>\n<parameter=KEY>\nVALUE\n
+ * </parameter>\n...</function>) and "<tool_call>" (GLM: NAME\n<arg_key>KEY</arg_key>\n
+ * <arg_value>VALUE</arg_value>...), only by their form). Static. */
 const struct chat_call_shape *chat_call_shape(enum nx_tool_format f, const char *form);
 
 /* The opening marker of the form template t writes a call in (a one-call conversation rendered
- * and searched for its family's shapes), or NULL (no shapes, or the template does not render
- * a call). Static. */
+ * and searched for its family's shapes' marks), or NULL (no shapes, none found, or the template
+ * does not render a call: a hermes template writing JSON gives NULL). Static. */
 const char *chat_template_call_form(const nx_chat_template *t);
 
 #endif

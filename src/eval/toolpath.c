@@ -246,6 +246,7 @@ static bool gen(struct run *r, int tool, const nx_token *prompt, int32_t n, doub
     *ttfa = sr.t_first;
     *valid = sr.json_object && sr.schema_valid;
     nx_free(sr.arguments);
+    nx_free(sr.raw);
     return true;
 }
 
@@ -354,6 +355,7 @@ static bool measure(struct run *r, rt_router *rt, const struct tv *s_all, int qi
         *(pass ? &out[ARM_NEXUS].cached : &out[ARM_NEXUS].cold) = t_route + sr.t_first;
         *(pass ? &out[ARM_NEXUS].valid_cached : &out[ARM_NEXUS].valid_cold) = sr.json_object && sr.schema_valid;
         nx_free(sr.arguments);
+        nx_free(sr.raw);
         out[ARM_NEXUS].run = true;
     }
     for (int a = 0; a < N_ARMS; a++) out[a].fits = fits(r, out[a].prompt);

@@ -138,23 +138,58 @@ static void put_literal(char *dst, size_t cap, const char *s) {
     dst[o] = 0;
 }
 
-/* The text a NAMED call starts with, up to its arguments (owned by c). */
-static nx_status named_prefill(enum nx_tool_format family, const char *name, struct srv_constraint *c) {
+/* What opens a call of a family without a shape (the NAMED prefill's start). */
+static const char *plain_open(enum nx_tool_format family) {
+    if (family == NX_TOOL_FORMAT_LLAMA3 || family == NX_TOOL_FORMAT_DEEPSEEK) return nx_tool_format_trigger(family);
+    return family == NX_TOOL_FORMAT_MISTRAL ? "[TOOL_CALLS]" : "<tool_call>\n";
+}
+
+/* A call of `name` after its opening (and its id) up to where the arguments begin; owned. */
+static char *call_tail(enum nx_tool_format family, const struct chat_call_shape *sh, const char *name) {
     json_t *js = json_string(name);
     char *q = js ? nx_json_dumps(js, JSON_ENCODE_ANY) : NULL;
     json_decref(js);
-    if (!q) return NX_STATUS_NOMEM;
-    size_t cap = strlen(q) + strlen(name) + 96;
-    c->owned = nx_malloc(cap);
-    if (c->owned) {
-        if (family == NX_TOOL_FORMAT_LLAMA3) snprintf(c->owned, cap, "{\"name\":%s,\"parameters\":", q);
-        else if (family == NX_TOOL_FORMAT_DEEPSEEK)
-            snprintf(c->owned, cap, "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>%s<｜tool▁sep｜>", name);
-        else if (family == NX_TOOL_FORMAT_MISTRAL) snprintf(c->owned, cap, "[TOOL_CALLS][{\"name\":%s,\"arguments\":", q);
-        else snprintf(c->owned, cap, "<tool_call>\n{\"name\":%s,\"arguments\":", q);
-        c->prefill = c->owned;
+    if (!q) return NULL;
+    size_t cap = strlen(q) + strlen(name) + (sh ? strlen(sh->name_pre) + strlen(sh->name_post) : 0) + 96;
+    char *s = nx_malloc(cap);
+    if (s) {
+        if (sh) snprintf(s, cap, "%s%s%s", sh->name_pre, sh->json_name ? q : name, sh->name_post);
+        else if (family == NX_TOOL_FORMAT_LLAMA3) snprintf(s, cap, ":%s,\"parameters\":", q);
+        else if (family == NX_TOOL_FORMAT_DEEPSEEK) snprintf(s, cap, "<｜tool▁call▁begin｜>%s<｜tool▁sep｜>", name);
+        else if (family == NX_TOOL_FORMAT_MISTRAL) snprintf(s, cap, "[{\"name\":%s,\"arguments\":", q);
+        else snprintf(s, cap, "{\"name\":%s,\"arguments\":", q);
     }
     nx_free(q);
+    return s;
+}
+
+/* The family's shape (NULL for the families whose grammars are here), family normalized. */
+static const struct chat_call_shape *shape_of(enum nx_tool_format *family, const char *form) {
+    bool here = *family == NX_TOOL_FORMAT_MISTRAL || *family == NX_TOOL_FORMAT_LLAMA3 ||
+                *family == NX_TOOL_FORMAT_DEEPSEEK; /* hermes: its XML forms by name only */
+    const struct chat_call_shape *sh = here ? NULL : chat_call_shape(*family, form);
+    if (*family == NX_TOOL_FORMAT_NONE || *family == NX_TOOL_FORMAT_GENERIC) *family = NX_TOOL_FORMAT_HERMES;
+    return sh;
+}
+
+char *srv_call_head(enum nx_tool_format family, const char *form, const char *name) {
+    const struct chat_call_shape *sh = shape_of(&family, form);
+    char *tail = call_tail(family, sh, name);
+    if (!tail) return NULL;
+    const char *open = sh ? (sh->open_in_prompt ? "" : sh->open) : plain_open(family);
+    const char *id = sh && sh->id_fixed ? sh->id_fixed : "";
+    size_t cap = strlen(open) + strlen(id) + strlen(tail) + 1;
+    char *s = nx_malloc(cap);
+    if (s) snprintf(s, cap, "%s%s%s", open, id, tail);
+    nx_free(tail);
+    return s;
+}
+
+/* The text a NAMED call starts with, up to its arguments (owned by c). */
+static nx_status named_prefill(enum nx_tool_format family, const char *form, const char *name,
+                               struct srv_constraint *c) {
+    c->owned = srv_call_head(family, form, name);
+    if (c->owned) c->prefill = c->owned;
     return c->owned ? NX_STATUS_OK : NX_STATUS_NOMEM;
 }
 
@@ -614,13 +649,7 @@ static nx_status shape_constraint(const struct chat_call_shape *sh, json_t *tool
         gb_printf(&b, " t%zu-rest\n", i);
         if (mode == SRV_TOOLS_NAMED) {
             snprintf(named_rule, sizeof named_rule, "t%zu-rest", i);
-            size_t cap = strlen(sh->open) + 16 + strlen(sh->name_pre) + strlen(qn ? qn : fname) + strlen(sh->name_post) + 1;
-            c->owned = nx_malloc(cap);
-            if (c->owned) {
-                snprintf(c->owned, cap, "%s%s%s%s%s", sh->open_in_prompt ? "" : sh->open, sh->id_fixed ? sh->id_fixed : "",
-                         sh->name_pre, qn ? qn : fname, sh->name_post);
-                c->prefill = c->owned;
-            } else b.oom = true;
+            if (named_prefill(sh->family, sh->open, fname, c)) b.oom = true;
         }
         nx_free(qn);
         n_alt++;
@@ -667,8 +696,7 @@ nx_status srv_constraint_build(enum nx_tool_format family, const char *form, jso
        families of chat/callshape.h their own; any other is refused below, never left free */
     bool has_grammar = family == NX_TOOL_FORMAT_HERMES || family == NX_TOOL_FORMAT_MISTRAL ||
                        family == NX_TOOL_FORMAT_LLAMA3 || family == NX_TOOL_FORMAT_DEEPSEEK;
-    const struct chat_call_shape *shape = has_grammar ? NULL : chat_call_shape(family, form);
-    if (family == NX_TOOL_FORMAT_NONE || family == NX_TOOL_FORMAT_GENERIC) family = NX_TOOL_FORMAT_HERMES;
+    const struct chat_call_shape *shape = shape_of(&family, form);
     c->format = family;
     const char *rft = rf ? json_string_value(json_object_get(rf, "type")) : NULL;
     bool json_rf = rft && strcmp(rft, "text");
@@ -727,7 +755,7 @@ nx_status srv_constraint_build(enum nx_tool_format family, const char *form, jso
         /* the router chose the tool: the answer starts with the call up to its arguments,
            and only those are generated, under the tool's full schema */
         json_decref(body);
-        st = named_prefill(family, name, c);
+        st = named_prefill(family, form, name, c);
         if (st == NX_STATUS_OK) st = after_trigger_grammar(family, tools, mode, name, &c->grammar, err, errlen);
         if (st == NX_STATUS_NOMEM) snprintf(err, errlen, "out of memory");
         if (st) srv_constraint_free(c);
@@ -768,4 +796,81 @@ void srv_constraint_free(struct srv_constraint *c) {
     nx_free(c->owned);
     c->owned = NULL;
     c->prefill = "";
+}
+
+/* the names of the tools, checked as a request's (call_schema) */
+static nx_status pick_tools_check(enum nx_tool_format family, const struct chat_call_shape *sh, json_t *tools,
+                                  char *err, size_t errlen) {
+    json_t *body = NULL;
+    nx_status st = call_schema(family, tools, SRV_TOOLS_AUTO, NULL, &body, err, errlen);
+    json_decref(body);
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *fname = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        if (!st && sh && !plain_name(fname)) {
+            snprintf(err, errlen, "tools[%zu]: the name '%s' has characters the %s family cannot write (want "
+                     "letters, digits, '_', '-', '.')", i, fname, nx_tool_format_name(sh->family));
+            st = NX_STATUS_UNSUPPORTED;
+        }
+    }
+    return st;
+}
+
+nx_status srv_pick_build(enum nx_tool_format family, const char *form, json_t *tools, enum srv_tool_mode mode,
+                         struct srv_constraint *c, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    c->prefill = "";
+    c->suffix = "";
+    const struct chat_call_shape *sh = shape_of(&family, form);
+    c->format = family;
+    c->tools = true;
+    if (family != NX_TOOL_FORMAT_HERMES && family != NX_TOOL_FORMAT_MISTRAL && family != NX_TOOL_FORMAT_LLAMA3 &&
+        family != NX_TOOL_FORMAT_DEEPSEEK && !sh) {
+        snprintf(err, errlen, "the %s family has no tool-call grammar", nx_tool_format_name(family));
+        return NX_STATUS_UNSUPPORTED;
+    }
+    nx_status st = pick_tools_check(family, sh, tools, err, errlen);
+    if (st) return st;
+    struct gb b = {0};
+    gb_printf(&b, "calls ::=");
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        char *tail = call_tail(family, sh, json_string_value(json_object_get(json_object_get(t, "function"), "name")));
+        if (!tail) b.oom = true;
+        gb_printf(&b, "%s%s%s", i ? " |" : "", sh && sh->id_gbnf ? " " : "", sh && sh->id_gbnf ? sh->id_gbnf : "");
+        LIT(&b, tail);
+        nx_free(tail);
+    }
+    gb_put(&b, "\n", 1);
+    bool from_start = sh && sh->open_in_prompt;
+    if (from_start && mode == SRV_TOOLS_AUTO) gb_printf(&b, "root ::= calls | \"all\\n\" [^>]* ( \">>>\" calls )?\n");
+    else gb_printf(&b, "root ::= calls\n");
+    if (b.oom) {
+        snprintf(err, errlen, "out of memory");
+        st = NX_STATUS_NOMEM;
+    } else st = nx_grammar_from_gbnf(b.p, b.n, NULL, &c->grammar, err, errlen);
+    nx_free(b.p);
+    if (st) return st;
+    const char *open = sh ? (from_start ? NULL : sh->open) : plain_open(family);
+    if (mode == SRV_TOOLS_AUTO) c->trigger = open;
+    else c->prefill = open ? open : "";
+    return NX_STATUS_OK;
+}
+
+int srv_pick_find(enum nx_tool_format family, const char *form, json_t *tools, const char *text) {
+    const struct chat_call_shape *sh = shape_of(&family, form);
+    int best = -1;
+    size_t best_len = 0, i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        char *tail = call_tail(family, sh, json_string_value(json_object_get(json_object_get(t, "function"), "name")));
+        if (tail && strstr(text, tail) && strlen(tail) > best_len) {
+            best = (int)i;
+            best_len = strlen(tail);
+        }
+        nx_free(tail);
+    }
+    return best;
 }

@@ -76,4 +76,25 @@ void srv_constraint_free(struct srv_constraint *c);
  * NX_STATUS_OK, UNSUPPORTED, FORMAT, NOMEM, with err. */
 nx_status srv_schema_grammar(json_t *schema, nx_grammar **g, char *err, size_t errlen);
 
+/* The text a call of tool `name` starts with in the family's form `form` (as for
+ * srv_constraint_build), up to where its arguments begin: the NAMED prefill (nx_free; NULL: out
+ * of memory). */
+char *srv_call_head(enum nx_tool_format family, const char *form, const char *name);
+
+/*
+ * The choice of a tool without its arguments (the agent's, agent/turn.h): a grammar that writes
+ * a call of one of tools (each {"type": "function", "function": {"name": N}}; parameters are not
+ * read) from after its opening up to where its arguments begin (what srv_call_head gives, less
+ * the opening; solar's id by its pattern). mode AUTO: trigger is the opening (lazy; functionary,
+ * whose prompt ends with it: from the start, a call or "all\n" text then maybe a call);
+ * REQUIRED: prefill is the opening. Errors as srv_constraint_build's (a family without a
+ * grammar, a name the form cannot write: UNSUPPORTED).
+ */
+nx_status srv_pick_build(enum nx_tool_format family, const char *form, json_t *tools, enum srv_tool_mode mode,
+                         struct srv_constraint *out, char *err, size_t errlen);
+
+/* Which of tools a text written under srv_pick_build's grammar calls (index into tools; the
+ * longest head found in text), or -1. */
+int srv_pick_find(enum nx_tool_format family, const char *form, json_t *tools, const char *text);
+
 #endif
