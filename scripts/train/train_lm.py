@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """train_lm.py - a byte-level Llama language model on the King James Bible (public domain).
 
-STATUS: trained once (models/nexus-kjv/, README there): the schedule --stages 256:16:350,2048:2:40
-on a loaded 2-core machine at nice 19 with one torch thread.
+STATUS: trained once (models/nexus-kjv/, README there; recipe scripts/train/make_kjv.sh): steps
+1-75 on --stages 256:16:350,2048:2:40, then resumed on 256:16:200,2048:1:40 (240 steps), on a
+loaded 2-core machine at nice 19 with one torch thread. Too few steps at 2048: it does not use
+its long context (its README).
 
 DESIGN
 - Text: `bible -f Gen1:1-Rev22:21` from Debian's bible-kjv + bible-kjv-text packages (the KJV
