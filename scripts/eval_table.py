@@ -16,6 +16,35 @@ def _n(v, f):
     return "n/a" if v is None else format(v, f)
 
 
+def fmt_pivot(rows, field, f):
+    """One table per metric: a row per density x regime x budget rule, a column per policy, the
+    value with its paired SE; the bounds (random, bottomk, oracle) first."""
+    pols = []
+    for r in rows:
+        if r['policy'] not in pols:
+            pols.append(r['policy'])
+    order = [p for p in ('random', 'bottomk', 'oracle') if p in pols] + \
+        [p for p in pols if p not in ('random', 'bottomk', 'oracle', 'full')]
+    out = [f"`{field}` (paired SE vs `{rows[0]['reference']}`):", "",
+           "| density | regime | budget | " + " | ".join(order) + " |",
+           "|---|---|---|" + "---|" * len(order)]
+    keys = []
+    for r in rows:
+        k = (r['density'], r['regime'], r['budget'])
+        if k not in keys and r['policy'] != 'full':
+            keys.append(k)
+    for d, g, b in keys:
+        cells = []
+        for p in order:
+            m = [r for r in rows if (r['policy'], r['density'], r['regime'], r['budget']) ==
+                 (p, d, g, b)]
+            v = m[0].get(field) if m else None
+            cells.append("n/a" if v is None else
+                         f"{v:{f}} ({_n(m[0].get(field + '_se'), f)})")
+        out.append(f"| {d:.1f} | {g} | {b} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def fmt_eval(rows, name):
     """Paired table (differences from the reference with their SE over streams) and, per
     density x regime x budget rule, the policies by KL with the bounds marked."""
@@ -176,6 +205,10 @@ def main():
             lines = fmt_task(doc, path)
         elif doc and 'kl' in doc[0]:
             lines = fmt_eval(doc, path)
+            if 'attn_mass' in doc[0]:
+                for field, f in (('kl', '.4f'), ('attn_err', '.4f'), ('attn_mass', '.4f'),
+                                 ('longrange', '.3f'), ('kv_frac', '.3f')):
+                    lines += [""] + fmt_pivot(doc, field, f)
         elif doc and 'gen_len' in doc[0]:
             lines = fmt_effi(doc, path)
         elif doc and 'dataset' in doc[0]:

@@ -1,10 +1,18 @@
 /* test_eval.c - `nexus eval` end to end on stories260K with a tiny configuration: the dense
- * policy agrees with itself exactly, an evicting policy does not, and the JSON has the fields. */
+ * policy agrees with itself exactly, an evicting policy does not, and the JSON has the fields;
+ * the attention-level figures: 0 error and mass 1 for the dense cache, a local-only cache's mass
+ * recomputed here from the dense attention and the positions its tables held, the probe
+ * changing no logits at any thread count. */
 #include <jansson.h>
+#include <math.h>
 #include <unistd.h>
 
 #include "eval/eval.h"
 #include "eval/efficiency.h"
+#include "core/alloc.h"
+#include "kern/quant.h"
+#include "kv/kv_cache.h"
+#include "model/context.h"
 #include "model/mkmodel.h"
 #include "test.h"
 
@@ -31,6 +39,18 @@ TEST(eval_small_run_writes_json) {
     ASSERT_STR_EQ(json_string_value(json_object_get(full, "policy")), "full");
     ASSERT_NEAR(json_number_value(json_object_get(full, "kl")), 0, 0);
     ASSERT_NEAR(json_number_value(json_object_get(full, "top1")), 1, 0);
+    /* the dense cache read everything: no attention error, all of the attention mass */
+    ASSERT_NEAR(json_number_value(json_object_get(full, "attn_err")), 0, 0);
+    ASSERT_NEAR(json_number_value(json_object_get(full, "attn_mass")), 1, 0);
+    ASSERT_EQ(json_array_size(json_object_get(full, "attn_err_layers")), 5);
+    double ae = json_number_value(json_object_get(nex, "attn_err"));
+    double am = json_number_value(json_object_get(nex, "attn_mass"));
+    ASSERT_TRUE(ae > 0 && ae < 2);
+    ASSERT_TRUE(am > 0 && am < 1);
+    ASSERT_NEAR(json_number_value(json_object_get(nex, "attn_mass_diff")), am - 1, 1e-5);
+    /* the first layer sees exact inputs at the prompt's positions, the error grows with depth */
+    json_t *layers = json_object_get(nex, "attn_err_layers");
+    ASSERT_TRUE(json_number_value(json_array_get(layers, 0)) > 0);
     double kl = json_number_value(json_object_get(nex, "kl"));
     ASSERT_TRUE(kl > 0 && kl < 5);
     ASSERT_TRUE(json_number_value(json_object_get(nex, "ppl")) > 1);
@@ -140,6 +160,7 @@ TEST(eval_same_numbers_for_every_thread_count) {
         if (!strcmp(p, "oracle")) kl_orc = kl;
     }
     ASSERT_TRUE(kl_orc >= 0 && kl_rand > kl_orc);
+    ASSERT_TRUE(strstr(ja, "\"attn_mass\":") != NULL && strstr(ja, "\"attn_err_layers\":[") != NULL);
     json_decref(root);
     free(ja);
     unlink(a);
@@ -192,7 +213,7 @@ TEST(eval_file_streams_and_svg) {
         ASSERT_TRUE(svg != NULL);
         int lines = 0;
         for (const char *q = svg; (q = strstr(q, "<polyline")); q++) lines++;
-        ASSERT_EQ(lines, 9); /* 3 panels x 3 policies */
+        ASSERT_EQ(lines, 15); /* 5 panels x 3 policies */
         ASSERT_TRUE(strstr(svg, ">nexus</text>") != NULL);
         free(svg);
         unlink(p);
@@ -212,6 +233,186 @@ TEST(eval_file_streams_and_svg) {
     ep.text_file = NULL;
     ep.policies = "nosuch";
     ASSERT_EQ(eval_run(m, &ep), NX_STATUS_INVALID_ARG);
+    nx_model_free(m);
+}
+
+/* A context for the tests below, as fidelity.c makes one: n_ctx / n_batch L + 1, one thread. */
+static nx_ctx *att_ctx(const nx_model *m, const char *policy, int budget, int L, int threads) {
+    struct nx_ctx_params cp = nx_ctx_default_params();
+    cp.kv_block = cp.kv.sink = cp.kv.recent = 8;
+    cp.n_ctx = cp.n_batch = L + 1;
+    cp.n_threads = cp.n_threads_batch = threads;
+    cp.kv.policy = policy;
+    cp.kv.budget = budget;
+    cp.kv.regime = NX_KV_REGIME_STREAM;
+    nx_ctx *c = NULL;
+    char err[256];
+    if (nx_ctx_init(m, &cp, &c, err, sizeof err)) return NULL;
+    return c;
+}
+
+/* The positions of every (layer, KV head) table of a context: pos[(l * nkv + h) * cap + j],
+   counts in n[l * nkv + h]. */
+static void table_positions(nx_ctx *c, int nl, int nkv, int cap, int32_t *pos, int *n) {
+    struct kv_cache *kv = ctx_kv_cache(c);
+    for (int l = 0; l < nl; l++)
+        for (int h = 0; h < nkv; h++) {
+            const struct kv_table *t = kv_table_at(kv, l, h);
+            n[l * nkv + h] = (int)t->n_tokens;
+            for (int64_t j = 0; j < t->n_tokens; j++)
+                pos[(l * nkv + h) * cap + j] =
+                    kv_block_pos(kv, kv_slot_block(kv, t, j))[j % kv->p.block];
+        }
+}
+
+/* A local-only cache (streaming at its smallest budget: sink and recent blocks, evicting while
+   it decodes): the attention mass `nexus eval` reports equals the mass recomputed here, step by
+   step, from the dense run's queries and keys and the positions the streaming cache's tables
+   held before each step (plus the step's own token; the prompt's last token read the whole
+   prompt, since compression follows the step). */
+TEST(eval_attention_mass_of_a_local_only_cache) {
+    nx_model *m = load_stories();
+    ASSERT_TRUE(m != NULL);
+    char txt[] = "/tmp/nx_test_eval_am_XXXXXX", js[] = "/tmp/nx_test_eval_amj_XXXXXX";
+    int fd = mkstemp(txt);
+    ASSERT_TRUE(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    for (int r = 0; r < 3; r++)
+        fprintf(f, "Once upon a time, there was a little girl named Lily. She liked to play with her "
+               "red ball in the big park near her house. One day a small dog came to the park "
+               "and took the ball. Lily ran after the dog, and the dog ran to his friend Tom. ");
+    fclose(f);
+    close(mkstemp(js));
+    enum { L = 96, HALF = L / 2 };
+    struct nx_ctx_params base = nx_ctx_default_params();
+    base.kv_block = base.kv.sink = base.kv.recent = 8;
+    /* budget 0.02 x 48 = 0: raised to the policy's minimum, sink + recent blocks */
+    struct eval_params ep = {.policies = "streaming", .densities = "0.02", .regimes = "stream",
+                             .budgets = "prompt", .streams = 1, .stream_len = L,
+                             .threads = 1, .seed = 1, .json_path = js, .text_file = txt,
+                             .base = &base};
+    ASSERT_EQ(eval_run(m, &ep), 0);
+    json_error_t je;
+    json_t *root = json_load_file(js, 0, &je);
+    unlink(js);
+    ASSERT_TRUE(root != NULL);
+    double got = json_number_value(json_object_get(json_array_get(root, 0), "attn_mass"));
+    json_decref(root);
+    /* the same stream: BOS, then the file's first L - 1 tokens */
+    char *text = slurp(txt);
+    unlink(txt);
+    ASSERT_TRUE(text != NULL);
+    int32_t nt = 0;
+    nx_token *ft = eval_tokenize(m, text, strlen(text), 0, &nt);
+    free(text);
+    ASSERT_TRUE(ft != NULL && nt >= L - 1);
+    nx_token toks[L];
+    toks[0] = nx_token_bos(m);
+    memcpy(toks + 1, ft, sizeof *toks * (L - 1));
+    nx_free(ft);
+    const int nl = nx_model_n_layer(m), nh = nx_model_n_head(m), nkv = nx_model_n_head_kv(m);
+    nx_ctx *d = att_ctx(m, "full", 0, L, 1), *s = att_ctx(m, "streaming", 1, L, 1);
+    ASSERT_TRUE(d && s);
+    ASSERT_OK(ctx_attn_probe_enable(d));
+    const struct ctx_attn_probe *pr = ctx_attn_probe_get(d);
+    const int hd = pr->head_dim, gqa = nh / nkv;
+    static int32_t held[64 * L];
+    static int nheld[64];
+    ASSERT_TRUE(nl * nkv <= 64);
+    ASSERT_OK(nx_decode(d, toks, HALF, false));
+    ASSERT_OK(nx_decode(s, toks, HALF, false));
+    double want = 0;
+    int steps = 0;
+    struct kv_cache *dkv = ctx_kv_cache(d);
+    for (int i = HALF; i < L; i++) {
+        int qp = i - 1; /* the query of the step whose logits predict toks[i] */
+        double step_mass = 0;
+        for (int l = 0; l < nl; l++)
+            for (int h = 0; h < nh; h++) {
+                const struct kv_table *t = kv_table_at(dkv, l, h / gqa);
+                double sc[L], mx = -INFINITY, all = 0, kept = 0;
+                for (int j = 0; j <= qp; j++) {
+                    float k[64];
+                    int32_t b = kv_slot_block(dkv, t, j);
+                    quant_dequantize_row_ref(dkv->p.type,
+                                             kv_block_k(dkv, b) + (size_t)(j % dkv->p.block) *
+                                                                      dkv->row_bytes, k, hd);
+                    double dot = 0;
+                    for (int e = 0; e < hd; e++) dot += (double)pr->q[(l * nh + h) * hd + e] * k[e];
+                    sc[j] = dot / sqrt((double)hd);
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                for (int j = 0; j <= qp; j++) all += sc[j] = exp(sc[j] - mx);
+                if (i == HALF) {
+                    kept = all; /* the prompt's last token read the whole prompt */
+                } else {
+                    int g = l * nkv + h / gqa;
+                    for (int j = 0; j < nheld[g]; j++) kept += sc[held[g * L + j]];
+                    kept += sc[qp]; /* the step's own token */
+                }
+                step_mass += kept / all;
+            }
+        want += step_mass / (nl * nh);
+        steps++;
+        table_positions(s, nl, nkv, L, held, nheld);
+        if (i + 1 < L) {
+            ASSERT_OK(nx_decode(d, &toks[i], 1, false));
+            ASSERT_OK(nx_decode(s, &toks[i], 1, false));
+        }
+    }
+    want /= steps;
+    nx_ctx_free(d);
+    nx_ctx_free(s);
+    if (fabs(got - want) > 1e-5) FAILF("attention mass %.7f, recomputed %.7f", got, want);
+    /* local only: clearly less than all of it, and far more than the share of positions held */
+    ASSERT_TRUE(want < 0.95 && want > 0.3);
+    nx_model_free(m);
+}
+
+/* The probe changes no logits (against a context without it), and records the same rows at 1
+   and 2 threads, step after step, while an evicting policy compacts the tables. */
+TEST(eval_attention_probe_is_invisible_and_thread_invariant) {
+    nx_model *m = load_stories();
+    ASSERT_TRUE(m != NULL);
+    enum { L = 120 };
+    nx_token toks[L];
+    for (int i = 0; i < L; i++) toks[i] = (nx_token)(1 + (i * 37) % 500);
+    const int nv = nx_model_n_vocab(m);
+    nx_ctx *plain = att_ctx(m, "snapkv", 24, L, 1), *c1 = att_ctx(m, "snapkv", 24, L, 1),
+           *c2 = att_ctx(m, "snapkv", 24, L, 2);
+    ASSERT_TRUE(plain && c1 && c2);
+    ASSERT_OK(ctx_attn_probe_enable(c1));
+    ASSERT_OK(ctx_attn_probe_enable(c2));
+    const struct ctx_attn_probe *p1 = ctx_attn_probe_get(c1), *p2 = ctx_attn_probe_get(c2);
+    ASSERT_TRUE(ctx_attn_probe_get(plain) == NULL && p1 && p2);
+    size_t qd = (size_t)p1->n_head * (size_t)p1->head_dim, rows = qd * (size_t)p1->n_layer;
+    int evicted = 0;
+    for (int i = L / 2; i <= L; i++) {
+        nx_ctx *cs[3] = {plain, c1, c2};
+        for (int k = 0; k < 3; k++)
+            ASSERT_OK(i == L / 2 ? nx_decode(cs[k], toks, L / 2, false)
+                                 : nx_decode(cs[k], &toks[i - 1], 1, false));
+        ASSERT_TRUE(memcmp(nx_get_logits(plain, -1), nx_get_logits(c1, -1),
+                           sizeof(float) * (size_t)nv) == 0);
+        ASSERT_TRUE(memcmp(nx_get_logits(plain, -1), nx_get_logits(c2, -1),
+                           sizeof(float) * (size_t)nv) == 0);
+        ASSERT_EQ(p1->step_pos, i - 1);
+        ASSERT_EQ(p2->step_pos, i - 1);
+        ASSERT_TRUE(memcmp(p1->q, p2->q, sizeof(float) * rows) == 0);
+        ASSERT_TRUE(memcmp(p1->out, p2->out, sizeof(float) * rows) == 0);
+        for (int t = 0; t < p1->n_layer * p1->n_head_kv; t++) {
+            ASSERT_EQ(p1->n_pos[t], p2->n_pos[t]);
+            ASSERT_TRUE(memcmp(p1->pos + (size_t)t * p1->cap, p2->pos + (size_t)t * p2->cap,
+                               sizeof(int32_t) * (size_t)p1->n_pos[t]) == 0);
+            /* the newest position read is the step's own; fewer than all once evicting */
+            ASSERT_EQ(p1->pos[(size_t)t * p1->cap + p1->n_pos[t] - 1], i - 1);
+            evicted |= p1->n_pos[t] < i;
+        }
+    }
+    ASSERT_TRUE(evicted);
+    nx_ctx_free(plain);
+    nx_ctx_free(c1);
+    nx_ctx_free(c2);
     nx_model_free(m);
 }
 

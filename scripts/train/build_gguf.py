@@ -26,11 +26,17 @@ def main():
     ap.add_argument("--curve-out", default=None,
                     help="also write the checkpoint's training log as a curve JSON here")
     ap.add_argument("--meta", default="{}", help="JSON object merged into the curve JSON")
+    ap.add_argument("--bos-like", type=int, default=None, metavar="ID",
+                    help="give BOS (id 1) the embedding of token ID (a model trained without "
+                    "BOS: the engine's streams start with it)")
     a = ap.parse_args()
     st = torch.load(a.ckpt)
     cfg = nxmodel.Config(**(json.load(open(a.curve))["config"] if a.curve else st["config"]))
     m = nxmodel.Model(cfg)
     m.load_state_dict(st["model"])
+    if a.bos_like is not None:
+        with torch.no_grad():
+            m.tok_embd.weight[1] = m.tok_embd.weight[a.bos_like]
     if a.curve_out:
         doc = {"config": cfg.as_dict(), "step": st["step"], "rows": st["log"]}
         doc.update(json.loads(a.meta))

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """train_lm.py - a byte-level Llama language model on the King James Bible (public domain).
 
-STATUS: written but not trained yet (the first session's CPU time went to the retrieval model;
-the run was stopped before its first log line). Its schedule was sized for an idle machine.
+STATUS: trained once (models/nexus-kjv/, README there; recipe scripts/train/make_kjv.sh): steps
+1-75 on --stages 256:16:350,2048:2:40, then resumed on 256:16:200,2048:1:40 (240 steps), on a
+loaded 2-core machine at nice 19 with one torch thread. Too few steps at 2048: it does not use
+its long context (its README).
 
 DESIGN
 - Text: `bible -f Gen1:1-Rev22:21` from Debian's bible-kjv + bible-kjv-text packages (the KJV
@@ -17,6 +19,9 @@ DESIGN
   head dims (base 10000). Curriculum: short windows first, then full 2048-token windows so every
   rotated frequency and every distance up to 2K has been seen.
 - Deterministic for --seed and --threads; batches are a function of (seed, step).
+- --eval-ctx: held-out perplexity by context length (does it use its context?): on held-out
+  windows of 2048 tokens, the nll of tokens [1024, 2048) with the full causal context against a
+  local-only one (the first 4 tokens plus the last W, for W = 64, 256, 1024), as JSON.
 """
 import argparse
 import hashlib
@@ -35,7 +40,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nxmodel  # noqa: E402
 
-STAGES = [(256, 16, 1000), (2048, 2, 150)]
+STAGES = [(256, 16, 1000), (2048, 2, 150)]  # default schedule; --stages overrides
 CONFIG = dict(n_vocab=260, n_layer=3, n_embd=64, n_head=4, n_head_kv=2, n_ff=192, n_rot=12,
               rope_base=10000.0, rms_eps=1e-5)
 SPACE_ID = 259
@@ -88,6 +93,42 @@ def heldout_loss(model, held, L, n):
     return tot / cnt
 
 
+@torch.no_grad()
+def eval_ctx(a):
+    """nll (nats / token) of tokens [1024, 2048) of held-out 2048-token windows, full context
+    against sink 4 + the last W tokens (causal_mask's local-only form)."""
+    st = torch.load(a.eval_ctx)
+    cfg = nxmodel.Config(**st["config"])
+    model = nxmodel.Model(cfg)
+    model.load_state_dict(st["model"])
+    model.eval()
+    text = kjv_text()
+    _, held = split(encode(text))
+    L, n = 2048, a.eval_windows
+    res = {"checkpoint_step": st["step"], "windows": n, "window_len": L, "scored": [1024, L],
+           "text_sha256": hashlib.sha256(text).hexdigest(), "nll": {}}
+    masks = [("full", nxmodel.causal_mask(L))] + [
+        ("sink4+last%d" % w, nxmodel.causal_mask(L, sink=4, window=w)) for w in (64, 256, 1024)]
+    per = {k: [] for k, _ in masks}
+    for i in range(n):
+        s = (len(held) - L - 1) * i // max(1, n - 1)
+        x = torch.from_numpy(held[s:s + L + 1][None])
+        for k, m in masks:
+            lo = model(x[:, :-1], mask=m)[0, 1023:L - 1]
+            per[k].append(F.cross_entropy(lo, x[0, 1024:L]).item())
+    for k, v in per.items():
+        d = np.array(v) - np.array(per["full"])
+        res["nll"][k] = {"mean": float(np.mean(v)), "ppl": float(math.exp(np.mean(v))),
+                         "diff_vs_full": float(d.mean()),
+                         "diff_se": float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0,
+                         "per_window": v}
+    with open(a.out + ".tmp", "w") as f:
+        json.dump(res, f, indent=1)
+    os.replace(a.out + ".tmp", a.out)
+    print(json.dumps({k: (round(r["ppl"], 4), round(r["diff_vs_full"], 4), round(r["diff_se"], 4))
+                      for k, r in res["nll"].items()}), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -96,8 +137,27 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--ckpt-every", type=int, default=50)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--stages", default=None, help="L:B:steps,... (default: STAGES)")
+    ap.add_argument("--stop-step", type=int, default=0,
+                    help="stop after this step (checkpoint kept; --resume continues, possibly "
+                    "with other --stages: the schedule is read at every step)")
+    ap.add_argument("--eval-ctx", default=None, metavar="CKPT",
+                    help="only evaluate CKPT: held-out nll by context length (JSON to --out)")
+    ap.add_argument("--eval-windows", type=int, default=8)
+    ap.add_argument("--write-heldout", default=None, metavar="FILE",
+                    help="only write the held-out text (the last 5%% of the bytes) to FILE")
     a = ap.parse_args()
+    global STAGES
+    if a.stages:
+        STAGES = [tuple(int(v) for v in st.split(":")) for st in a.stages.split(",")]
     torch.set_num_threads(a.threads)
+    if a.write_heldout:
+        text = kjv_text()
+        with open(a.write_heldout, "wb") as f:
+            f.write(text[int(len(text) * 0.95):])
+        return None
+    if a.eval_ctx:
+        return eval_ctx(a)
     torch.manual_seed(a.seed)
     text = kjv_text()
     print("text bytes", len(text), "sha256", hashlib.sha256(text).hexdigest(), flush=True)
@@ -115,7 +175,8 @@ def main():
         step, rows = st["step"], st["log"]
     t0 = time.time()
     acc = n_acc = 0.0
-    while step < total:
+    stop = a.stop_step if a.stop_step > 0 else total
+    while step < min(total, stop):
         L, B = stage_at(step)
         rng = np.random.default_rng([a.seed, step])
         starts = rng.integers(0, len(train) - L - 1, size=B)
@@ -139,11 +200,14 @@ def main():
             rows.append(row)
             print(json.dumps(row), flush=True)
             acc = n_acc = 0.0
-        if step % a.ckpt_every == 0 or step == total:
+        if step % a.ckpt_every == 0 or step == total or step == stop:
             tmp = ck + ".tmp"
             torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
                         "log": rows, "config": cfg.as_dict()}, tmp)
             os.replace(tmp, ck)
+    if step < total:
+        print("stopped at step", step, flush=True)
+        return None
     with open(a.out + ".curve.json.tmp", "w") as f:
         json.dump({"config": cfg.as_dict(), "stages": STAGES, "seed": a.seed, "lr": a.lr,
                    "text_sha256": hashlib.sha256(text).hexdigest(), "rows": rows}, f, indent=1)

@@ -21,7 +21,16 @@
  *           regime) predicts something else, the share where the policy's argmax is the
  *           dense one's (what only context beyond the local window can give),
  *   kv    = KV bytes the policy holds / bytes the dense cache holds (all layers and heads,
- *           whole blocks), mean over the scored positions.
+ *           whole blocks), mean over the scored positions;
+ *   attn  = attention-level fidelity, from the context's attention probe (model/context.h): at
+ *           each scored position and layer, the relative L2 error ||o - o_dense|| / ||o_dense||
+ *           of each query head's attention output (before the output projection) against the
+ *           dense run's at the same position, averaged over heads (attn_err_layers: per layer;
+ *           attn_err: the mean over layers); it compounds through the layers, as the logits do;
+ *   mass  = the share of the dense attention of the same query (dense query, dense keys, all
+ *           of positions 0..p) that falls on the positions the policy's attention read at that
+ *           step (what its cache still held), averaged over heads, layers and positions: 1 for
+ *           the dense cache, the attention mass a sink + recent cache keeps for local-only.
  * Every figure is reported with its paired difference from the reference configuration (the
  * reference spec at the same density, regime and budget rule) and that difference's standard
  * error over streams. The bounds are policies like any other: random, bottomk and oracle
@@ -44,6 +53,10 @@
 
 #include "core/alloc.h"
 #include "gen/generate.h"
+#include "kern/quant.h"
+#include "kv/kv_cache.h"
+#include "model/context.h"
+#include "model/model.h"
 #include "eval/metrics.h"
 #include "eval/outfile.h"
 #include "eval/parmap.h"
@@ -51,6 +64,7 @@
 #include "eval/svg.h"
 
 enum { MAX_CFG = 512, MAX_SEEDS = 64, BUDGET_SEEN = 0, BUDGET_PROMPT = 1 };
+enum { ATT_LAYERS = 32 }; /* layers with their own attention-error figure (the mean has all) */
 
 struct cfg {
     const char *spec;
@@ -60,6 +74,8 @@ struct cfg {
 
 struct cell { /* one configuration on one stream (mean over seeds) */
     double kl, top1, nll, lr, kv;
+    double aerr, mass;            /* attention-output error (mean over layers), attention mass */
+    double aerr_l[ATT_LAYERS];    /* attention-output error per layer */
     int lr_n; /* long-range positions of the stream (0: lr is NaN) */
 };
 
@@ -224,11 +240,126 @@ static int score_end(const struct eval_params *ep, int regime) {
     return L;
 }
 
-/* The per-stream references: dense logits at [half, L) and the long-range mask. */
+/* The per-stream references: dense logits at [half, L), the long-range mask, and the dense
+   run's attention (probe rows per scored position, keys of every position). */
 struct stream_ref {
     float *dense;      /* (L - half) x nv */
     unsigned char *lr; /* (L - half): dense confident and the local-only cache disagrees */
+    int nl, nh, nkv, hd;
+    float *dq, *dout;  /* (L - half, nl, nh * hd) dense queries and attention outputs */
+    float *dkeys;      /* (nl, nkv, L, hd) dense keys after RoPE, by position */
+    double *sc;        /* (L) scratch: one head's attention weights */
+    double *errl;      /* (nl) scratch: one step's attention-output error per layer */
 };
+
+static void stream_ref_free(struct stream_ref *sr) {
+    nx_free(sr->dense);
+    nx_free(sr->lr);
+    nx_free(sr->dq);
+    nx_free(sr->dout);
+    nx_free(sr->dkeys);
+    nx_free(sr->sc);
+    nx_free(sr->errl);
+}
+
+/* Allocates the reference of an L-token stream; -1 on out of memory. */
+static int stream_ref_alloc(const nx_model *m, int L, struct stream_ref *sr) {
+    const struct nx_hparams *hp = &m->hp;
+    int half = L / 2;
+    size_t steps = (size_t)(L - half);
+    *sr = (struct stream_ref){.nl = hp->n_layer, .nh = hp->n_head, .nkv = hp->n_head_kv,
+                              .hd = hp->head_dim};
+    size_t qd = (size_t)sr->nh * (size_t)sr->hd;
+    sr->dense = nx_malloc(sizeof(float) * steps * (size_t)nx_model_n_vocab(m));
+    sr->lr = nx_malloc(steps);
+    sr->dq = nx_malloc(sizeof(float) * steps * (size_t)sr->nl * qd);
+    sr->dout = nx_malloc(sizeof(float) * steps * (size_t)sr->nl * qd);
+    sr->dkeys = nx_calloc((size_t)sr->nl * (size_t)sr->nkv * (size_t)L * (size_t)sr->hd,
+                          sizeof(float));
+    sr->sc = nx_malloc(sizeof(double) * (size_t)L);
+    sr->errl = nx_malloc(sizeof(double) * (size_t)sr->nl);
+    return sr->dense && sr->lr && sr->dq && sr->dout && sr->dkeys && sr->sc && sr->errl ? 0 : -1;
+}
+
+/* The probe's rows of the dense run's step at scored index si. */
+static void keep_probe_rows(struct stream_ref *sr, const struct ctx_attn_probe *pr, int si) {
+    size_t n = (size_t)sr->nl * (size_t)sr->nh * (size_t)sr->hd;
+    memcpy(sr->dq + (size_t)si * n, pr->q, sizeof(float) * n);
+    memcpy(sr->dout + (size_t)si * n, pr->out, sizeof(float) * n);
+}
+
+/* The dense cache's keys (positions 0 .. n - 1, each table in position order) into sr->dkeys;
+   -1 when a table is not the dense one expected. */
+static int keep_dense_keys(nx_ctx *d, struct stream_ref *sr, int L, int n) {
+    struct kv_cache *kv = ctx_kv_cache(d);
+    for (int l = 0; l < sr->nl; l++)
+        for (int h = 0; h < sr->nkv; h++) {
+            const struct kv_table *t = kv_table_at(kv, l, h);
+            if (t->n_tokens != n || kv->p.head_dim != sr->hd) return -1;
+            float *dst = sr->dkeys + ((size_t)l * (size_t)sr->nkv + (size_t)h) * (size_t)L *
+                                         (size_t)sr->hd;
+            for (int j = 0; j < n; j++) {
+                int32_t b = kv_slot_block(kv, t, j), slot = j % kv->p.block;
+                if (kv_block_pos(kv, b)[slot] != j) return -1;
+                quant_dequantize_row_ref(kv->p.type, kv_block_k(kv, b) + (size_t)slot * kv->row_bytes,
+                                         dst + (size_t)j * (size_t)sr->hd, sr->hd);
+            }
+        }
+    return 0;
+}
+
+/* Attention-level figures of one step of a policy run (its probe) against the dense run's
+   step at scored index si (query at position qp): per-layer relative error of the attention
+   output (mean over heads) into sr->errl, and the share of the dense attention that the positions
+   the policy read hold (mean over layers and heads) as the return value; NaN when the probe
+   did not record the expected position. */
+static double attn_step(const struct stream_ref *sr, const struct ctx_attn_probe *pr, int si,
+                        int qp, int L) {
+    if (!pr || pr->step_pos != qp) return NAN;
+    const int hd = sr->hd, qd = sr->nh * hd, gqa = sr->nh / sr->nkv;
+    const double scale = 1.0 / sqrt((double)hd);
+    double mass = 0;
+    for (int l = 0; l < sr->nl; l++) {
+        const float *dq = sr->dq + ((size_t)si * (size_t)sr->nl + (size_t)l) * (size_t)qd;
+        const float *dout = sr->dout + ((size_t)si * (size_t)sr->nl + (size_t)l) * (size_t)qd;
+        const float *po = pr->out + (size_t)l * (size_t)qd;
+        double err = 0;
+        int err_n = 0;
+        for (int h = 0; h < sr->nh; h++) {
+            double num = 0, den = 0;
+            for (int i = 0; i < hd; i++) {
+                double a = po[h * hd + i], b = dout[h * hd + i];
+                num += (a - b) * (a - b);
+                den += b * b;
+            }
+            if (den > 0) {
+                err += sqrt(num / den);
+                err_n++;
+            }
+            /* dense attention weights of this head over positions 0..qp */
+            int g = h / gqa;
+            const float *keys = sr->dkeys + ((size_t)l * (size_t)sr->nkv + (size_t)g) *
+                                                (size_t)L * (size_t)hd;
+            double mx = -INFINITY;
+            for (int j = 0; j <= qp; j++) {
+                double dot = 0;
+                for (int i = 0; i < hd; i++) dot += (double)dq[h * hd + i] * keys[(size_t)j * hd + i];
+                sr->sc[j] = dot * scale;
+                if (sr->sc[j] > mx) mx = sr->sc[j];
+            }
+            double all = 0, kept = 0;
+            for (int j = 0; j <= qp; j++) all += sr->sc[j] = exp(sr->sc[j] - mx);
+            const int32_t *ps = pr->pos + ((size_t)l * (size_t)pr->n_head_kv + (size_t)g) *
+                                              (size_t)pr->cap;
+            int64_t np = pr->n_pos[l * pr->n_head_kv + g];
+            for (int64_t j = 0; j < np; j++)
+                if (ps[j] >= 0 && ps[j] <= qp) kept += sr->sc[ps[j]];
+            mass += kept / all;
+        }
+        sr->errl[l] = err_n ? err / err_n : 0;
+    }
+    return mass / ((double)sr->nl * (double)sr->nh);
+}
 
 static int stream_reference(const struct run *r, const nx_token *toks, struct stream_ref *sr) {
     const struct eval_params *ep = r->ep;
@@ -236,7 +367,7 @@ static int stream_reference(const struct run *r, const nx_token *toks, struct st
     nx_ctx *d = make_spec(r->m, ep, "full", 1, NX_KV_REGIME_PREFILL, BUDGET_SEEN, 1, 0);
     /* local only: streaming at its smallest budget (sink + recent blocks), evicting always */
     nx_ctx *loc = make_spec(r->m, ep, "streaming", 0, NX_KV_REGIME_STREAM, BUDGET_SEEN, 1, 0);
-    int rc = d && loc ? 0 : -1;
+    int rc = d && loc && !ctx_attn_probe_enable(d) ? 0 : -1;
     if (!rc) {
         struct nx_kv_params kv = nx_kv_default_params();
         kv.policy = "streaming";
@@ -251,12 +382,17 @@ static int stream_reference(const struct run *r, const nx_token *toks, struct st
         memcpy(sr->dense + (size_t)(i - half) * (size_t)nv, ld, sizeof *ld * (size_t)nv);
         int a = argmax(ld, nv);
         sr->lr[i - half] = exp(metric_log_prob(ld, nv, a)) >= 0.5 && argmax(ll, nv) != a;
+        keep_probe_rows(sr, ctx_attn_probe_get(d), i - half);
         if (i + 1 < L && (nx_decode(d, &toks[i], 1, false) || nx_decode(loc, &toks[i], 1, false)))
             rc = -1;
     }
     if (rc && d && loc)
         fprintf(stderr, "eval: reference decode failed: %s%s\n", nx_ctx_last_error(d),
                 nx_ctx_last_error(loc));
+    if (!rc && keep_dense_keys(d, sr, L, L - 1)) {
+        fprintf(stderr, "eval: the dense cache does not hold positions 0..%d in order\n", L - 2);
+        rc = -1;
+    }
     nx_ctx_free(d);
     nx_ctx_free(loc);
     return rc;
@@ -271,17 +407,18 @@ static int run_one(const struct run *r, const struct cfg *cf, uint64_t seed, con
     nx_ctx *p = make_spec(r->m, ep, cf->spec, cf->density, cf->regime, cf->budget, 1, seed);
     if (!p) return -1;
     bool oracle = is_oracle(cf->spec);
-    int rc = 0;
+    int rc = ctx_attn_probe_enable(p) ? -1 : 0;
     if (oracle) {
         /* decode through the scored queries, drop them, decode them again compressed */
         int fut = end - half < 256 ? end - half : 256;
         if (nx_decode(p, toks, half - 1 + fut, false) || nx_seq_rm(p, half - 1, -1) ||
             nx_decode(p, &toks[half - 1], 1, false))
             rc = -1;
-    } else if (nx_decode(p, toks, half, false)) {
+    } else if (!rc && nx_decode(p, toks, half, false)) {
         rc = -1;
     }
-    double kl = 0, top1 = 0, nll = 0, kv = 0, lr = 0;
+    double kl = 0, top1 = 0, nll = 0, kv = 0, lr = 0, mass = 0, aerr = 0;
+    double aerr_l[ATT_LAYERS] = {0};
     int lr_n = 0, n = 0;
     for (int i = half; i < end && rc == 0; i++) {
         const float *ld = sr->dense + (size_t)(i - half) * (size_t)nv, *lp = nx_get_logits(p, -1);
@@ -295,6 +432,11 @@ static int run_one(const struct run *r, const struct cfg *cf, uint64_t seed, con
             lr += argmax(lp, nv) == argmax(ld, nv);
             lr_n++;
         }
+        mass += attn_step(sr, ctx_attn_probe_get(p), i - half, i - 1, L);
+        for (int l = 0; l < sr->nl; l++) {
+            aerr += sr->errl[l] / sr->nl;
+            if (l < ATT_LAYERS) aerr_l[l] += sr->errl[l];
+        }
         n++;
         if (i + 1 < end && nx_decode(p, &toks[i], 1, false)) rc = -1;
     }
@@ -306,6 +448,9 @@ static int run_one(const struct run *r, const struct cfg *cf, uint64_t seed, con
     c->nll += w * nll / n;
     c->kv += w * kv / n; /* bytes; divided by the dense bytes by the caller */
     c->lr = lr_n ? c->lr + w * lr / lr_n : NAN;
+    c->mass += w * mass / n; /* NaN when the probe missed a step */
+    c->aerr += w * aerr / n;
+    for (int l = 0; l < ATT_LAYERS; l++) c->aerr_l[l] += w * aerr_l[l] / n;
     c->lr_n = lr_n;
     return 0;
 }
@@ -335,10 +480,9 @@ static int stream_item(int s, void *rec, void *arg) {
     const struct eval_params *ep = r->ep;
     int nv = nx_model_n_vocab(r->m), L = ep->stream_len, half = L / 2;
     struct cell *cells = rec;
-    struct stream_ref sr = {nx_malloc(sizeof(float) * (size_t)(L - half) * (size_t)nv),
-                            nx_malloc((size_t)(L - half))};
+    struct stream_ref sr;
     const nx_token *toks = r->toks + (size_t)s * (size_t)L;
-    int rc = sr.dense && sr.lr ? stream_reference(r, toks, &sr) : -1;
+    int rc = stream_ref_alloc(r->m, L, &sr) ? -1 : stream_reference(r, toks, &sr);
     double db[2] = {dense_bytes(r, toks, 0), dense_bytes(r, toks, 1)};
     for (int k = 0; k < r->n_cfg && !rc; k++) {
         const struct cfg *cf = &r->cfgs[k];
@@ -347,7 +491,8 @@ static int stream_item(int s, void *rec, void *arg) {
         memset(c, 0, sizeof *c);
         if (is_oracle(cf->spec) && cf->regime == NX_KV_REGIME_STREAM) {
             /* the oracle sees the scored queries before one compression: prefill only */
-            c->kl = c->top1 = c->nll = c->lr = c->kv = NAN;
+            c->kl = c->top1 = c->nll = c->lr = c->kv = c->aerr = c->mass = NAN;
+            for (int l = 0; l < ATT_LAYERS; l++) c->aerr_l[l] = NAN;
             continue;
         }
         for (int j = 0; j < ns && !rc; j++) rc = run_one(r, cf, (uint64_t)j, toks, &sr, c, 1.0 / ns);
@@ -363,10 +508,9 @@ static int stream_item(int s, void *rec, void *arg) {
             lr_n += sr.lr[i - half];
         }
         *c = (struct cell){.kl = 0, .top1 = 1, .nll = nll / (end - half), .lr = lr_n ? 1 : NAN,
-                           .kv = 1, .lr_n = lr_n};
+                           .kv = 1, .aerr = 0, .mass = 1, .lr_n = lr_n};
     }
-    nx_free(sr.dense);
-    nx_free(sr.lr);
+    stream_ref_free(&sr);
     return rc;
 }
 
@@ -377,13 +521,19 @@ struct paired {
     int n;
 };
 
+/* Fields: 0 kl, 1 top1, 2 nll, 3 long range, 4 kv, 5 attention error, 6 attention mass,
+   F_LAYER + l the attention error of layer l. */
+enum { N_FIELDS = 7, F_LAYER = 8 };
 static double field(const struct cell *c, int f) {
     switch (f) {
     case 0: return c->kl;
     case 1: return c->top1;
     case 2: return c->nll;
     case 3: return c->lr_n ? c->lr : NAN;
-    default: return c->kv;
+    case 4: return c->kv;
+    case 5: return c->aerr;
+    case 6: return c->mass;
+    default: return c->aerr_l[f - F_LAYER];
     }
 }
 
@@ -417,7 +567,8 @@ static int ref_of(const struct cfg *cfgs, int n, int k, const char *ref) {
     return !strcmp(ref, "full") ? n + (cfgs[k].regime == NX_KV_REGIME_STREAM) : -1;
 }
 
-static const char *const k_fields[] = {"kl", "top1", "nll", "longrange", "kv_frac"};
+static const char *const k_fields[N_FIELDS] = {"kl",      "top1",     "nll", "longrange",
+                                               "kv_frac", "attn_err", "attn_mass"};
 
 /* A JSON number, or null for NaN / infinity. */
 static void json_num(FILE *f, const char *key, double v) {
@@ -444,7 +595,7 @@ static int write_json(const struct run *r, const char *ref, const int *refk) {
         fprintf(o.f, "  {\"policy\":\"%s\",\"density\":%.4f,\"regime\":\"%s\",\"budget\":\"%s\","
                      "\"reference\":\"%s\"", cf->spec, cf->density, eval_regime_name(cf->regime),
                 budget_name(cf->budget), ref);
-        for (int f = 0; f < 5; f++) {
+        for (int f = 0; f < N_FIELDS; f++) {
             struct paired p = pair_stats(x, rf, r->streams, f);
             char key[64];
             json_num(o.f, k_fields[f], p.mean);
@@ -455,6 +606,20 @@ static int write_json(const struct run *r, const char *ref, const int *refk) {
             fprintf(o.f, ",\"%s_streams\":%d", k_fields[f], p.n);
         }
         json_num(o.f, "ppl", exp(pair_stats(x, rf, r->streams, 2).mean));
+        /* the attention-output error of each layer: mean, paired difference, its SE */
+        int nl = nx_model_n_layer(r->m) < ATT_LAYERS ? nx_model_n_layer(r->m) : ATT_LAYERS;
+        static const char *const lk[3] = {"attn_err_layers", "attn_err_layers_diff",
+                                          "attn_err_layers_se"};
+        for (int q = 0; q < 3; q++) {
+            fprintf(o.f, ",\"%s\":[", lk[q]);
+            for (int l = 0; l < nl; l++) {
+                struct paired p = pair_stats(x, rf, r->streams, F_LAYER + l);
+                double v = q == 0 ? p.mean : q == 1 ? p.diff : p.se;
+                if (isfinite(v)) fprintf(o.f, "%s%.6g", l ? "," : "", v);
+                else fprintf(o.f, "%snull", l ? "," : "");
+            }
+            fprintf(o.f, "]");
+        }
         fprintf(o.f, ",\"longrange_positions\":%d,\"streams\":%d,\"seeds\":%d,"
                      "\"stream_len\":%d,\"scored\":%d,\"seed\":%llu,\"source\":\"%s\","
                      "\"kv_block\":%d,\"kv_sink\":%d,\"kv_recent\":%d}%s\n",
@@ -481,29 +646,35 @@ static int write_svgs(const struct run *r, const struct eval_sweep *sw, const in
     enum { P = EVAL_MAX_ITEMS, D = EVAL_MAX_ITEMS };
     for (int ri = 0; ri < sw->nr; ri++)
         for (int bi = 0; bi < nb; bi++) {
-            static double x[P][D], y[3][P][D], e[3][P][D];
-            struct svg_series ser[3][P];
+            enum { NP = 5 };
+            static const int pf[NP] = {0, 1, 3, 5, 6}; /* kl, top-1, long range, attention */
+            static double x[P][D], y[NP][P][D], e[NP][P][D];
+            struct svg_series ser[NP][P];
             for (int pi = 0; pi < sw->np; pi++) {
                 for (int di = 0; di < sw->nd; di++) {
                     int k = ((pi * sw->nd + di) * sw->nr + ri) * nb + bi;
                     const struct cell *cx = r->cells + (size_t)k * (size_t)r->streams;
                     const struct cell *cr = r->cells + (size_t)refk[k] * (size_t)r->streams;
                     x[pi][di] = r->cfgs[k].density;
-                    for (int f = 0; f < 3; f++) {
-                        struct paired p = pair_stats(cx, cr, r->streams, f == 2 ? 3 : f);
+                    for (int f = 0; f < NP; f++) {
+                        struct paired p = pair_stats(cx, cr, r->streams, pf[f]);
                         y[f][pi][di] = p.mean;
                         e[f][pi][di] = p.se;
                     }
                 }
-                for (int f = 0; f < 3; f++)
+                for (int f = 0; f < NP; f++)
                     ser[f][pi] = (struct svg_series){sw->pols[pi], x[pi], y[f][pi], e[f][pi],
                                                      sw->nd};
             }
-            struct svg_panel panels[3] = {
+            struct svg_panel panels[NP] = {
                 {"KL(dense || policy)", "density", "nats / token", false, true, ser[0], sw->np},
                 {"top-1 agreement", "density", "fraction", false, false, ser[1], sw->np},
                 {"long range (dense sure, local-only wrong)", "density", "agreement", false,
-                 false, ser[2], sw->np}};
+                 false, ser[2], sw->np},
+                {"attention-output error (rel. L2, mean over layers)", "density", "error",
+                 false, true, ser[3], sw->np},
+                {"attention mass on the kept positions", "density", "share", false, false,
+                 ser[4], sw->np}};
             char path[1100], title[300], err[1300];
             int regime = sw->rv[ri];
             if (nb_modes[bi] == BUDGET_SEEN)
@@ -519,7 +690,7 @@ static int write_svgs(const struct run *r, const struct eval_sweep *sw, const in
                          ? "density x tokens seen" : "density x prompt",
                      r->streams, ep->text_file ? "file" : "sampled", ep->stream_len,
                      ep->reference ? ep->reference : "full");
-            if (svg_save(path, title, panels, 3, err, sizeof err)) {
+            if (svg_save(path, title, panels, NP, err, sizeof err)) {
                 fprintf(stderr, "eval: %s\n", err);
                 return -1;
             }
@@ -628,21 +799,23 @@ nx_status eval_run(const nx_model *m, const struct eval_params *ep) {
         goto out;
     }
     printf("| policy | density | regime | budget | KV held | KL (nats) | ΔKL vs %s (SE) | top-1 | "
-           "Δtop-1 (SE) | ppl | Δnll (SE) | long range (positions) | Δlong range (SE) |\n", ref);
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "Δtop-1 (SE) | ppl | Δnll (SE) | long range (positions) | Δlong range (SE) | "
+           "attn err | Δattn err (SE) | attn mass | Δattn mass (SE) |\n", ref);
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < n_cfg; k++) {
         const struct cell *x = cells + (size_t)k * (size_t)streams;
         const struct cell *rf = cells + (size_t)refk[k] * (size_t)streams;
-        struct paired p[5];
-        for (int f = 0; f < 5; f++) p[f] = pair_stats(x, rf, streams, f);
+        struct paired p[N_FIELDS];
+        for (int f = 0; f < N_FIELDS; f++) p[f] = pair_stats(x, rf, streams, f);
         int lr_pos = 0;
         for (int s = 0; s < streams; s++) lr_pos += x[s].lr_n;
         printf("| %s | %.2f | %s | %s | %.3f | %.4f | %+.4f (%.4f) | %.3f | %+.3f (%.3f) | %.3f | "
-               "%+.4f (%.4f) | %.3f (%d) | %+.3f (%.3f) |\n",
+               "%+.4f (%.4f) | %.3f (%d) | %+.3f (%.3f) | %.4f | %+.4f (%.4f) | %.4f | "
+               "%+.4f (%.4f) |\n",
                cfgs[k].spec, cfgs[k].density, eval_regime_name(cfgs[k].regime),
                budget_name(cfgs[k].budget), p[4].mean, p[0].mean, p[0].diff, p[0].se, p[1].mean,
                p[1].diff, p[1].se, exp(p[2].mean), p[2].diff, p[2].se, p[3].mean, lr_pos,
-               p[3].diff, p[3].se);
+               p[3].diff, p[3].se, p[5].mean, p[5].diff, p[5].se, p[6].mean, p[6].diff, p[6].se);
     }
     fflush(stdout);
     rc = NX_STATUS_IO;

@@ -9,6 +9,9 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "core/alloc.h"
 
@@ -60,8 +63,14 @@ int eval_parmap(int n_items, int n_procs, size_t rec_bytes, int (*fn)(int, void 
             rc = -1;
             break;
         }
+        pid_t parent = getpid();
         pid_t p = fork();
         if (p == 0) {
+#ifdef __linux__
+            /* a worker ends with its parent (killed mid-run) instead of finishing its stream */
+            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            if (getppid() != parent) _exit(1);
+#endif
             close(fds[0]);
             for (int k = 0; k < started; k++) close(pf[k].fd);
             worker(w, n_procs, n_items, rec_bytes, fn, arg, rec, fds[1]);

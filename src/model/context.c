@@ -444,6 +444,7 @@ void nx_ctx_free(nx_ctx *c) {
         for (int s = 0; s < c->n_seq; s++) kv_evict_free(c->seqs[s].ev);
     kv_evict_bufs_free(c->ev_bufs);
     kv_cache_free(c->kv);
+    probe_free(c);
     float *bufs[] = {c->x,       c->xn,      c->q,      c->k,         c->v,
                      c->ffa,     c->ffb,     c->rope_cs, c->scores,   c->att_tmp,
                      c->att_parts,

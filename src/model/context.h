@@ -38,6 +38,25 @@ int64_t ctx_seq_grow_blocks(const nx_ctx *ctx, int seq);
 nx_status ctx_set_error(nx_ctx *ctx, nx_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Attention probe (probe.c), for the eval harness and tests: once enabled, every forward step
+ * records for its LAST entry, per layer, the query after RoPE (all query heads), the attention
+ * output before the output projection, and the positions its attention read per KV head (the
+ * table as it was at that moment, before the step's eviction). Off by default; when on, the
+ * forward pass copies these rows on one thread (no allocation, same logits). */
+struct ctx_attn_probe {
+    int32_t n_layer, n_head, n_head_kv, head_dim;
+    int64_t cap;       /* positions room per (layer, KV head) */
+    float *q;          /* (n_layer, n_head * head_dim) */
+    float *out;        /* (n_layer, n_head * head_dim) */
+    int32_t *pos;      /* (n_layer, n_head_kv, cap) positions read, table order */
+    int64_t *n_pos;    /* (n_layer, n_head_kv) */
+    int32_t step_pos;  /* position of the recorded entry; -1 before the first step */
+};
+/* Turn the probe on (allocates once; NX_STATUS_NOMEM with the context's error set). */
+nx_status ctx_attn_probe_enable(nx_ctx *ctx);
+/* The probe, or NULL when it is off. */
+const struct ctx_attn_probe *ctx_attn_probe_get(const nx_ctx *ctx);
+
 /* The sequence cache, for the tests (seqcache.c). */
 struct nx_seqcache;
 /* Longest cached prefix of tokens and the slot holding it (-1 when none), without touching the

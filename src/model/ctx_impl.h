@@ -89,11 +89,18 @@ struct nx_ctx {
     bool last_batch;    /* the last call was nx_decode_batch: row_of maps entries */
     int32_t *row_of;    /* (n_batch) logits row of each entry of the last batch, -1 none */
 
+    struct ctx_attn_probe *probe; /* NULL unless ctx_attn_probe_enable (probe.c) */
+
     char err[256];
 };
 
 /* forward.c: run the step described by the job fields on nth threads of the shared pool. */
 void forward_run(struct nx_ctx *c, int nth);
+/* probe.c: record layer il of the step's last entry into c->probe (one thread, after the
+   layer's attention and before anything overwrites q or the attention output). */
+void probe_capture(struct nx_ctx *c, int il);
+/* probe.c: free c->probe. */
+void probe_free(struct nx_ctx *c);
 /* forward.c: run fn on nth threads of the shared pool (c->pool is set meanwhile). */
 void ctx_pool_run(struct nx_ctx *c, void (*fn)(void *, int, int), void *arg, int nth);
 

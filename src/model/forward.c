@@ -444,6 +444,8 @@ static void forward_worker(void *arg, int ith, int nth) {
            output into xn (n, qd) */
         attention(c, il, ith, nth, &base);
         nx_pool_barrier(pool);
+        /* q and xn are only read until residual_matmul's barriers: thread 0 copies them */
+        if (c->probe && ith == 0) probe_capture(c, il);
         residual_matmul(c, &L->wo, c->xn, c->ffa, &base, t0, t1, ith, nth);
 
         /* feed-forward: down(silu(gate x) * up x) */
