@@ -686,9 +686,21 @@ static nx_status shape_constraint(const struct chat_call_shape *sh, json_t *tool
     return NX_STATUS_OK;
 }
 
+static nx_status constraint_build(enum nx_tool_format family, const char *form, json_t *tools,
+                                  enum srv_tool_mode mode, const char *name, json_t *rf,
+                                  struct srv_constraint *c, char *err, size_t errlen);
+
 nx_status srv_constraint_build(enum nx_tool_format family, const char *form, json_t *tools,
                                enum srv_tool_mode mode, const char *name, json_t *rf,
                                struct srv_constraint *c, char *err, size_t errlen) {
+    nx_status st = constraint_build(family, form, tools, mode, name, rf, c, err, errlen);
+    if (st) srv_constraint_free(c); /* a failed build holds nothing */
+    return st;
+}
+
+static nx_status constraint_build(enum nx_tool_format family, const char *form, json_t *tools,
+                                  enum srv_tool_mode mode, const char *name, json_t *rf,
+                                  struct srv_constraint *c, char *err, size_t errlen) {
     memset(c, 0, sizeof *c);
     c->prefill = "";
     c->suffix = "";

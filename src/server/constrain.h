@@ -66,6 +66,7 @@ struct srv_constraint {
  * keyword): INVALID_ARG (a malformed tool, an unknown named tool, tools together with a JSON
  * response format), UNSUPPORTED (a schema keyword the compiler refuses; a family without a grammar, gemma4 and
  * pythonic, named in err; a tool or parameter name or schema the family's form cannot write), NOMEM.
+ * On error *out holds nothing (srv_constraint_free is not needed, and harmless).
  */
 nx_status srv_constraint_build(enum nx_tool_format family, const char *form, json_t *tools,
                                enum srv_tool_mode mode, const char *name, json_t *rf,
