@@ -345,20 +345,25 @@ static void gb_lit(struct gb *b, const char *const *s, int n) {
 }
 #define LIT(b, ...) gb_lit(b, (const char *const[]){__VA_ARGS__}, (int)(sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)))
 
-/* the grammar source of one JSON Schema, its rules prefixed */
-static nx_status put_schema(struct gb *b, json_t *schema, const char *prefix, char *err, size_t errlen) {
-    nx_grammar *g = NULL;
-    nx_status st = srv_schema_grammar(schema, &g, err, errlen);
-    if (st) return st;
+/* grammar source src with its rules prefixed, appended to b as a line */
+static void put_source(struct gb *b, const char *src, const char *prefix) {
     json_t *tmp = json_array();
-    bool ok = tmp && put_prefixed(tmp, nx_grammar_source(g), prefix);
-    nx_grammar_free(g);
+    bool ok = tmp && put_prefixed(tmp, src, prefix);
     if (ok) {
         gb_put(b, json_string_value(json_array_get(tmp, 0)), json_string_length(json_array_get(tmp, 0)));
         gb_put(b, "\n", 1);
     }
     json_decref(tmp);
     if (!ok) b->oom = true;
+}
+
+/* the grammar source of one JSON Schema, its rules prefixed */
+static nx_status put_schema(struct gb *b, json_t *schema, const char *prefix, char *err, size_t errlen) {
+    nx_grammar *g = NULL;
+    nx_status st = srv_schema_grammar(schema, &g, err, errlen);
+    if (st) return st;
+    put_source(b, nx_grammar_source(g), prefix);
+    nx_grammar_free(g);
     return NX_STATUS_OK;
 }
 
@@ -378,15 +383,8 @@ static nx_status put_schema_dialect(struct gb *b, json_t *schema, int dialect, c
         snprintf(err, errlen, "%s", e.msg);
         return st;
     }
-    json_t *tmp = json_array();
-    bool ok = tmp && put_prefixed(tmp, gbnf, prefix);
+    put_source(b, gbnf, prefix);
     nx_free(gbnf);
-    if (ok) {
-        gb_put(b, json_string_value(json_array_get(tmp, 0)), json_string_length(json_array_get(tmp, 0)));
-        gb_put(b, "\n", 1);
-    }
-    json_decref(tmp);
-    if (!ok) b->oom = true;
     return NX_STATUS_OK;
 }
 
