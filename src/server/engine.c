@@ -304,14 +304,15 @@ static nx_status slot_start(struct srv_engine *e, struct slot *s, char *msg, siz
     /* a prompt that diverges inside a compacted stretch starts afresh */
     if (s->n_done < si->linear_from) s->n_done = j->n_cached = 0;
     if (s->n_done == 0 ||
-        nx_kv_seq_rm(e->ctx, si->seq, s->n_done - si->pos_shift, -1) != NX_STATUS_OK) {
+        nx_kv_seq_rm(e->ctx, si->seq, s->n_done - (si->n_toks - nx_seq_n_past(e->ctx, si->seq)), -1) !=
+            NX_STATUS_OK) {
         nx_kv_seq_rm(e->ctx, si->seq, -1, -1);
         s->n_done = j->n_cached = 0;
     }
     if (s->n_done == 0) {
         nx_seq_kv_stats(e->ctx, si->seq, &ks);
         si->evictions_at_reset = ks.evictions;
-        si->pos_shift = si->linear_from = 0;
+        si->linear_from = 0;
     }
     si->n_toks = s->n_done;
     s->logits_at = -1;
@@ -450,16 +451,13 @@ static void slot_sample(struct srv_engine *e, struct slot *s) {
    Returns how many of the n fit now. */
 static int32_t make_room(struct srv_engine *e, struct slot *s, int32_t n) {
     struct srv_seqinfo *si = s->cur;
-    int32_t pos = si->n_toks - si->pos_shift;
-    if (pos + n <= e->n_ctx) return n;
+    if (nx_seq_n_past(e->ctx, si->seq) + n <= e->n_ctx) return n;
     nx_pos shift = 0;
     if (nx_kv_seq_compact(e->ctx, si->seq, &shift) == NX_STATUS_OK && shift > 0) {
-        si->pos_shift += shift;
         si->linear_from = si->n_toks;
-        pos -= shift;
         atomic_fetch_add(&e->compactions, 1);
     }
-    return NX_MAX(0, NX_MIN(n, e->n_ctx - pos));
+    return NX_MAX(0, NX_MIN(n, e->n_ctx - nx_seq_n_past(e->ctx, si->seq)));
 }
 
 /*
@@ -500,7 +498,7 @@ static void engine_step(struct srv_engine *e) {
         s->logits_at = b->n_tokens;
         s->in_batch = true;
         e->batch_slot[b->n_tokens] = i;
-        nx_batch_add(b, s->pending, s->cur->n_toks - s->cur->pos_shift, s->cur->seq, true);
+        nx_batch_add(b, s->pending, nx_seq_n_past(e->ctx, s->cur->seq), s->cur->seq, true);
     }
     /* prompt tokens this step may carry: the rest of the batch, or while slots are
        generating at most prefill_chunk, so their next tokens are not held up a whole batch */
@@ -522,12 +520,12 @@ static void engine_step(struct srv_engine *e) {
             continue;
         }
         s->in_batch = n > 0;
+        nx_pos pos0 = nx_seq_n_past(e->ctx, s->cur->seq); /* = history index n_done */
         for (int32_t t = 0; t < n; t++) {
             bool last = s->n_done + t == j->n_prompt - 1;
             if (last) s->logits_at = b->n_tokens;
             e->batch_slot[b->n_tokens] = si;
-            nx_batch_add(b, j->prompt[s->n_done + t], s->n_done + t - s->cur->pos_shift,
-                         s->cur->seq, last);
+            nx_batch_add(b, j->prompt[s->n_done + t], pos0 + t, s->cur->seq, last);
         }
     }
     e->rr = (e->rr + 1) % e->p.n_slots;

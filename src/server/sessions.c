@@ -215,7 +215,7 @@ struct srv_session *srv_sessions_acquire(struct srv_sessions *S, nx_ctx *ctx, co
             if (!s->parked) s->used = false;
             return NULL;
         }
-        s->si = (struct srv_seqinfo){seq, S->hist[idx] + HIST_HEAD, 0, 0, 0, 0};
+        s->si = (struct srv_seqinfo){seq, S->hist[idx] + HIST_HEAD, 0, 0, 0};
         if (s->parked) {
             char path[1200], lerr[512];
             size_t len = 0;
@@ -238,7 +238,6 @@ struct srv_session *srv_sessions_acquire(struct srv_sessions *S, nx_ctx *ctx, co
             } else {
                 s->si.n_toks = n_toks;
                 s->si.linear_from = blob[1];
-                s->si.pos_shift = n_toks - n_past;
                 atomic_fetch_add(&S->restores, 1);
             }
             unlink(path);

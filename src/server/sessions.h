@@ -32,10 +32,10 @@ struct srv_seqinfo {
     nx_token *toks;            /* (n_hist) tokens decoded into the sequence, in order */
     int32_t n_toks;
     int64_t evictions_at_reset; /* the sequence's eviction count when it was last emptied */
-    /* Positions: history index i >= linear_from sits at position i - pos_shift; the tokens
-       before linear_from were renumbered by nx_kv_seq_compact (an evicting sequence that
-       reached n_ctx), so a prompt that diverges there cannot reuse the sequence. */
-    int32_t pos_shift, linear_from;
+    /* History index i >= linear_from sits at position i - (n_toks - the sequence's n_past);
+       the tokens before linear_from were renumbered by nx_kv_seq_compact (an evicting
+       sequence that reached n_ctx), so a prompt that diverges there cannot reuse them. */
+    int32_t linear_from;
 };
 
 struct srv_sessions_params {
