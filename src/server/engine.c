@@ -514,8 +514,8 @@ static void engine_step(struct srv_engine *e) {
         int32_t n = want > 0 ? make_room(e, s, want) : 0;
         if (want > 0 && n == 0) {
             snprintf(msg, sizeof msg, "the prompt does not fit: %d tokens, the context holds "
-                     "%d positions and this sequence's policy %s", (int)j->n_prompt,
-                     (int)e->n_ctx, "keeps them all (only an evicting sequence goes past n_ctx)");
+                     "%d positions and this sequence's policy keeps them all (only an evicting "
+                     "sequence goes past n_ctx)", (int)j->n_prompt, (int)e->n_ctx);
             slot_release(e, s, NULL, NX_STATUS_INVALID_ARG, msg);
             continue;
         }
