@@ -7,6 +7,7 @@
  */
 #include <ftw.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -637,6 +638,39 @@ TEST(eval_toolpath_small_run_is_consistent) {
     ASSERT_TRUE(sv != NULL);
     ASSERT_CONTAINS(sv, "<svg");
     nx_free(sv);
+}
+
+/* --static-once: the all arm's static prompt prefilled once per size; its cold TTFA is that
+ * prefill plus the query's cached TTFA, and the other arms are unchanged in kind */
+TEST(eval_toolpath_static_once_reports_its_prefill) {
+    char js[PATH_MAX];
+    test_tmp_path("tp_once.json", js, sizeof js);
+    const char *args[] = {"eval-toolpath", "-m", k_model, "--sizes", "4", "--queries", "2", "-k", "2",
+                          "--arg-tokens", "96", "--max-prompt", "6000", "-t", "1", "--static-once",
+                          "--json", js, NULL};
+    char *out = NULL;
+    int rc = test_cli(args, false, &out);
+    if (rc) FAILF("eval-toolpath exited %d", rc);
+    ASSERT_CONTAINS(out, "--static-once");
+    free(out);
+    json_t *j = json_load_file(js, 0, NULL);
+    ASSERT_TRUE(j != NULL);
+    json_t *s = json_array_get(json_object_get(j, "sizes"), 0);
+    double st = json_real_value(json_object_get(s, "static_prefill_ms"));
+    ASSERT_TRUE(st > 0);
+    json_t *qs = json_object_get(s, "per_query");
+    ASSERT_EQ(json_array_size(qs), 2);
+    for (size_t qi = 0; qi < 2; qi++) {
+        json_t *x = json_object_get(json_array_get(qs, qi), "all");
+        ASSERT_TRUE(json_is_true(json_object_get(x, "run")));
+        ASSERT_TRUE(json_is_true(json_object_get(x, "valid")));
+        double cold = json_real_value(json_object_get(x, "ttfa_cold_ms"));
+        double cached = json_real_value(json_object_get(x, "ttfa_cached_ms"));
+        ASSERT_TRUE(cached > 0 && fabs(cold - (st + cached)) < 1e-6 * cold);
+        json_t *n = json_object_get(json_array_get(qs, qi), "nexus");
+        ASSERT_TRUE(json_is_true(json_object_get(n, "valid")));
+    }
+    json_decref(j);
 }
 
 TEST_MAIN

@@ -67,8 +67,15 @@ struct run {
     nx_ctx *ctx;
     ag_sidecar *sc;
     nx_kv_block **blk; /* splice arm: per registry tool, compiled without BOS at m0 = 0 */
+    double static_s;   /* --static-once: this size's static prefill, seconds (-1: per query) */
     char err[1024];
 };
+
+/* The sidecar parks in sequence 1; --static-once holds the all arm's static prompt in 2. */
+enum { SEQ_STATIC = 2 };
+
+/* Empties sequence 0 (the arms' sequence), leaving the static prompt held in SEQ_STATIC. */
+static void reset_arm_seq(struct run *r) { nx_kv_seq_rm(r->ctx, 0, -1, -1); }
 
 /* ---- small helpers ---- */
 
@@ -253,6 +260,19 @@ static bool gen(struct run *r, int tool, const nx_token *prompt, int32_t n, doub
 static bool fits(const struct run *r, int32_t prompt) { return prompt + r->p->arg_tokens <= r->p->ctx_limit; }
 
 /* One query on one registry: all four arms. */
+/* --static-once: prefills this size's static prompt (header + every schema) into sequence 0,
+ * timed, and shares it into SEQ_STATIC; run false (the all arm will not run): nothing. */
+static bool prefill_static(struct run *r, const struct tv *s_all, bool run) {
+    if (!run) return true;
+    reset_arm_seq(r);
+    double t0 = nx_time_s();
+    bool ok = !nx_decode(r->ctx, s_all->v, s_all->n, false);
+    r->static_s = nx_time_s() - t0;
+    ok = ok && !nx_kv_seq_cp(r->ctx, 0, SEQ_STATIC, -1, -1);
+    if (!ok) snprintf(r->err, sizeof r->err, "static prompt: %s", nx_ctx_last_error(r->ctx));
+    return ok;
+}
+
 static bool measure(struct run *r, rt_router *rt, const struct tv *s_all, int qi, struct meas *out,
                     bool *route_ok) {
     const struct toolpath_params *p = r->p;
@@ -291,9 +311,21 @@ static bool measure(struct run *r, rt_router *rt, const struct tv *s_all, int qi
 
     /* all */
     out[ARM_ALL].prompt = s_all->n + user_t.n;
-    if (ok && out[ARM_ALL].prompt <= p->max_prompt) {
+    if (ok && out[ARM_ALL].prompt <= p->max_prompt && r->static_s >= 0) {
+        /* --static-once: the header and schemas were prefilled once for this size (r->static_s)
+         * and are held in sequence SEQ_STATIC; the cached TTFA is measured on a shared copy and
+         * the cold one is that prefill's time plus it */
+        reset_arm_seq(r);
+        ok = !nx_kv_seq_cp(r->ctx, SEQ_STATIC, 0, -1, -1);
+        if (!ok) snprintf(r->err, sizeof r->err, "static prompt: %s", nx_ctx_last_error(r->ctx));
+        ok = ok && gen(r, q->target, user_t.v, user_t.n, nx_time_s(), &out[ARM_ALL].cached,
+                       &out[ARM_ALL].valid_cached);
+        out[ARM_ALL].cold = r->static_s + out[ARM_ALL].cached;
+        out[ARM_ALL].valid_cold = out[ARM_ALL].valid_cached;
+        out[ARM_ALL].run = ok;
+    } else if (ok && out[ARM_ALL].prompt <= p->max_prompt) {
         ok = tv_add(&pr, s_all->v, s_all->n) && tv_add(&pr, user_t.v, user_t.n);
-        nx_ctx_reset(r->ctx);
+        reset_arm_seq(r);
         ok = ok && gen(r, q->target, pr.v, pr.n, nx_time_s(), &out[ARM_ALL].cold, &out[ARM_ALL].valid_cold);
         ok = ok && !nx_ctx_truncate(r->ctx, s_all->n);
         ok = ok && gen(r, q->target, user_t.v, user_t.n, nx_time_s(), &out[ARM_ALL].cached,
@@ -305,7 +337,7 @@ static bool measure(struct run *r, rt_router *rt, const struct tv *s_all, int qi
     out[ARM_TOPK].prompt = head.n + blocks.n + user_c.n;
     if (ok && out[ARM_TOPK].prompt <= p->max_prompt) {
         ok = tv_add(&pr, head.v, head.n) && tv_add(&pr, blocks.v, blocks.n) && tv_add(&pr, user_c.v, user_c.n);
-        nx_ctx_reset(r->ctx);
+        reset_arm_seq(r);
         ok = ok && gen(r, chosen, pr.v, pr.n, nx_time_s(), &out[ARM_TOPK].cold, &out[ARM_TOPK].valid_cold);
         ok = ok && !nx_ctx_truncate(r->ctx, head.n);
         ok = ok && gen(r, chosen, pr.v + head.n, pr.n - head.n, nx_time_s(), &out[ARM_TOPK].cached,
@@ -319,7 +351,7 @@ static bool measure(struct run *r, rt_router *rt, const struct tv *s_all, int qi
     for (int pass = 0; ok && pass < 2 && out[ARM_SPLICE].prompt <= p->max_prompt; pass++) {
         double t0 = nx_time_s();
         if (pass == 0) {
-            nx_ctx_reset(r->ctx);
+            reset_arm_seq(r);
             ok = !nx_decode(r->ctx, head.v, head.n, false);
         } else {
             ok = !nx_ctx_truncate(r->ctx, head.n);
@@ -340,7 +372,7 @@ static bool measure(struct run *r, rt_router *rt, const struct tv *s_all, int qi
     for (int pass = 0; ok && pass < 2; pass++) {
         double t0 = nx_time_s();
         if (pass == 0) {
-            nx_ctx_reset(r->ctx);
+            reset_arm_seq(r);
             ok = !nx_decode(r->ctx, main_t.v, main_t.n, false);
         } else {
             ok = !nx_ctx_truncate(r->ctx, head.n) &&
@@ -544,7 +576,7 @@ int toolpath_run(const nx_model *m, const struct toolpath_params *p) {
         }
     struct nx_ctx_params cp = nx_ctx_default_params();
     cp.n_ctx = p->max_prompt + p->arg_tokens + 64;
-    cp.n_seq_max = 2;
+    cp.n_seq_max = 3; /* 0: the arms, 1: the sidecar's park, SEQ_STATIC */
     cp.kv_pool_tokens = cp.n_ctx + 4096; /* the sidecar's sequence is short; parking shares blocks */
     cp.n_threads = cp.n_threads_batch = p->threads;
     cp.n_batch = 512;
@@ -557,6 +589,11 @@ int toolpath_run(const nx_model *m, const struct toolpath_params *p) {
     if (ag_sidecar_new(m, &r.reg, &sp, &r.sc, r.err, sizeof r.err)) goto out;
     r.blk = nx_calloc((size_t)r.reg.n, sizeof *r.blk);
     ms = nx_calloc((size_t)p->queries * N_ARMS, sizeof *ms);
+    printf("## eval-toolpath: %s\n", p->model_path ? p->model_path : nx_model_desc(m));
+    if (p->static_once)
+        printf("\n(--static-once: the all arm's header and schemas are prefilled once per size; its cold "
+               "TTFA is that prefill's time plus the query's cached TTFA)\n");
+    fflush(stdout);
     fprintf(stderr, "eval-toolpath: pool of %d tools (MCP captures + %s), %d queries per size\n", r.reg.n,
             p->bfcl, p->queries);
     struct nx_progress pg;
@@ -573,6 +610,8 @@ int toolpath_run(const nx_model *m, const struct toolpath_params *p) {
         memset(&ss[si], 0, sizeof ss[si]);
         ss[si].n = n;
         ss[si].nq = nq;
+        r.static_s = -1;
+        if (ok && p->static_once) ok = prefill_static(&r, &s_all, s_all.n < p->max_prompt);
         json_t *qs = json_array();
         for (int qi = 0; ok && qi < nq; qi++) {
             bool rok = false;
@@ -590,17 +629,21 @@ int toolpath_run(const nx_model *m, const struct toolpath_params *p) {
             json_decref(qs);
             goto out;
         }
+        nx_kv_seq_rm(r.ctx, SEQ_STATIC, -1, -1);
         summarize(ms, nq, &ss[si]);
         json_t *sj = sum_json(&ss[si]);
+        json_object_set_new(sj, "static_prefill_ms", r.static_s >= 0 ? json_real(r.static_s * 1e3) : json_null());
         json_object_set_new(sj, "per_query", qs);
         json_array_append_new(sizes, sj);
+        /* each size's table, JSON and plot as soon as it is done, so a long run that is
+         * stopped keeps what it measured */
+        print_size(&r, &ss[si]);
+        fflush(stdout);
+        if (p->json && !write_json(&r, sizes)) goto out;
+        if (p->svg && !write_svg(&r, ss, si + 1)) goto out;
     }
     nx_progress_finish(&pg);
-    printf("## eval-toolpath: %s\n", p->model_path ? p->model_path : nx_model_desc(m));
-    for (int si = 0; si < p->n_sizes; si++) print_size(&r, &ss[si]);
     rc = 0;
-    if (p->json && !write_json(&r, sizes)) rc = 1;
-    if (p->svg && !write_svg(&r, ss, p->n_sizes)) rc = 1;
 out:
     if (rc && r.err[0]) fprintf(stderr, "eval-toolpath: %s\n", r.err);
     json_decref(sizes);

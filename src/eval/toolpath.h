@@ -26,13 +26,20 @@
  * nexus cached = nexus cold + nothing), the arguments' validity (a JSON object passing
  * ag_args_check against the schema), and for nexus the main prompt's own prefill time.
  * An arm whose prompt exceeds max_prompt tokens is not run (reported as such).
+ * static_once: the all arm's static part (header + every schema, the same for every query of a
+ * size) is prefilled once per size, timed, and held in a third sequence; each query's cached
+ * TTFA is measured on a shared copy of it, and its cold TTFA is reported as that prefill's time
+ * plus the cached TTFA (the same work as a cold run, whose cost at N = 250 is a 30K-token
+ * prefill per query otherwise). Recorded in the JSON (static_prefill_ms per size).
  * Output: a Markdown table per N on stdout (medians over queries), paired per-query ratios
  * (all / nexus TTFA cold and cached: geometric mean, min, max), JSON and an SVG (TTFA cold and
- * cached vs N per arm) when asked, both written atomically; progress on stderr.
+ * cached vs N per arm) when asked, both written atomically; each size's table, and the JSON and
+ * SVG of the sizes done so far, as soon as that size is done; progress on stderr.
  */
 #ifndef NX_EVAL_TOOLPATH_H
 #define NX_EVAL_TOOLPATH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "nexus.h"
@@ -50,6 +57,7 @@ struct toolpath_params {
     int arg_tokens;              /* argument token budget */
     int32_t ctx_limit;           /* the context "fits" is judged against */
     int32_t max_prompt;          /* longest prompt run */
+    bool static_once;            /* the all arm's static prefill once per size (above) */
     int threads;
     uint64_t seed;
     const char *json, *svg;      /* NULL: none */

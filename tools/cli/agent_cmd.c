@@ -114,6 +114,7 @@ int eval_toolpath_main(int argc, char **argv) {
         A_LONG("--seed", NULL, &seed, 0, 1L << 40),
         A_STR("--json", NULL, &p.json),
         A_STR("--svg", NULL, &p.svg),
+        A_FLAG("--static-once", NULL, &p.static_once),
         A_END,
     };
     const struct arg *tabs[] = {tab, NULL};
@@ -123,10 +124,11 @@ int eval_toolpath_main(int argc, char **argv) {
                 "usage: nexus eval-toolpath -m MODEL [--sizes 10,50,100,250] [--queries 4] [-k 5]\n"
                 "                           [--arg-tokens 64] [--ctx-limit 8192] [--max-prompt 32768]\n"
                 "                           [--mcp-dir DIR] [--bfcl FILE] [-t N] [--seed S]\n"
-                "                           [--json OUT] [--svg FILE]\n"
+                "                           [--json OUT] [--svg FILE] [--static-once]\n"
                 "The tool path's cost, four arms (all schemas, top-k schemas, top-k spliced blocks,\n"
                 "nexus: routing + signatures + sidecar) over registries of N tools: prompt tokens,\n"
-                "time to the first argument token cold and with the static prompt cached, fit, validity.\n");
+                "time to the first argument token cold and with the static prompt cached, fit, validity.\n"
+                "--static-once: prefill the all arm's static prompt once per size (cold = that + cached).\n");
         return 0;
     }
     if (r != ARGS_OK) return 2;
