@@ -11,8 +11,10 @@
 #   agent     bench/serve_bench.py agent workload on a 57M-parameter Llama-shaped Q4_K_M file
 #             (4 sessions x 20 turns to ~8.7K tokens): nexus dense sessions, nexus sessions
 #             under nexus eviction at a 1536-token budget, llama-server          (~3 min)
-#   toolpath  nexus eval-toolpath on a Qwen2.5-0.5B-shaped Q8_0 file, N = TOOLPATH_SIZES
-#             (10,50,100,250), TOOLPATH_QUERIES (2) queries                    (~8 min)
+#   toolpath  nexus eval-toolpath --static-once on a Qwen2.5-0.5B-shaped Q8_0 file, N =
+#             TOOLPATH_SIZES (10,50,100,250), TOOLPATH_QUERIES (2) queries, then on the
+#             Llama-3.2-1B-shaped Q8_0 file, N = TOOLPATH_LLAMA_SIZES (10,50,100)
+#             (~20 + ~12 min; the 30K-token all-schemas prefill at N = 250 is most of it)
 #   side      bench/side_by_side.sh (issue 16's table), REPS_SIDE rounds        (~14 min)
 # Models (written once if missing): /tmp/models/llama1b-{f16,q8_0,q4km}.gguf and
 # /tmp/models/agent56m-q4km.gguf, from `nexus mkmodel` + llama.cpp's llama-quantize.
@@ -80,8 +82,12 @@ if ! skip toolpath; then
   mkdir -p "$OUT/toolpath"
   say "eval-toolpath: Qwen2.5-0.5B shape"
   $NEXUS eval-toolpath -m "$M/qwen05b-q8_0.gguf" -t 2 --sizes ${TOOLPATH_SIZES:-10,50,100,250} \
-    --queries ${TOOLPATH_QUERIES:-2} --json "$OUT/toolpath/qwen05b.json" \
+    --queries ${TOOLPATH_QUERIES:-2} --static-once --json "$OUT/toolpath/qwen05b.json" \
     --svg "$OUT/toolpath/qwen05b.svg" | tee "$OUT/toolpath/qwen05b.md"
+  say "eval-toolpath: Llama-3.2-1B shape"
+  $NEXUS eval-toolpath -m "$M/llama1b-q8_0.gguf" -t 2 --sizes ${TOOLPATH_LLAMA_SIZES:-10,50,100} \
+    --queries ${TOOLPATH_QUERIES:-2} --static-once --json "$OUT/toolpath/llama1b.json" \
+    --svg "$OUT/toolpath/llama1b.svg" | tee "$OUT/toolpath/llama1b.md"
 fi
 
 if ! skip side; then
