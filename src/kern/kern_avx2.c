@@ -166,15 +166,18 @@ AI void fl_tile(enum nx_type wt, const int R, const int C, int64_t k, const uint
 AI void fl_dec_tile(enum nx_type wt, const int R, int64_t k, const uint8_t *w, size_t ws,
                     const uint8_t *x, float *y) {
     const float *xf = (const float *)x;
-    const size_t esz = wt == NX_TYPE_F32 ? 4 : 2;
+    const size_t esz = wt == NX_TYPE_F32 ? 4 : 2, rowb = (size_t)k * esz;
     __m256 acc[8];
     UNROLL for (int r = 0; r < R; r++) acc[r] = _mm256_setzero_ps();
     int64_t k8 = k & ~(int64_t)7, k32 = k & ~(int64_t)31, i = 0;
     for (; i < k32; i += 32) {
         UNROLL for (int r = 0; r < R; r++) {
-            const uint8_t *wr = w + (size_t)r * ws;
-            _mm_prefetch((const char *)wr + (size_t)i * esz + PF_DIST, _MM_HINT_T0);
-            if (esz == 4) _mm_prefetch((const char *)wr + (size_t)i * esz + PF_DIST + 64, _MM_HINT_T0);
+            /* past the row's end, the same row of the next R-row group: short rows start
+             * prefetched */
+            size_t off = (size_t)i * esz + PF_DIST;
+            const uint8_t *pf = w + (size_t)r * ws + (off < rowb ? off : (size_t)R * ws + (off - rowb));
+            _mm_prefetch((const char *)pf, _MM_HINT_T0);
+            if (esz == 4) _mm_prefetch((const char *)pf + 64, _MM_HINT_T0);
         }
         UNROLL for (int j = 0; j < 32; j += 8) {
             __m256 xv = _mm256_loadu_ps(xf + i + j);
