@@ -259,7 +259,6 @@ static bool gen(struct run *r, int tool, const nx_token *prompt, int32_t n, doub
 
 static bool fits(const struct run *r, int32_t prompt) { return prompt + r->p->arg_tokens <= r->p->ctx_limit; }
 
-/* One query on one registry: all four arms. */
 /* --static-once: prefills this size's static prompt (header + every schema) into sequence 0,
  * timed, and shares it into SEQ_STATIC; run false (the all arm will not run): nothing. */
 static bool prefill_static(struct run *r, const struct tv *s_all, bool run) {
@@ -273,6 +272,7 @@ static bool prefill_static(struct run *r, const struct tv *s_all, bool run) {
     return ok;
 }
 
+/* One query on one registry: all four arms. */
 static bool measure(struct run *r, rt_router *rt, const struct tv *s_all, int qi, struct meas *out,
                     bool *route_ok) {
     const struct toolpath_params *p = r->p;
