@@ -15,7 +15,7 @@
 #             TOOLPATH_SIZES (10,50,100,250), TOOLPATH_QUERIES (2) queries, then on the
 #             Llama-3.2-1B-shaped Q8_0 file, N = TOOLPATH_LLAMA_SIZES (10,50,100)
 #             (~20 + ~12 min; the 30K-token all-schemas prefill at N = 250 is most of it)
-#   side      bench/side_by_side.sh (issue 16's table), REPS_SIDE rounds        (~14 min)
+#   side      bench/side_by_side.sh (issue 16's table), REPS_SIDE rounds  (~14-36 min)
 # Models (written once if missing): /tmp/models/llama1b-{f16,q8_0,q4km}.gguf and
 # /tmp/models/agent56m-q4km.gguf, from `nexus mkmodel` + llama.cpp's llama-quantize.
 # Environment: LLAMA_BIN (/work/llama.cpp-build/bin), LLAMA_LIB (/work/llama.cpp-build-noamx/bin

@@ -25,8 +25,9 @@
 #   tables, e.g. "quiet machine" or "under load"),
 #   MODELS (/tmp/models/llama1b-q4km.gguf /tmp/models/llama1b-q8_0.gguf /tmp/models/llama1b-f16.gguf).
 # Duration: per round and model two fills of DEPTH tokens by llama-bench (one per depth test)
-#   and one by Nexus, plus the timed tests: about 20 minutes for the defaults on a quiet
-#   2-core machine; the script prints the elapsed time as it goes.
+#   and one by Nexus, plus the timed tests: on a quiet 2-core machine about 20 minutes for the
+#   defaults on the AVX-512 one, 36 for REPS=2 on the slower AVX2 one; the script prints the
+#   elapsed time as it goes.
 # The models: `nexus mkmodel --preset llama-3.2-1b --type f16`, then llama.cpp's llama-quantize
 # to Q8_0 and Q4_K_M (so both engines read files written by llama.cpp's quantizer).
 set -euo pipefail
