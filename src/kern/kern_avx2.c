@@ -172,12 +172,9 @@ AI void fl_dec_tile(enum nx_type wt, const int R, int64_t k, const uint8_t *w, s
     int64_t k8 = k & ~(int64_t)7, k32 = k & ~(int64_t)31, i = 0;
     for (; i < k32; i += 32) {
         UNROLL for (int r = 0; r < R; r++) {
-            /* past the row's end, the same row of the next R-row group: short rows start
-             * prefetched */
-            size_t off = (size_t)i * esz + PF_DIST;
-            const uint8_t *pf = w + (size_t)r * ws + (off < rowb ? off : (size_t)R * ws + (off - rowb));
-            _mm_prefetch((const char *)pf, _MM_HINT_T0);
-            if (esz == 4) _mm_prefetch((const char *)pf + 64, _MM_HINT_T0);
+            const char *pf = pf_row_ahead(w + (size_t)r * ws, (size_t)i * esz, rowb, (size_t)R * ws);
+            _mm_prefetch(pf, _MM_HINT_T0);
+            if (esz == 4) _mm_prefetch(pf + 64, _MM_HINT_T0);
         }
         UNROLL for (int j = 0; j < 32; j += 8) {
             __m256 xv = _mm256_loadu_ps(xf + i + j);

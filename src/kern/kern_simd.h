@@ -118,6 +118,14 @@ static inline void mm_drive(const struct tile_set *t, int64_t k, const void *w, 
 /* Decode (1-column) tiles are memory-bound: they prefetch the weight stream this far ahead,
  * which measurably beats the hardware prefetcher alone on long rows. */
 #define PF_DIST 1024
+/* The line a decode kernel prefetches for a row it reads at byte off: PF_DIST ahead in the row
+ * (rowb bytes long) or, past its end, in the same row of the next group of rows (group bytes
+ * on), so the rows of the next group start prefetched (a short row would otherwise have its
+ * first PF_DIST bytes never prefetched). */
+AI const char *pf_row_ahead(const uint8_t *row, size_t off, size_t rowb, size_t group) {
+    off += PF_DIST;
+    return (const char *)row + (off < rowb ? off : group + (off - rowb));
+}
 AI void prefetch_lines(const uint8_t *p, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + PF_DIST + o, _MM_HINT_T0);
 }

@@ -77,12 +77,8 @@ AI void dec_group(bool is_q4, int64_t nb, const uint8_t *w, size_t ws, int n, co
         __m256i p[G];
         UNROLL for (int r = 0; r < G; r++) {
             const uint8_t *blk = row[r] + (size_t)b * bs;
-            if (!(b & 1)) { /* ~a line per 2 blocks, PF_DIST ahead; past the row's end, into the
-                             * same row of the next group, so short rows start prefetched */
-                size_t off = (size_t)b * bs + PF_DIST;
-                const uint8_t *pf = off < rowb ? row[r] + off : row[r] + (size_t)G * ws + (off - rowb);
-                _mm_prefetch((const char *)pf, _MM_HINT_T0);
-            }
+            if (!(b & 1)) /* ~a line per 2 blocks */
+                _mm_prefetch(pf_row_ahead(row[r], (size_t)b * bs, rowb, (size_t)G * ws), _MM_HINT_T0);
             __m256i wq = w32(is_q4, blk);
             __m256i aw = _mm256_sign_epi8(wq, wq), sx = _mm256_sign_epi8(xq, wq);
             p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones16);
