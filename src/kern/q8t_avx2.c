@@ -130,26 +130,52 @@ static void perm_x(int64_t nb, const uint8_t *x, uint8_t *xp) {
     }
 }
 
-/* Group of n <= 8 rows (missing rows zero) -> per block 16 vectors of int16 pairs + 8 scales. */
+/* 8 x 8 dword transpose: out[t] lane r = in[r] lane t. */
+AI void tr8x8(const __m256i in[8], __m256i out[8]) {
+    __m256 t[8], u[8];
+    UNROLL for (int i = 0; i < 4; i++) {
+        __m256 a = _mm256_castsi256_ps(in[2 * i]), b = _mm256_castsi256_ps(in[2 * i + 1]);
+        t[2 * i] = _mm256_unpacklo_ps(a, b);     /* a0 b0 a1 b1 | a4 b4 a5 b5 */
+        t[2 * i + 1] = _mm256_unpackhi_ps(a, b); /* a2 b2 a3 b3 | a6 b6 a7 b7 */
+    }
+    UNROLL for (int h = 0; h < 2; h++) { /* rows 0-3, then rows 4-7 */
+        __m256 *tt = t + 4 * h, *uu = u + 4 * h;
+        uu[0] = _mm256_shuffle_ps(tt[0], tt[2], 0x44); /* column 0 | 4 of these 4 rows */
+        uu[1] = _mm256_shuffle_ps(tt[0], tt[2], 0xEE); /* column 1 | 5 */
+        uu[2] = _mm256_shuffle_ps(tt[1], tt[3], 0x44); /* column 2 | 6 */
+        uu[3] = _mm256_shuffle_ps(tt[1], tt[3], 0xEE); /* column 3 | 7 */
+    }
+    UNROLL for (int c = 0; c < 4; c++) {
+        out[c] = _mm256_castps_si256(_mm256_permute2f128_ps(u[c], u[4 + c], 0x20));
+        out[4 + c] = _mm256_castps_si256(_mm256_permute2f128_ps(u[c], u[4 + c], 0x31));
+    }
+}
+
+/* Group of n <= 8 rows (missing rows zero) -> per block 16 vectors of int16 pairs + 8 scales:
+ * each row's 32 weights widened to 16 int16 pairs (two vectors of 8 dwords), then two 8 x 8
+ * dword transposes put pair t of row r in lane r of vector t. */
 static void unpack_w(bool is_q4, int64_t nb, const uint8_t *w, size_t ws, int n, uint8_t *wp) {
     const size_t bs = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
     for (int64_t b = 0; b < nb; b++, wp += Q8T2_WB) {
-        int32_t v[16][G];
-        float d[G];
-        for (int r = 0; r < G; r++) {
-            int8_t q[32];
+        __m256i lo[G], hi[G], v[16];
+        nx_half d16[G];
+        UNROLL for (int r = 0; r < G; r++) {
             if (r < n) {
                 const uint8_t *blk = w + (size_t)r * ws + (size_t)b * bs;
-                _mm256_storeu_si256((__m256i *)q, w32(is_q4, blk));
-                d[r] = h2f(blk_d(blk));
+                _mm_prefetch(pf_row_ahead(w + (size_t)r * ws, (size_t)b * bs, (size_t)nb * bs, G * ws), _MM_HINT_T0);
+                __m256i q = w32(is_q4, blk);
+                lo[r] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
+                hi[r] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));
+                d16[r] = blk_d(blk);
             } else {
-                memset(q, 0, sizeof q);
-                d[r] = 0.0f;
+                lo[r] = hi[r] = _mm256_setzero_si256();
+                d16[r] = 0; /* +0.0 */
             }
-            for (int t = 0; t < 16; t++) v[t][r] = (int32_t)((uint32_t)(uint16_t)q[2 * t] | (uint32_t)(uint16_t)q[2 * t + 1] << 16);
         }
-        memcpy(wp, v, sizeof v);
-        memcpy(wp + sizeof v, d, sizeof d);
+        tr8x8(lo, v);
+        tr8x8(hi, v + 8);
+        UNROLL for (int t = 0; t < 16; t++) _mm256_storeu_si256((__m256i *)(wp + 32 * t), v[t]);
+        _mm256_storeu_ps((float *)(wp + 512), _mm256_cvtph_ps(loadu128(d16)));
     }
 }
 
