@@ -364,31 +364,34 @@ static void q8t5_perm_x(int64_t nb, const uint8_t *x, uint8_t *xp) {
     }
 }
 
+/* Group of n <= 16 rows (missing rows zero) -> per block 8 vectors of 16 dwords, lane r of
+ * vector t = the bytes w[r][4t .. 4t+3] + 128, then the 16 row scales: per half of 8 rows, the
+ * biased weights (xor 0x80 = + 128 for int8) as 8 dwords per row, transposed 8 x 8 (AVX2). */
 static void q8t5_unpack_w(bool is_q4, int64_t nb, const uint8_t *w, size_t ws, int n, uint8_t *wp) {
     const size_t bs = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nb; b++, wp += Q8T5_WB) {
-        uint8_t v[8][G5][4];
-        float d[G5];
-        for (int r = 0; r < G5; r++) {
-            int q[QK8_0];
-            if (r < n) {
-                const uint8_t *blk = w + (size_t)r * ws + (size_t)b * bs;
-                nx_half dh;
-                memcpy(&dh, blk, 2);
-                d[r] = h2f(dh);
-                for (int j = 0; j < QK8_0; j++) {
-                    q[j] = is_q4 ? ((blk[2 + j % 16] >> (j < 16 ? 0 : 4)) & 0xf) - 8 : (int8_t)blk[2 + j];
+        nx_half d16[G5];
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m256i rw[8], v[8];
+            UNROLL for (int i = 0; i < 8; i++) {
+                int r = 8 * h + i;
+                if (r < n) {
+                    const uint8_t *blk = w + (size_t)r * ws + (size_t)b * bs;
+                    _mm_prefetch(pf_row_ahead(w + (size_t)r * ws, (size_t)b * bs, (size_t)nb * bs, G5 * ws),
+                                 _MM_HINT_T0);
+                    rw[i] = _mm256_xor_si256(w32(is_q4, blk), bias);
+                    d16[r] = blk_d(blk);
+                } else {
+                    rw[i] = _mm256_set1_epi8((char)0x80); /* weight 0 */
+                    d16[r] = 0;                           /* +0.0 */
                 }
-            } else {
-                memset(q, 0, sizeof q);
-                d[r] = 0.0f;
             }
-            for (int t = 0; t < 8; t++) {
-                for (int j = 0; j < 4; j++) v[t][r][j] = (uint8_t)(q[4 * t + j] + 128);
-            }
+            tr8x8(rw, v);
+            UNROLL for (int t = 0; t < 8; t++) _mm256_storeu_si256((__m256i *)(wp + 64 * t + 32 * h), v[t]);
         }
-        memcpy(wp, v, sizeof v);
-        memcpy(wp + sizeof v, d, sizeof d);
+        _mm256_storeu_ps((float *)(wp + 512), _mm256_cvtph_ps(loadu128(d16)));
+        _mm256_storeu_ps((float *)(wp + 544), _mm256_cvtph_ps(loadu128(d16 + 8)));
     }
 }
 

@@ -37,22 +37,6 @@
 
 #define G 8 /* rows per group = int32 lanes of a ymm */
 
-/* 32 signed weights of a Q4_0 (nibble - 8) or Q8_0 block. */
-AI __m256i w32(bool is_q4, const uint8_t *blk) {
-    if (is_q4) {
-        __m128i q = loadu128(blk + 2);
-        __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0f));
-        return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
-    }
-    return loadu256(blk + 2);
-}
-
-AI nx_half blk_d(const uint8_t *blk) {
-    nx_half d;
-    memcpy(&d, blk, 2);
-    return d;
-}
-
 /* ---- decode ------------------------------------------------------------------------------- */
 
 /* Lane r of the result = sum of the 8 int32 lanes of v[r]. */
@@ -127,27 +111,6 @@ static void perm_x(int64_t nb, const uint8_t *x, uint8_t *xp) {
         _mm256_storeu_si256((__m256i *)(xp + 32), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1)));
         float dx = h2f(bx->d);
         memcpy(xp + 64, &dx, 4);
-    }
-}
-
-/* 8 x 8 dword transpose: out[t] lane r = in[r] lane t. */
-AI void tr8x8(const __m256i in[8], __m256i out[8]) {
-    __m256 t[8], u[8];
-    UNROLL for (int i = 0; i < 4; i++) {
-        __m256 a = _mm256_castsi256_ps(in[2 * i]), b = _mm256_castsi256_ps(in[2 * i + 1]);
-        t[2 * i] = _mm256_unpacklo_ps(a, b);     /* a0 b0 a1 b1 | a4 b4 a5 b5 */
-        t[2 * i + 1] = _mm256_unpackhi_ps(a, b); /* a2 b2 a3 b3 | a6 b6 a7 b7 */
-    }
-    UNROLL for (int h = 0; h < 2; h++) { /* rows 0-3, then rows 4-7 */
-        __m256 *tt = t + 4 * h, *uu = u + 4 * h;
-        uu[0] = _mm256_shuffle_ps(tt[0], tt[2], 0x44); /* column 0 | 4 of these 4 rows */
-        uu[1] = _mm256_shuffle_ps(tt[0], tt[2], 0xEE); /* column 1 | 5 */
-        uu[2] = _mm256_shuffle_ps(tt[1], tt[3], 0x44); /* column 2 | 6 */
-        uu[3] = _mm256_shuffle_ps(tt[1], tt[3], 0xEE); /* column 3 | 7 */
-    }
-    UNROLL for (int c = 0; c < 4; c++) {
-        out[c] = _mm256_castps_si256(_mm256_permute2f128_ps(u[c], u[4 + c], 0x20));
-        out[4 + c] = _mm256_castps_si256(_mm256_permute2f128_ps(u[c], u[4 + c], 0x31));
     }
 }
 
