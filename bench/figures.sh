@@ -82,11 +82,11 @@ if ! skip toolpath; then
   mkdir -p "$OUT/toolpath"
   say "eval-toolpath: Qwen2.5-0.5B shape"
   $NEXUS eval-toolpath -m "$M/qwen05b-q8_0.gguf" -t 2 --sizes ${TOOLPATH_SIZES:-10,50,100,250} \
-    --queries ${TOOLPATH_QUERIES:-2} --static-once --json "$OUT/toolpath/qwen05b.json" \
+    --queries ${TOOLPATH_QUERIES:-2} --static-once --reps ${TOOLPATH_REPS:-5} --json "$OUT/toolpath/qwen05b.json" \
     --svg "$OUT/toolpath/qwen05b.svg" | tee "$OUT/toolpath/qwen05b.md"
   say "eval-toolpath: Llama-3.2-1B shape"
   $NEXUS eval-toolpath -m "$M/llama1b-q8_0.gguf" -t 2 --sizes ${TOOLPATH_LLAMA_SIZES:-10,50,100} \
-    --queries ${TOOLPATH_QUERIES:-2} --static-once --json "$OUT/toolpath/llama1b.json" \
+    --queries ${TOOLPATH_QUERIES:-2} --static-once --reps ${TOOLPATH_REPS:-5} --json "$OUT/toolpath/llama1b.json" \
     --svg "$OUT/toolpath/llama1b.svg" | tee "$OUT/toolpath/llama1b.md"
 fi
 

@@ -641,13 +641,14 @@ TEST(eval_toolpath_small_run_is_consistent) {
 }
 
 /* --static-once: the all arm's static prompt prefilled once per size; its cold TTFA is that
- * prefill plus the query's cached TTFA, and the other arms are unchanged in kind */
+ * prefill plus the query's cached TTFA (with --reps, the median of the repeats), and the other
+ * arms are unchanged in kind */
 TEST(eval_toolpath_static_once_reports_its_prefill) {
     char js[PATH_MAX];
     test_tmp_path("tp_once.json", js, sizeof js);
     const char *args[] = {"eval-toolpath", "-m", k_model, "--sizes", "4", "--queries", "2", "-k", "2",
                           "--arg-tokens", "96", "--max-prompt", "6000", "-t", "1", "--static-once",
-                          "--json", js, NULL};
+                          "--reps", "3", "--json", js, NULL};
     char *out = NULL;
     int rc = test_cli(args, false, &out);
     if (rc) FAILF("eval-toolpath exited %d", rc);
@@ -655,6 +656,7 @@ TEST(eval_toolpath_static_once_reports_its_prefill) {
     free(out);
     json_t *j = json_load_file(js, 0, NULL);
     ASSERT_TRUE(j != NULL);
+    ASSERT_EQ(json_integer_value(json_object_get(json_object_get(j, "params"), "reps")), 3);
     json_t *s = json_array_get(json_object_get(j, "sizes"), 0);
     double st = json_real_value(json_object_get(s, "static_prefill_ms"));
     ASSERT_TRUE(st > 0);

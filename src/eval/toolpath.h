@@ -31,6 +31,11 @@
  * TTFA is measured on a shared copy of it, and its cold TTFA is reported as that prefill's time
  * plus the cached TTFA (the same work as a cold run, whose cost at N = 250 is a 30K-token
  * prefill per query otherwise). Recorded in the JSON (static_prefill_ms per size).
+ * reps: the two measurements that take well under a second and decide the cached ratio, the
+ * all arm's cached TTFA (with static_once) and nexus's TTFA (cold, then cached: the same
+ * work), are each taken reps times per query and the median kept (valid: every repeat valid),
+ * so that one stall of a shared machine does not decide a pair; the long prefills run once.
+ * Recorded in the JSON.
  * Output: a Markdown table per N on stdout (medians over queries), paired per-query ratios
  * (all / nexus TTFA cold and cached: geometric mean, min, max), JSON and an SVG (TTFA cold and
  * cached vs N per arm) when asked, both written atomically; each size's table, and the JSON and
@@ -44,7 +49,7 @@
 
 #include "nexus.h"
 
-enum { TOOLPATH_MAX_SIZES = 8 };
+enum { TOOLPATH_MAX_SIZES = 8, TOOLPATH_MAX_REPS = 64 };
 
 struct toolpath_params {
     const char *model_path;      /* as recorded */
@@ -58,6 +63,7 @@ struct toolpath_params {
     int32_t ctx_limit;           /* the context "fits" is judged against */
     int32_t max_prompt;          /* longest prompt run */
     bool static_once;            /* the all arm's static prefill once per size (above) */
+    int reps;                    /* repeats of the short measurements (below); default 1 */
     int threads;
     uint64_t seed;
     const char *json, *svg;      /* NULL: none */

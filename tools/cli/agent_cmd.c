@@ -115,6 +115,7 @@ int eval_toolpath_main(int argc, char **argv) {
         A_STR("--json", NULL, &p.json),
         A_STR("--svg", NULL, &p.svg),
         A_FLAG("--static-once", NULL, &p.static_once),
+        A_INT("--reps", NULL, &p.reps, 1, 64),
         A_END,
     };
     const struct arg *tabs[] = {tab, NULL};
@@ -124,11 +125,12 @@ int eval_toolpath_main(int argc, char **argv) {
                 "usage: nexus eval-toolpath -m MODEL [--sizes 10,50,100,250] [--queries 4] [-k 5]\n"
                 "                           [--arg-tokens 64] [--ctx-limit 8192] [--max-prompt 32768]\n"
                 "                           [--mcp-dir DIR] [--bfcl FILE] [-t N] [--seed S]\n"
-                "                           [--json OUT] [--svg FILE] [--static-once]\n"
+                "                           [--json OUT] [--svg FILE] [--static-once] [--reps 1]\n"
                 "The tool path's cost, four arms (all schemas, top-k schemas, top-k spliced blocks,\n"
                 "nexus: routing + signatures + sidecar) over registries of N tools: prompt tokens,\n"
                 "time to the first argument token cold and with the static prompt cached, fit, validity.\n"
-                "--static-once: prefill the all arm's static prompt once per size (cold = that + cached).\n");
+                "--static-once: prefill the all arm's static prompt once per size (cold = that + cached).\n"
+                "--reps R: the all arm's cached TTFA and nexus's TTFA measured R times per query (medians).\n");
         return 0;
     }
     if (r != ARGS_OK) return 2;
