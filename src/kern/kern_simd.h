@@ -109,7 +109,7 @@ static inline void mm_drive(const struct tile_set *t, int64_t k, const void *w, 
         name##_tile(R, C, k, w, ws, x, xs, y, ys); \
     }
 
-#define MAXT 16 /* most accumulators of any tile */
+#define MAXT 24 /* most accumulators of any tile */
 
 /* Pins a vector in a register at this point: stops the compiler from reassociating integer
  * accumulation chains into trees of live temporaries (which spill). Emits no instruction. */
