@@ -33,7 +33,14 @@ build() { # build DIR EXTRA-CMAKE-FLAGS...
 }
 build "$DEST"
 if grep -q ' amx' /proc/cpuinfo; then
-  build "$DEST-noamx" -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+  # GGML_NATIVE=ON passes -march=native, which turns AMX on whatever the GGML_AMX_* options say
+  # (that build crashed the same way): name the native CPU's other features one by one instead
+  flags=(-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+  for f in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx512f:AVX512 avx512vbmi:AVX512_VBMI \
+           avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 avx_vnni:AVX_VNNI; do
+    grep -qw "${f%%:*}" /proc/cpuinfo && flags+=("-DGGML_${f#*:}=ON")
+  done
+  build "$DEST-noamx" "${flags[@]}"
 else
   ln -sfn "$DEST" "$DEST-noamx"
 fi
