@@ -18,7 +18,7 @@
  *   the AVX2 ones). Raw Q4_K is routed to the AVX2 set (dispatch.c); this set's own Q4_K tiles
  *   below then only run when the table is called directly.
  * - Float weights: 16-wide FMA tiles (6 x 4 for prefill: 24 accumulators, 6 weight rows, one
- *   activation vector, 31 of the 32 registers; 5-10% faster than 4 x 4 at pp512 shapes on a
+ *   activation vector, 31 of the 32 registers; 4-17% faster than 4 x 4 at pp512 shapes on a
  *   Sapphire-Rapids-class Xeon, while widening the weights to F32 in a buffer first, which
  *   removes the per-tile conversions, was not faster: the conversions are not the limit;
  *   8 x 1 for decode), 16 lanes folded to 8 then summed like AVX2, k % 16 tail in order.
