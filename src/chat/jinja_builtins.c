@@ -887,7 +887,8 @@ static jval filter_select(struct jrender *R, jval in, const struct jargs *a, boo
     const jval *attrv = attr ? jarg(a, 0, NULL) : NULL;
     if (attr && !attrv) jr_fail(R, NX_STATUS_INVALID_ARG, "python", "TypeError: selectattr needs an attribute name");
     const jval *tn = jarg(a, off, NULL);
-    struct jargs rest = {.pos = a->pos + (a->npos > off + 1 ? off + 1 : a->npos), .npos = a->npos > off + 1 ? a->npos - off - 1 : 0,
+    /* no arithmetic on a NULL pos (a filter called without arguments: `x | select`) */
+    struct jargs rest = {.pos = a->npos > off + 1 ? a->pos + off + 1 : a->pos, .npos = a->npos > off + 1 ? a->npos - off - 1 : 0,
                          .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw};
     for (size_t k = 0; k < items->n; k++) {
         jr_step(R);
