@@ -33,6 +33,13 @@ jval jarg_or(const struct jargs *a, int i, const char *name, jval dflt) {
     const jval *v = jarg(a, i, name);
     return v ? *v : dflt;
 }
+/* a without its first n positional arguments (keywords kept): what select and map pass on to
+ * the test or filter they call; never offsets a NULL pos (a call without arguments) */
+static struct jargs jargs_after(const struct jargs *a, int n) {
+    int k = n < a->npos ? n : a->npos;
+    return (struct jargs){.pos = k ? a->pos + k : a->pos, .npos = a->npos - k,
+                          .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw};
+}
 
 static char *hint(struct jrender *R, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static char *hint(struct jrender *R, const char *fmt, ...) {
@@ -887,9 +894,7 @@ static jval filter_select(struct jrender *R, jval in, const struct jargs *a, boo
     const jval *attrv = attr ? jarg(a, 0, NULL) : NULL;
     if (attr && !attrv) jr_fail(R, NX_STATUS_INVALID_ARG, "python", "TypeError: selectattr needs an attribute name");
     const jval *tn = jarg(a, off, NULL);
-    /* no arithmetic on a NULL pos (a filter called without arguments: `x | select`) */
-    struct jargs rest = {.pos = a->npos > off + 1 ? a->pos + off + 1 : a->pos, .npos = a->npos > off + 1 ? a->npos - off - 1 : 0,
-                         .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw};
+    struct jargs rest = jargs_after(a, off + 1);
     for (size_t k = 0; k < items->n; k++) {
         jr_step(R);
         jval v = attr ? dotted_attr(R, items->v[k], *attrv) : items->v[k];
@@ -914,7 +919,7 @@ static jval filter_map(struct jrender *R, jval in, const struct jargs *a) {
     }
     const jval *fname = jarg(a, 0, NULL);
     if (!fname || fname->t != JV_STR) jr_fail(R, NX_STATUS_INVALID_ARG, "python", "map requires a filter argument");
-    struct jargs rest = {.pos = a->pos + 1, .npos = a->npos - 1, .kwn = a->kwn, .kwv = a->kwv, .nkw = a->nkw};
+    struct jargs rest = jargs_after(a, 1);
     const char *fn = cz(R, *fname);
     for (size_t k = 0; k < items->n; k++) {
         jr_step(R);

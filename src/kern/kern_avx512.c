@@ -17,11 +17,9 @@
  *   this set's small-batch kernels for 2..16 columns (two weight rows per zmm, same bits as
  *   the AVX2 ones). Raw Q4_K is routed to the AVX2 set (dispatch.c); this set's own Q4_K tiles
  *   below then only run when the table is called directly.
- * - Float weights: 16-wide FMA tiles (6 x 4 for prefill: 24 accumulators, 6 weight rows, one
- *   activation vector, 31 of the 32 registers; 4-17% faster than 4 x 4 at pp512 shapes on a
- *   Sapphire-Rapids-class Xeon, while widening the weights to F32 in a buffer first, which
- *   removes the per-tile conversions, was not faster: the conversions are not the limit;
- *   8 x 1 for decode), 16 lanes folded to 8 then summed like AVX2, k % 16 tail in order.
+ * - Float weights: 16-wide FMA tiles, 6 x 4 for prefill (24 accumulators + 6 weight rows + one
+ *   activation vector: 31 of the 32 registers) and 8 x 1 for decode; 16 lanes folded to 8 then
+ *   summed like AVX2, k % 16 tail in order.
  * - Activation quantization and the attention helpers are the AVX2 ones (not the bottleneck).
  * - Testing without AVX-512 hardware: with -DNX_AVX512_EMULATE this file includes
  *   kern/avx512_emu.h, which emulates the few AVX-512 intrinsics used here in plain C, so the
@@ -68,7 +66,7 @@ AI void fl_tile(enum nx_type wt, const int R, const int C, int64_t k, const uint
     UNROLL for (int t = 0; t < R * C; t++) acc[t] = _mm512_setzero_ps();
     int64_t k16 = k & ~(int64_t)15;
     for (int64_t i = 0; i < k16; i += 16) {
-        __m512 wv[6];
+        __m512 wv[6]; /* R <= 6: the tallest tile, FL_TILES */
         UNROLL for (int r = 0; r < R; r++) wv[r] = load_w16(wt, w + (size_t)r * ws, i);
         UNROLL for (int c = 0; c < C; c++) {
             __m512 xv = _mm512_loadu_ps((const float *)(x + (size_t)c * xs) + i);
