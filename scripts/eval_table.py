@@ -88,8 +88,22 @@ def fmt_eval(rows, name):
 
 
 def fmt_task(rows, name):
-    """`nexus task-eval` JSON: accuracy (task "all") per policy x density with the paired
-    difference from the reference and its SE, KV held, then the per-task accuracies."""
+    """`nexus task-eval` JSON: per regime (files without one are the prefill regime), accuracy
+    (task "all") per policy x density with the paired difference from the reference and its SE,
+    KV held, then the per-task accuracies. full (one dense run) heads every regime's table."""
+    for r in rows:
+        r.setdefault('regime', 'prefill')
+    regimes = [g for g in ('prefill', 'stream') if any(r['regime'] == g for r in rows)]
+    out = []
+    for g in regimes:
+        if out:
+            out.append("")
+        sub = [r for r in rows if r['regime'] in (g, 'any')]
+        out += fmt_task_regime(sub, name, g if len(regimes) > 1 or g != 'prefill' else None)
+    return out
+
+
+def fmt_task_regime(rows, name, regime):
     ref = rows[0].get('reference', 'full')
     dens = sorted({r['density'] for r in rows if r['policy'] != 'full'})
     pols = []
@@ -101,7 +115,8 @@ def fmt_task(rows, name):
         if r['task'] != 'all' and r['task'] not in tasks:
             tasks.append(r['task'])
     n = next(r['queries'] for r in rows if r['task'] == 'all')
-    out = [f"`{name}`: {n} queries; Δ = paired difference from `{ref}` (SE over queries; "
+    head = f"`{name}`" + (f", {regime} regime" if regime else "")
+    out = [f"{head}: {n} queries; Δ = paired difference from `{ref}` (SE over queries; "
            f"seed-dependent policies: mean over {max(r.get('seeds', 1) for r in rows)} seeds); "
            f"KV = bytes held after the prompt / dense", "",
            "| policy | " + " | ".join(f"acc @{d:g} | Δ (SE) | KV @{d:g}" for d in dens) + " |",

@@ -61,19 +61,27 @@ static int run(const char *tasks, const char *policies, const char *threads, con
     return test_cli(args, false, NULL);
 }
 
-/* accuracy of (policy, task "all") in a task-eval JSON file; -1 if absent */
-static double acc_of(const char *path, const char *policy) {
+/* field (a real) of (policy, regime, task "all") in a task-eval JSON file (regime NULL: any);
+   -1 if absent */
+static double field_of(const char *path, const char *policy, const char *regime, const char *field) {
     json_error_t je;
     json_t *a = json_load_file(path, 0, &je);
     double v = -1;
     for (size_t i = 0; a && i < json_array_size(a); i++) {
         json_t *o = json_array_get(a, i);
         if (!strcmp(json_string_value(json_object_get(o, "policy")), policy) &&
+            (!regime || !strcmp(json_string_value(json_object_get(o, "regime")), regime)) &&
             !strcmp(json_string_value(json_object_get(o, "task")), "all"))
-            v = json_real_value(json_object_get(o, "accuracy"));
+            v = json_real_value(json_object_get(o, field));
     }
     json_decref(a);
     return v;
+}
+
+/* accuracy of (policy, task "all"), the prefill regime's where there are both */
+static double acc_of(const char *path, const char *policy) {
+    double v = field_of(path, policy, "prefill", "accuracy");
+    return v >= 0 ? v : field_of(path, policy, NULL, "accuracy");
 }
 
 TEST(dense_accuracy_equals_torch) {
@@ -110,7 +118,8 @@ TEST(same_numbers_for_every_thread_count) {
     test_tmp_path("a.json", a, sizeof a);
     for (int i = 0; i < 3; i++) {
         const char *args[] = {"task-eval", "-m", MODEL, "--tasks", tasks, "--policies", pols,
-                              "--densities", "0.2", "--seeds", "2", "-t", threads[i], "--json",
+                              "--densities", "0.2", "--regimes", "prefill,stream", "--seeds", "2",
+                              "-t", threads[i], "--json",
                               i == 0 ? a : test_tmp_path("b.json", b, sizeof b), NULL};
         ASSERT_EQ(test_cli(args, false, NULL), 0);
         if (i > 0 && !same_file(a, b)) FAILF("%s threads differ from 1", threads[i]);
@@ -119,6 +128,37 @@ TEST(same_numbers_for_every_thread_count) {
        oracle (it knows the future queries) answers at least what random selection does */
     ASSERT_TRUE(acc_of(a, "nexus") >= 0 && acc_of(a, "nexus") <= acc_of(a, "full"));
     ASSERT_TRUE(acc_of(a, "oracle") >= acc_of(a, "random"));
+}
+
+/*
+ * The stream regime decodes the prompt token by token and evicts whenever a layer holds a block
+ * more than its budget, so after the prompt it holds between the budget and a block more (the
+ * prefill regime compresses to the budget once, at the end): more KV on average, for the same
+ * budget. The oracle has no stream form (no row); full runs once (regime "any").
+ */
+TEST(stream_regime_evicts_as_the_prompt_arrives) {
+    char tasks[256], out[256];
+    double expect;
+    ASSERT_EQ(write_tasks(test_tmp_path("t.jsonl", tasks, sizeof tasks), &expect), 0);
+    test_tmp_path("s.json", out, sizeof out);
+    const char *args[] = {"task-eval", "-m", MODEL, "--tasks", tasks, "--policies",
+                          "full,streaming,snapkv,oracle", "--densities", "0.2", "--regimes",
+                          "prefill,stream", "--json", out, NULL};
+    ASSERT_EQ(test_cli(args, false, NULL), 0);
+    ASSERT_NEAR(field_of(out, "full", "any", "accuracy"), expect, 1e-9);
+    for (int i = 0; i < 2; i++) {
+        const char *pol = i ? "snapkv" : "streaming";
+        double pre = field_of(out, pol, "prefill", "kv_held_share");
+        double str = field_of(out, pol, "stream", "kv_held_share");
+        ASSERT_TRUE(pre > 0 && str > 0);
+        if (!(str > pre)) FAILF("%s: stream regime holds %.4f of the prompt, prefill %.4f", pol, str, pre);
+        ASSERT_TRUE(field_of(out, pol, "stream", "accuracy") >= 0);
+    }
+    ASSERT_TRUE(field_of(out, "oracle", "prefill", "accuracy") >= 0);
+    ASSERT_TRUE(field_of(out, "oracle", "stream", "accuracy") < 0);
+    const char *bad[] = {"task-eval", "-m", MODEL, "--tasks", tasks, "--regimes", "prefill,bogus",
+                         "--json", out, NULL};
+    ASSERT_TRUE(test_cli(bad, false, NULL) != 0);
 }
 
 TEST(bad_reference_and_spec_refused) {

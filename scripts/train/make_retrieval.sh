@@ -37,9 +37,12 @@ for L in 512 1024 2048; do
     nice -n 19 ./build/nexus task-eval -m "$M/nexus-retrieval.gguf" --tasks "$W/tasks$L.jsonl" \
         --policies full,streaming --densities 0.2 -t 2 --json "$M/eval/dense_local_$L.json"
 done
-# every policy and the bounds at densities 0.1 / 0.2 / 0.4 on 66 held-out 1K instances
-# (prefill, budget fixed at density x prompt, query-agnostic: the prompt ends before the queries)
+# every policy and the bounds at densities 0.1 / 0.2 / 0.4 on 66 held-out 1K instances, both
+# regimes (prefill: compressed once at the prompt's end; stream: evicting as the prompt arrives
+# token by token), budget fixed at density x prompt, query-agnostic (the prompt ends before the
+# queries)
 $PY scripts/train/evaluate.py --ckpt x --write-tasks "$W/tasks1024_66.jsonl" --lengths 1024 --n 22
 nice -n 19 ./build/nexus task-eval -m "$M/nexus-retrieval.gguf" --tasks "$W/tasks1024_66.jsonl" \
     --policies full,random,bottomk,oracle,streaming,h2o,snapkv,pyramidkv,adakv,morphkv,tova,nexus,nexus/topk,nexus/fresh,nexus/perhead,nexus/matchkv \
-    --densities 0.1,0.2,0.4 --seeds 3 -t 2 --json "$M/eval/policies_1024.json"
+    --densities 0.1,0.2,0.4 --regimes prefill,stream --seeds 3 -t 2 \
+    --json "$M/eval/policies_1024.json" > "$M/eval/policies_1024.md"

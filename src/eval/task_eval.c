@@ -4,12 +4,16 @@
  *
  * DESIGN
  * - Input: JSON lines {"task": NAME, "tokens": [ids], "prompt_len": P, "answers": [[pos...]...]}.
- *   The prompt tokens[0, P) are decoded in one call, so the prefill regime compresses the cache
- *   once at its end; the budget is fixed at floor(density x P) tokens per KV head per layer (the
- *   paper's protocol: it does not grow while the queries are decoded). The rest is decoded one
- *   token at a time (teacher forcing); a query (one entry of answers) is correct iff the argmax
- *   before each of its answer positions is the token there, which equals exact-match greedy
- *   generation of the answer.
+ *   Two regimes. Prefill: the prompt tokens[0, P) are decoded in one call, so the cache is
+ *   compressed once, at its end. Stream: the prompt is decoded one token at a time under
+ *   NX_KV_REGIME_STREAM, so a layer evicts whenever it holds a block more than its budget (an
+ *   unbounded stream's protocol: what is kept is decided as the haystack arrives, each fact
+ *   surviving every later eviction, never with the whole prompt in view). Either way the budget
+ *   is fixed at floor(density x P) tokens per KV head per layer (the paper's protocol: it does
+ *   not grow while the queries are decoded). The rest is decoded one token at a time (teacher
+ *   forcing); a query (one entry of answers) is correct iff the argmax before each of its
+ *   answer positions is the token there, which equals exact-match greedy generation of the
+ *   answer. The oracle (it decodes the future once) exists in the prefill regime only.
  * - Every configuration sees the same instances, so each accuracy is reported with its paired
  *   difference from a named reference (--reference, default the dense cache "full"; a policy
  *   reference is taken at the same density) and that difference's standard error over queries.
@@ -200,6 +204,7 @@ static int argmax(const float *l, int n) {
    (layer 0, KV head 0), *bytes = KV bytes held then. */
 static int run_inst(const nx_model *m, const struct nx_ctx_params *cp, const struct task_inst *t,
                     unsigned char *ok, int64_t *held, double *bytes) {
+    const bool stream = cp->kv.regime == NX_KV_REGIME_STREAM;
     nx_ctx *c;
     char err[256];
     if (nx_ctx_init(m, cp, &c, err, sizeof err)) {
@@ -213,7 +218,8 @@ static int run_inst(const nx_model *m, const struct nx_ctx_params *cp, const str
        after the prompt; those positions are then removed and decoded again */
     bool oracle = cp->kv.policy && !strcmp(cp->kv.policy, "oracle");
     int first = oracle ? t->n - 1 : t->prompt_len;
-    if (!rc && nx_decode(c, t->tok, first, false)) rc = 1;
+    for (int p = 0; !rc && p < first; p += stream ? 1 : first)
+        if (nx_decode(c, t->tok + p, stream ? 1 : first, false)) rc = 1;
     if (!rc && oracle && nx_seq_rm(c, t->prompt_len, -1)) rc = 1;
     if (!rc) {
         struct nx_kv_stats ks;
@@ -242,12 +248,24 @@ static int run_inst(const nx_model *m, const struct nx_ctx_params *cp, const str
 
 enum { TE_MAX_TASKS = 8, TE_MAX_SEEDS = 64 };
 
+static const char *te_regime_name(int regime) {
+    return regime == NX_KV_REGIME_STREAM ? "stream" : "prefill";
+}
+
+/* Whether a spec runs in a regime: the oracle decodes the whole instance as one prompt, so it
+   has no stream-regime form. */
+static bool te_runs_in(const char *spec, int regime) {
+    return regime == NX_KV_REGIME_PREFILL || strncmp(spec, "oracle", 6) != 0 ||
+           (spec[6] != '\0' && spec[6] != '/');
+}
+
 /* One configuration x seed over every instance (eval_parmap items: one instance each). */
 struct te_job {
     const nx_model *m;
     const struct task_set *s;
     const char *spec;
     double density; /* 0: dense */
+    int regime;     /* NX_KV_REGIME_* */
     uint64_t seed;
     int max_n, max_q;
     struct nx_progress *pg;
@@ -280,7 +298,7 @@ static int te_item(int i, void *rec, void *arg) {
     char name[64];
     if (eval_policy_spec(j->spec, &cp.kv, name, sizeof name, "task-eval")) return 1;
     cp.kv.policy = name;
-    cp.kv.regime = NX_KV_REGIME_PREFILL;
+    cp.kv.regime = j->regime;
     cp.kv.seed = j->seed;
     if (j->density > 0) {
         int b = (int)floor(j->density * t->prompt_len);
@@ -329,13 +347,21 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
     const double *dens = p->densities;
     const int np = p->n_policies, nd = p->n_densities;
     const char *ref = p->reference ? p->reference : "full";
+    static const int k_prefill_only[] = {NX_KV_REGIME_PREFILL};
+    const int *regs = p->n_regimes > 0 ? p->regimes : k_prefill_only;
+    const int nr = p->n_regimes > 0 ? p->n_regimes : 1;
     const int n_seeds = p->seeds > 0 ? p->seeds : 1;
     const uint64_t seed = p->seed;
-    if (np < 1 || nd < 1 || p->threads < 1 || p->threads > 64 || n_seeds > TE_MAX_SEEDS) {
-        fprintf(stderr, "task-eval: need policies, densities, 1-64 threads, 1-%d seeds\n",
+    if (np < 1 || nd < 1 || p->threads < 1 || p->threads > 64 || n_seeds > TE_MAX_SEEDS || nr > 2) {
+        fprintf(stderr, "task-eval: need policies, densities, 1-64 threads, 1-%d seeds, 1-2 regimes\n",
                 TE_MAX_SEEDS);
         return NX_STATUS_INVALID_ARG;
     }
+    for (int i = 0; i < nr; i++)
+        if (regs[i] != NX_KV_REGIME_PREFILL && regs[i] != NX_KV_REGIME_STREAM) {
+            fprintf(stderr, "task-eval: unknown regime %d\n", regs[i]);
+            return NX_STATUS_INVALID_ARG;
+        }
     for (int i = 0; i < nd; i++)
         if (!(dens[i] > 0 && dens[i] <= 1)) {
             fprintf(stderr, "task-eval: density %g ('%s') is not in (0, 1]\n", dens[i], dens_s[i]);
@@ -361,7 +387,7 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
     /* task names, and each query's task index */
     char names[TE_MAX_TASKS][32];
     int n_names = 0;
-    const int nq = s.n_queries, ncfg = np * nd;
+    const int nq = s.n_queries, ncfg = np * nd * nr; /* config c = (policy * nd + density) * nr + regime */
     int *q_task = nx_malloc(sizeof *q_task * (size_t)nq);
     int *q_first = nx_malloc(sizeof *q_first * (size_t)s.n);
     double *score = nx_calloc((size_t)ncfg * (size_t)nq, sizeof *score); /* seed-mean per query */
@@ -390,7 +416,9 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
     /* the dense run first (KV held is a share of its bytes), then every configuration */
     int runs = 1;
     for (int pi = 0; pi < np; pi++)
-        if (strcmp(pols[pi], "full")) runs += nd * (eval_spec_stochastic(pols[pi]) ? n_seeds : 1);
+        for (int ri = 0; ri < nr; ri++)
+            if (strcmp(pols[pi], "full") && te_runs_in(pols[pi], regs[ri]))
+                runs += nd * (eval_spec_stochastic(pols[pi]) ? n_seeds : 1);
     struct nx_progress pg;
     nx_progress_start(&pg, stderr, "instances", runs * s.n);
     int done_base = 0;
@@ -402,6 +430,7 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
     if (!rc) {
         job.spec = "full";
         job.density = 0;
+        job.regime = NX_KV_REGIME_PREFILL;
         job.seed = seed;
         job.label = "full";
         rc = te_run(&job, p->threads, q_first, dense_ok, held, dense_bytes);
@@ -409,18 +438,22 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
     }
     for (int pi = 0; !rc && pi < np; pi++) {
         bool is_full = !strcmp(pols[pi], "full");
-        for (int di = 0; !rc && di < nd; di++) {
-            int c = pi * nd + di, ns = eval_spec_stochastic(pols[pi]) ? n_seeds : 1;
+        for (int ci = 0; !rc && ci < nd * nr; ci++) {
+            int di = ci / nr, ri = ci % nr, c = pi * nd * nr + ci;
+            int ns = eval_spec_stochastic(pols[pi]) ? n_seeds : 1;
+            if (!te_runs_in(pols[pi], regs[ri])) continue;
             double *sc = score + (size_t)c * (size_t)nq;
             for (int k = 0; !rc && k < ns; k++) {
                 char label[160];
-                snprintf(label, sizeof label, "%s d=%s seed %d", pols[pi], dens_s[di], k);
+                snprintf(label, sizeof label, "%s d=%s %s seed %d", pols[pi], dens_s[di],
+                         te_regime_name(regs[ri]), k);
                 job.spec = pols[pi];
                 job.density = dens[di];
+                job.regime = regs[ri];
                 job.seed = seed + (uint64_t)k;
                 job.label = label;
                 job.done_base = done_base;
-                if (is_full) { /* the dense run above */
+                if (is_full) { /* the dense run above (full never evicts: one run for both) */
                     memcpy(ok, dense_ok, (size_t)nq);
                     memcpy(bytes, dense_bytes, sizeof *bytes * (size_t)s.n);
                     for (int i = 0; i < s.n; i++) held[i] = s.v[i].prompt_len;
@@ -439,15 +472,18 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
     nx_free(dense_ok);
     nx_progress_finish(&pg);
     json_t *jout = json_array();
-    printf("| policy | density | task | queries | accuracy | diff vs %s | paired SE | KV held "
-           "(bytes) | tokens / prompt |\n", ref);
-    printf("|---|---|---|---|---|---|---|---|---|\n");
+    printf("| policy | density | regime | task | queries | accuracy | diff vs %s | paired SE | "
+           "KV held (bytes) | tokens / prompt |\n", ref);
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
     for (int pi = 0; !rc && pi < np; pi++) {
         bool is_full = !strcmp(pols[pi], "full");
-        for (int di = 0; di < (is_full ? 1 : nd); di++) {
-            int c = pi * nd + di, rc_i = ref_pi * nd + di;
+        for (int ci = 0; ci < (is_full ? 1 : nd * nr); ci++) {
+            int di = ci / nr, ri = ci % nr, c = pi * nd * nr + ci;
+            int rc_i = ref_pi * nd * nr + ci; /* the reference at the same density and regime */
+            if (!te_runs_in(pols[pi], regs[ri]) || !te_runs_in(ref, regs[ri])) continue;
             const double *sc = score + (size_t)c * (size_t)nq;
             const double *rs = score + (size_t)rc_i * (size_t)nq;
+            const char *rname = is_full ? "any" : te_regime_name(regs[ri]);
             for (int ti = -1; ti < n_names; ti++) {
                 double sum = 0, sd = 0, sdd = 0;
                 int n = 0;
@@ -463,17 +499,18 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
                 double md = sd / n;
                 double se = n > 1 ? sqrt(fmax(0, (sdd - n * md * md) / (n - 1)) / n) : 0;
                 const char *tname = ti < 0 ? "all" : names[ti];
-                printf("| %s | %s | %s | %d | %.3f | %+.3f | %.3f | %.3f | %.3f |\n", pols[pi],
-                       is_full ? "1" : dens_s[di], tname, n, sum / n, md, se, held_kv[c],
+                printf("| %s | %s | %s | %s | %d | %.3f | %+.3f | %.3f | %.3f | %.3f |\n", pols[pi],
+                       is_full ? "1" : dens_s[di], rname, tname, n, sum / n, md, se, held_kv[c],
                        held_tok[c]);
                 json_array_append_new(
-                    jout, json_pack("{s:s,s:f,s:s,s:i,s:f,s:s,s:f,s:f,s:f,s:f,s:i,s:I}",
+                    jout, json_pack("{s:s,s:f,s:s,s:s,s:i,s:f,s:s,s:f,s:f,s:f,s:f,s:i,s:I}",
                                     "policy", pols[pi], "density", is_full ? 1.0 : dens[di],
-                                    "task", tname, "queries", n, "accuracy", sum / n,
-                                    "reference", ref, "diff_vs_reference", md, "paired_se", se,
-                                    "kv_held_bytes_share", held_kv[c], "kv_held_share",
-                                    held_tok[c], "seeds", eval_spec_stochastic(pols[pi]) ? n_seeds : 1,
-                                    "seed", (json_int_t)seed));
+                                    "regime", rname, "task", tname, "queries", n, "accuracy",
+                                    sum / n, "reference", ref, "diff_vs_reference", md,
+                                    "paired_se", se, "kv_held_bytes_share", held_kv[c],
+                                    "kv_held_share", held_tok[c], "seeds",
+                                    eval_spec_stochastic(pols[pi]) ? n_seeds : 1, "seed",
+                                    (json_int_t)seed));
             }
         }
     }

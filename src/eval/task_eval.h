@@ -18,6 +18,9 @@ struct task_eval_params {
     const double *densities;          /* each in (0, 1] */
     const char *const *density_names; /* as printed in the table (the user's spelling) */
     int n_densities;
+    const int *regimes;          /* NX_KV_REGIME_PREFILL / _STREAM (task_eval.c: the protocol);
+                                    NULL or n_regimes 0: prefill only */
+    int n_regimes;               /* 0..2 */
     const char *reference;       /* the spec every accuracy is paired against (one of the
                                     policies); NULL: "full" */
     int seeds;                   /* eviction seeds for seed-dependent specs (0: 1), <= 64 */

@@ -20,9 +20,11 @@ static int split_list(char *s, char **out, int max) {
 
 static void usage(FILE *o) {
     fprintf(o, "usage: nexus task-eval -m MODEL --tasks FILE.jsonl [--policies full,streaming,...]\n"
-               "         [--densities 0.2,...] [--reference full|SPEC] [--seeds N] [--seed S]\n"
-               "         [-t THREADS] [--json OUT]\n"
-               "  Exact-match accuracy per policy x density x task, paired against the reference.\n"
+               "         [--densities 0.2,...] [--regimes prefill|stream|prefill,stream]\n"
+               "         [--reference full|SPEC] [--seeds N] [--seed S] [-t THREADS] [--json OUT]\n"
+               "  Exact-match accuracy per policy x density x regime x task, paired against the\n"
+               "  reference. prefill: the prompt is compressed once, at its end; stream: it is\n"
+               "  decoded token by token, evicting whenever a layer is a block over its budget.\n"
                "  SPEC: NAME or NAME/OPT/...: nexus/topk, nexus/fresh, nexus/perhead,\n"
                "  nexus/matchkv, nexus/meanvec, or NAME/option=value (e.g. nexus/nexus.n=1).\n"
                "  -t N runs N instances at once (one thread each); same numbers at any N.\n");
@@ -30,54 +32,69 @@ static void usage(FILE *o) {
 
 int task_eval_main(int argc, char **argv) {
     const char *model = NULL, *tasks = NULL, *json_out = NULL, *ref = "full";
-    char pol_buf[1024] = "full,streaming,h2o,snapkv,tova,nexus", den_buf[256] = "0.2";
+    const char *pol_arg = "full,streaming,h2o,snapkv,tova,nexus", *den_arg = "0.2";
+    const char *reg_arg = "prefill";
     int threads = 1, n_seeds = 1;
-    unsigned long long seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "task-eval: missing value for %s\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--tasks")) tasks = v;
-        else if (!strcmp(a, "--json")) json_out = v;
-        else if (!strcmp(a, "--policies")) snprintf(pol_buf, sizeof pol_buf, "%s", v);
-        else if (!strcmp(a, "--densities")) snprintf(den_buf, sizeof den_buf, "%s", v);
-        else if (!strcmp(a, "--reference")) ref = v;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) threads = atoi(v);
-        else if (!strcmp(a, "--seeds")) n_seeds = atoi(v);
-        else if (!strcmp(a, "--seed")) seed = strtoull(v, NULL, 10);
-        else {
-            fprintf(stderr, "task-eval: unknown option %s\n", a);
-            usage(stderr);
-            return 2;
-        }
+    uint64_t seed = 1;
+    const struct arg tab[] = {
+        A_STR("-m", "--model", &model),
+        A_STR("--tasks", NULL, &tasks),
+        A_STR("--json", NULL, &json_out),
+        A_STR("--policies", NULL, &pol_arg),
+        A_STR("--densities", NULL, &den_arg),
+        A_STR("--regimes", NULL, &reg_arg),
+        A_STR("--reference", NULL, &ref),
+        A_INT("-t", "--threads", &threads, 1, 64),
+        A_INT("--seeds", NULL, &n_seeds, 1, 64),
+        A_U64("--seed", NULL, &seed, 0, 0),
+        A_END,
+    };
+    const struct arg *tabs[] = {tab, NULL};
+    int r = args_parse(tabs, argc, argv, 1, "nexus task-eval", true, NULL, 0, NULL);
+    if (r == ARGS_HELP) {
+        usage(stdout);
+        return 0;
     }
-    if (!model || !tasks || threads < 1 || threads > 64 || n_seeds < 1 || n_seeds > 64) {
+    if (r != ARGS_OK) return 2;
+    if (!model || !tasks) {
         usage(stderr);
         return 2;
     }
-    char *pols[TE_MAX_ITEMS], *dens_s[TE_MAX_ITEMS];
+    char pol_buf[1024], den_buf[256], reg_buf[64];
+    snprintf(pol_buf, sizeof pol_buf, "%s", pol_arg);
+    snprintf(den_buf, sizeof den_buf, "%s", den_arg);
+    snprintf(reg_buf, sizeof reg_buf, "%s", reg_arg);
+    char *pols[TE_MAX_ITEMS], *dens_s[TE_MAX_ITEMS], *regs_s[TE_MAX_ITEMS];
     int np = split_list(pol_buf, pols, TE_MAX_ITEMS), nd = split_list(den_buf, dens_s, TE_MAX_ITEMS);
+    int nr = split_list(reg_buf, regs_s, TE_MAX_ITEMS);
     double dens[TE_MAX_ITEMS];
     for (int i = 0; i < nd; i++) {
-        char *e;
-        dens[i] = strtod(dens_s[i], &e);
-        if (*e || !(dens[i] > 0 && dens[i] <= 1)) {
-            fprintf(stderr, "task-eval: bad density '%s'\n", dens_s[i]);
+        if (!args_double(dens_s[i], &dens[i]) || !(dens[i] > 0 && dens[i] <= 1)) {
+            fprintf(stderr, "nexus task-eval: bad density '%s'\n", dens_s[i]);
+            return 2;
+        }
+    }
+    int regs[2];
+    if (nr < 1 || nr > 2) {
+        fprintf(stderr, "nexus task-eval: --regimes: one or both of prefill, stream\n");
+        return 2;
+    }
+    for (int i = 0; i < nr; i++) {
+        if (!strcmp(regs_s[i], "prefill")) regs[i] = NX_KV_REGIME_PREFILL;
+        else if (!strcmp(regs_s[i], "stream")) regs[i] = NX_KV_REGIME_STREAM;
+        else {
+            fprintf(stderr, "nexus task-eval: unknown regime '%s' (prefill or stream)\n", regs_s[i]);
+            return 2;
+        }
+        if (i == 1 && regs[1] == regs[0]) {
+            fprintf(stderr, "nexus task-eval: regime '%s' given twice\n", regs_s[i]);
             return 2;
         }
     }
     nx_model *m;
     char err[256];
     if (nx_model_load(model, NULL, &m, err, sizeof err)) {
-        fprintf(stderr, "task-eval: %s\n", err);
+        fprintf(stderr, "nexus task-eval: %s\n", err);
         return 1;
     }
     struct task_eval_params p = {.tasks = tasks,
@@ -86,6 +103,8 @@ int task_eval_main(int argc, char **argv) {
                                  .densities = dens,
                                  .density_names = (const char *const *)dens_s,
                                  .n_densities = nd,
+                                 .regimes = regs,
+                                 .n_regimes = nr,
                                  .reference = ref,
                                  .seeds = n_seeds,
                                  .threads = threads,
