@@ -271,4 +271,10 @@ TEST(trained_retrieval_model_matches_torch) {
                         "models/nexus-retrieval/torch_ref.json");
 }
 
+/* The text model on its first held-out stream (2048 tokens: every RoPE distance it was trained
+   at), torch's logits from scripts/train/train_lm.py --write-ref. */
+TEST(trained_kjv_model_matches_torch) {
+    check_against_torch("models/nexus-kjv/nexus-kjv.gguf", "models/nexus-kjv/torch_ref.json");
+}
+
 TEST_MAIN

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """train_lm.py - a byte-level Llama language model on the King James Bible (public domain).
 
-STATUS: trained once (models/nexus-kjv/, README there; recipe scripts/train/make_kjv.sh): steps
-1-75 on --stages 256:16:350,2048:2:40, then resumed on 256:16:200,2048:1:40 (240 steps), on a
-loaded 2-core machine at nice 19 with one torch thread. Too few steps at 2048: it does not use
-its long context (its README).
+STATUS: the committed models/nexus-kjv (README there; recipe scripts/train/make_kjv.sh) is the
+ninth session's: 1000 steps on 2048-token windows from the first step (steps 1-200 on
+--stages 2048:1:1300, then resumed on 2048:1:1000), one torch thread. Two earlier schedules with
+a 256-token first stage (240 steps, sixth session; 1000 + 150 steps, eighth) gave models that
+did worse with their full context than with the last 256 tokens: the long stage came too late,
+at a low learning rate, for distances past 256 to be learned.
 
 DESIGN
 - Text: `bible -f Gen1:1-Rev22:21` from Debian's bible-kjv + bible-kjv-text packages (the KJV
@@ -16,8 +18,9 @@ DESIGN
   space -> id 259 ("▁"); `nexus tokenize` on the same text gives the same ids (after its dummy
   prefix), so `nexus eval --file` runs on real text.
 - Model: nxmodel.Model, 3 layers, n_embd 64, 4 heads / 2 KV heads, SwiGLU 192, RoPE on 12 of 16
-  head dims (base 10000). Curriculum: short windows first, then full 2048-token windows so every
-  rotated frequency and every distance up to 2K has been seen.
+  head dims (base 10000). Full 2048-token windows from the first step (the default schedule),
+  so every rotated frequency and every distance up to 2K is seen while the learning rate is
+  high; --stages L:B:steps,... gives other schedules (short windows first was tried: STATUS).
 - Deterministic for --seed and --threads; batches are a function of (seed, step).
 - --eval-ctx: held-out perplexity by context length (does it use its context?): on held-out
   windows of 2048 tokens, the nll of tokens [1024, 2048) with the full causal context against a
@@ -40,7 +43,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import nxmodel  # noqa: E402
 
-STAGES = [(256, 16, 1000), (2048, 2, 150)]  # default schedule; --stages overrides
+STAGES = [(2048, 1, 1000)]  # default schedule (the committed model's): --stages overrides
 CONFIG = dict(n_vocab=260, n_layer=3, n_embd=64, n_head=4, n_head_kv=2, n_ff=192, n_rot=12,
               rope_base=10000.0, rms_eps=1e-5)
 SPACE_ID = 259
@@ -129,6 +132,33 @@ def eval_ctx(a):
                       for k, r in res["nll"].items()}), flush=True)
 
 
+@torch.no_grad()
+def write_ref(a):
+    """torch's logits on the engine's first held-out stream (BOS, then the tokenizer's dummy-prefix
+    space and the held-out text; BOS with the embedding of id --bos-like, as build_gguf.py
+    exports it) at a few positions: the oracle tests/test_import.c holds the engine to."""
+    st = torch.load(a.write_ref)
+    cfg = nxmodel.Config(**st["config"])
+    model = nxmodel.Model(cfg)
+    model.load_state_dict(st["model"])
+    model.eval()
+    model.tok_embd.weight[1] = model.tok_embd.weight[a.bos_like]
+    text = kjv_text()
+    _, held = split(encode(text))
+    toks = [1, SPACE_ID] + [int(t) for t in held[:2046]]
+    lo = model(torch.tensor([toks]))[0]
+    pos = [0, 1, 255, 511, 1023, 1535, 2046, 2047]
+    seq = {"task": "kjv-heldout", "tokens": toks, "check_pos": pos,
+           "argmax": [int(lo[p].argmax()) for p in pos],
+           "logits": [[round(float(v), 5) for v in lo[p]] for p in pos]}
+    nll = F.cross_entropy(lo[1023:2047], torch.tensor(toks[1024:2048])).item()
+    with open(a.out + ".tmp", "w") as f:
+        json.dump({"length": len(toks), "checkpoint_step": st["step"], "bos_like": a.bos_like,
+                   "ppl_1024_2047": math.exp(nll), "sequences": [seq]}, f)
+    os.replace(a.out + ".tmp", a.out)
+    print("torch ppl of tokens 1024-2047: %.5f" % math.exp(nll), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -146,6 +176,11 @@ def main():
     ap.add_argument("--eval-windows", type=int, default=8)
     ap.add_argument("--write-heldout", default=None, metavar="FILE",
                     help="only write the held-out text (the last 5%% of the bytes) to FILE")
+    ap.add_argument("--write-ref", default=None, metavar="CKPT",
+                    help="only write torch's logits on the first held-out stream as the engine "
+                    "builds it (JSON to --out; tests/test_import.c)")
+    ap.add_argument("--bos-like", type=int, default=13,
+                    help="--write-ref: BOS gets this token's embedding (as build_gguf.py)")
     a = ap.parse_args()
     global STAGES
     if a.stages:
@@ -158,6 +193,8 @@ def main():
         return None
     if a.eval_ctx:
         return eval_ctx(a)
+    if a.write_ref:
+        return write_ref(a)
     torch.manual_seed(a.seed)
     text = kjv_text()
     print("text bytes", len(text), "sha256", hashlib.sha256(text).hexdigest(), flush=True)
