@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/readfile.h"
 #include "eval/task_eval.h"
 #include "nexus.h"
 #include "support/cli.h"
@@ -137,14 +138,24 @@ TEST(same_numbers_for_every_thread_count) {
  * budget. The oracle has no stream form (no row); full runs once (regime "any").
  */
 TEST(stream_regime_evicts_as_the_prompt_arrives) {
-    char tasks[256], out[256];
+    char tasks[256], out[256], svg[256];
     double expect;
     ASSERT_EQ(write_tasks(test_tmp_path("t.jsonl", tasks, sizeof tasks), &expect), 0);
     test_tmp_path("s.json", out, sizeof out);
+    test_tmp_path("s.svg", svg, sizeof svg);
     const char *args[] = {"task-eval", "-m", MODEL, "--tasks", tasks, "--policies",
                           "full,streaming,snapkv,oracle", "--densities", "0.2", "--regimes",
-                          "prefill,stream", "--json", out, NULL};
+                          "prefill,stream", "--json", out, "--svg", svg, NULL};
     ASSERT_EQ(test_cli(args, false, NULL), 0);
+    /* the plot: a panel per regime, a line per policy (the oracle in the prefill panel only) */
+    char rerr[256];
+    size_t flen;
+    char *fig = nx_read_file(svg, 1 << 20, &flen, rerr, sizeof rerr);
+    ASSERT_TRUE(fig != NULL);
+    const char *p_pre = strstr(fig, ">prefill regime<"), *p_str = strstr(fig, ">stream regime<");
+    ASSERT_TRUE(p_pre && p_str && p_pre < p_str);
+    ASSERT_TRUE(strstr(fig, ">snapkv<") && strstr(fig, ">oracle<") && strstr(fig, ">full<"));
+    nx_free(fig);
     ASSERT_NEAR(field_of(out, "full", "any", "accuracy"), expect, 1e-9);
     for (int i = 0; i < 2; i++) {
         const char *pol = i ? "snapkv" : "streaming";

@@ -46,6 +46,7 @@
 #include "eval/outfile.h"
 #include "eval/parmap.h"
 #include "eval/progress.h"
+#include "eval/svg.h"
 #include "nexus.h"
 
 struct task_inst {
@@ -341,6 +342,48 @@ static nx_status te_run(struct te_job *j, int procs, const int *q_first, unsigne
     return rc;
 }
 
+/* The figure of --svg: a panel per regime, accuracy (all tasks) against density, a line per
+   policy (full flat), error bars the paired SE of the difference from the reference. acc / se
+   are indexed by configuration (NaN: not run). */
+static nx_status te_svg(const char *path, const char *const *pols, int np, const double *dens,
+                        int nd, const int *regs, int nr, const double *acc, const double *se,
+                        const char *ref) {
+    size_t cells = (size_t)nr * (size_t)np * (size_t)nd;
+    double *buf = nx_malloc(sizeof *buf * cells * 3);
+    struct svg_series *ser = nx_malloc(sizeof *ser * (size_t)nr * (size_t)np);
+    struct svg_panel panels[2];
+    char titles[2][64];
+    nx_status rc = buf && ser ? NX_STATUS_OK : NX_STATUS_NOMEM;
+    for (int ri = 0; !rc && ri < nr; ri++) {
+        int ns = 0;
+        for (int pi = 0; pi < np; pi++) {
+            if (!te_runs_in(pols[pi], regs[ri])) continue;
+            double *x = buf + ((size_t)ri * (size_t)np + (size_t)pi) * (size_t)nd * 3, *y = x + nd,
+                   *e = y + nd;
+            bool is_full = !strcmp(pols[pi], "full");
+            for (int di = 0; di < nd; di++) {
+                int c = pi * nd * nr + (is_full ? 0 : di * nr + ri);
+                x[di] = dens[di], y[di] = acc[c], e[di] = se[c];
+            }
+            ser[ri * np + ns++] = (struct svg_series){pols[pi], x, y, e, nd};
+        }
+        snprintf(titles[ri], sizeof titles[ri], "%s regime", te_regime_name(regs[ri]));
+        panels[ri] = (struct svg_panel){titles[ri], "density (budget / prompt)", "accuracy",
+                                        false, true, ser + ri * np, ns};
+    }
+    if (!rc) {
+        char title[160], err[1200];
+        snprintf(title, sizeof title, "task-eval: exact-match accuracy (bars: paired SE vs %s)", ref);
+        if ((rc = svg_save(path, title, panels, nr, err, sizeof err)) != NX_STATUS_OK)
+            fprintf(stderr, "task-eval: %s\n", err);
+        else
+            fprintf(stderr, "task-eval: wrote %s\n", path);
+    }
+    nx_free(buf);
+    nx_free(ser);
+    return rc;
+}
+
 nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
     const char *const *pols = p->policies;
     const char *const *dens_s = p->density_names;
@@ -472,6 +515,9 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
     nx_free(dense_ok);
     nx_progress_finish(&pg);
     json_t *jout = json_array();
+    double *acc_all = nx_malloc(sizeof *acc_all * (size_t)ncfg), *se_all = nx_malloc(sizeof *se_all * (size_t)ncfg);
+    if (!rc && (!acc_all || !se_all)) rc = NX_STATUS_NOMEM;
+    for (int c = 0; !rc && c < ncfg; c++) acc_all[c] = se_all[c] = NAN;
     printf("| policy | density | regime | task | queries | accuracy | diff vs %s | paired SE | "
            "KV held (bytes) | tokens / prompt |\n", ref);
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
@@ -499,6 +545,7 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
                 double md = sd / n;
                 double se = n > 1 ? sqrt(fmax(0, (sdd - n * md * md) / (n - 1)) / n) : 0;
                 const char *tname = ti < 0 ? "all" : names[ti];
+                if (ti < 0) acc_all[c] = sum / n, se_all[c] = se;
                 printf("| %s | %s | %s | %s | %d | %.3f | %+.3f | %.3f | %.3f | %.3f |\n", pols[pi],
                        is_full ? "1" : dens_s[di], rname, tname, n, sum / n, md, se, held_kv[c],
                        held_tok[c]);
@@ -521,6 +568,9 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
         else if ((rc = nx_outfile_write_json(p->json_path, jout, err, sizeof err)) != NX_STATUS_OK)
             fprintf(stderr, "task-eval: %s\n", err);
     }
+    if (!rc && p->svg_path) rc = te_svg(p->svg_path, pols, np, dens, nd, regs, nr, acc_all, se_all, ref);
+    nx_free(acc_all);
+    nx_free(se_all);
     json_decref(jout);
     nx_free(q_task);
     nx_free(q_first);

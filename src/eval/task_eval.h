@@ -27,6 +27,7 @@ struct task_eval_params {
     int threads;                 /* instances run at once in worker processes, 1..64 */
     uint64_t seed;
     const char *json_path; /* NULL: no JSON */
+    const char *svg_path;  /* NULL: no plot; else accuracy against density, a panel per regime */
 };
 
 /* Prints the Markdown table; NX_STATUS_OK, or INVALID_ARG (bad parameters: a spec, density,

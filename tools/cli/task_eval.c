@@ -22,6 +22,7 @@ static void usage(FILE *o) {
     fprintf(o, "usage: nexus task-eval -m MODEL --tasks FILE.jsonl [--policies full,streaming,...]\n"
                "         [--densities 0.2,...] [--regimes prefill|stream|prefill,stream]\n"
                "         [--reference full|SPEC] [--seeds N] [--seed S] [-t THREADS] [--json OUT]\n"
+               "         [--svg FILE]\n"
                "  Exact-match accuracy per policy x density x regime x task, paired against the\n"
                "  reference. prefill: the prompt is compressed once, at its end; stream: it is\n"
                "  decoded token by token, evicting whenever a layer is a block over its budget.\n"
@@ -31,7 +32,7 @@ static void usage(FILE *o) {
 }
 
 int task_eval_main(int argc, char **argv) {
-    const char *model = NULL, *tasks = NULL, *json_out = NULL, *ref = "full";
+    const char *model = NULL, *tasks = NULL, *json_out = NULL, *svg_out = NULL, *ref = "full";
     const char *pol_arg = "full,streaming,h2o,snapkv,tova,nexus", *den_arg = "0.2";
     const char *reg_arg = "prefill";
     int threads = 1, n_seeds = 1;
@@ -40,6 +41,7 @@ int task_eval_main(int argc, char **argv) {
         A_STR("-m", "--model", &model),
         A_STR("--tasks", NULL, &tasks),
         A_STR("--json", NULL, &json_out),
+        A_STR("--svg", NULL, &svg_out),
         A_STR("--policies", NULL, &pol_arg),
         A_STR("--densities", NULL, &den_arg),
         A_STR("--regimes", NULL, &reg_arg),
@@ -109,7 +111,8 @@ int task_eval_main(int argc, char **argv) {
                                  .seeds = n_seeds,
                                  .threads = threads,
                                  .seed = seed,
-                                 .json_path = json_out};
+                                 .json_path = json_out,
+                                 .svg_path = svg_out};
     int rc = cli_exit_status(task_eval_run(m, &p));
     nx_model_free(m);
     return rc;
