@@ -40,3 +40,9 @@ nice -n 19 ./build/nexus eval -m "$M/nexus-kjv.gguf" --file "$W/kjv_heldout.txt"
     --densities 0.1,0.2,0.4 --regimes prefill,stream --budgets prompt --streams 64 \
     --stream-len 2048 --kv-block 16 --kv-sink 16 --kv-recent 16 --seeds 2 --score-len 64 -t 2 \
     --json "$M/eval/policies_2048.json" --svg "$M/eval" > "$M/eval/policies_2048.md"
+# the same grid (without the three variants) paired against Nexus: each policy - Nexus, with SE
+nice -n 19 ./build/nexus eval -m "$M/nexus-kjv.gguf" --file "$W/kjv_heldout.txt" \
+    --policies full,random,bottomk,oracle,streaming,h2o,snapkv,pyramidkv,adakv,morphkv,tova,nexus,nexus/topk \
+    --densities 0.1,0.2,0.4 --regimes prefill,stream --budgets prompt --streams 64 \
+    --stream-len 2048 --kv-block 16 --kv-sink 16 --kv-recent 16 --seeds 2 --score-len 64 -t 2 \
+    --reference nexus --json "$M/eval/policies_2048_vs_nexus.json" > /dev/null

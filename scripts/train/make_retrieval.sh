@@ -46,3 +46,8 @@ nice -n 19 ./build/nexus task-eval -m "$M/nexus-retrieval.gguf" --tasks "$W/task
     --policies full,random,bottomk,oracle,streaming,h2o,snapkv,pyramidkv,adakv,morphkv,tova,nexus,nexus/topk,nexus/fresh,nexus/perhead,nexus/matchkv \
     --densities 0.1,0.2,0.4 --regimes prefill,stream --seeds 3 -t 2 \
     --json "$M/eval/policies_1024.json" --svg "$M/eval/policies_1024.svg" > "$M/eval/policies_1024.md"
+# the same, paired against Nexus (each policy - Nexus, with SE)
+nice -n 19 ./build/nexus task-eval -m "$M/nexus-retrieval.gguf" --tasks "$W/tasks1024_66.jsonl" \
+    --policies full,random,bottomk,oracle,streaming,h2o,snapkv,pyramidkv,adakv,morphkv,tova,nexus,nexus/topk,nexus/fresh,nexus/perhead,nexus/matchkv \
+    --densities 0.1,0.2,0.4 --regimes prefill,stream --seeds 3 -t 2 --reference nexus \
+    --json "$M/eval/policies_1024_vs_nexus.json" > /dev/null
