@@ -50,6 +50,9 @@ int eval_policy_spec(const char *spec, struct nx_kv_params *kv, char *name, size
 /* True when a spec's selection depends on the eviction seed (random; nexus unless topk), so
    running it for several seeds measures something. */
 bool eval_spec_stochastic(const char *spec);
+/* Whether a spec is the oracle bound ("oracle" or "oracle/..."): it decodes the future once, so
+   it has no stream-regime form. */
+bool eval_spec_is_oracle(const char *spec);
 /* Checks every policy spec (eval_policy_spec); NX_STATUS_OK, or INVALID_ARG with a message on
  * stderr. */
 nx_status eval_check_policies(char **pols, int n, const char *cmd);

@@ -228,9 +228,6 @@ static int file_streams(const nx_model *m, const struct eval_params *ep, nx_toke
 }
 
 
-static bool is_oracle(const char *spec) {
-    return !strncmp(spec, "oracle", 6) && (spec[6] == 0 || spec[6] == '/');
-}
 
 /* Scored positions [half, end) of a configuration's regime. */
 static int score_end(const struct eval_params *ep, int regime) {
@@ -406,7 +403,7 @@ static int run_one(const struct run *r, const struct cfg *cf, uint64_t seed, con
     int end = score_end(ep, cf->regime);
     nx_ctx *p = make_spec(r->m, ep, cf->spec, cf->density, cf->regime, cf->budget, 1, seed);
     if (!p) return -1;
-    bool oracle = is_oracle(cf->spec);
+    bool oracle = eval_spec_is_oracle(cf->spec);
     int rc = ctx_attn_probe_enable(p) ? -1 : 0;
     if (oracle) {
         /* decode through the scored queries, drop them, decode them again compressed */
@@ -489,7 +486,7 @@ static int stream_item(int s, void *rec, void *arg) {
         struct cell *c = &cells[k];
         int ns = eval_spec_stochastic(cf->spec) ? r->seeds : 1;
         memset(c, 0, sizeof *c);
-        if (is_oracle(cf->spec) && cf->regime == NX_KV_REGIME_STREAM) {
+        if (eval_spec_is_oracle(cf->spec) && cf->regime == NX_KV_REGIME_STREAM) {
             /* the oracle sees the scored queries before one compression: prefill only */
             c->kl = c->top1 = c->nll = c->lr = c->kv = c->aerr = c->mass = NAN;
             for (int l = 0; l < ATT_LAYERS; l++) c->aerr_l[l] = NAN;

@@ -81,6 +81,10 @@ bool eval_spec_stochastic(const char *spec) {
     return true;
 }
 
+bool eval_spec_is_oracle(const char *spec) {
+    return !strncmp(spec, "oracle", 6) && (spec[6] == 0 || spec[6] == '/');
+}
+
 nx_status eval_check_policies(char **pols, int n, const char *cmd) {
     if (n == 0) {
         fprintf(stderr, "%s: empty --policies\n", cmd);

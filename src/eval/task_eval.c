@@ -249,15 +249,9 @@ static int run_inst(const nx_model *m, const struct nx_ctx_params *cp, const str
 
 enum { TE_MAX_TASKS = 8, TE_MAX_SEEDS = 64 };
 
-static const char *te_regime_name(int regime) {
-    return regime == NX_KV_REGIME_STREAM ? "stream" : "prefill";
-}
-
-/* Whether a spec runs in a regime: the oracle decodes the whole instance as one prompt, so it
-   has no stream-regime form. */
+/* Whether a spec runs in a regime (the oracle: prefill only). */
 static bool te_runs_in(const char *spec, int regime) {
-    return regime == NX_KV_REGIME_PREFILL || strncmp(spec, "oracle", 6) != 0 ||
-           (spec[6] != '\0' && spec[6] != '/');
+    return regime == NX_KV_REGIME_PREFILL || !eval_spec_is_oracle(spec);
 }
 
 /* One configuration x seed over every instance (eval_parmap items: one instance each). */
@@ -367,7 +361,7 @@ static nx_status te_svg(const char *path, const char *const *pols, int np, const
             }
             ser[ri * np + ns++] = (struct svg_series){pols[pi], x, y, e, nd};
         }
-        snprintf(titles[ri], sizeof titles[ri], "%s regime", te_regime_name(regs[ri]));
+        snprintf(titles[ri], sizeof titles[ri], "%s regime", eval_regime_name(regs[ri]));
         panels[ri] = (struct svg_panel){titles[ri], "density (budget / prompt)", "accuracy",
                                         false, true, ser + ri * np, ns};
     }
@@ -489,7 +483,7 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
             for (int k = 0; !rc && k < ns; k++) {
                 char label[160];
                 snprintf(label, sizeof label, "%s d=%s %s seed %d", pols[pi], dens_s[di],
-                         te_regime_name(regs[ri]), k);
+                         eval_regime_name(regs[ri]), k);
                 job.spec = pols[pi];
                 job.density = dens[di];
                 job.regime = regs[ri];
@@ -529,7 +523,7 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
             if (!te_runs_in(pols[pi], regs[ri]) || !te_runs_in(ref, regs[ri])) continue;
             const double *sc = score + (size_t)c * (size_t)nq;
             const double *rs = score + (size_t)rc_i * (size_t)nq;
-            const char *rname = is_full ? "any" : te_regime_name(regs[ri]);
+            const char *rname = is_full ? "any" : eval_regime_name(regs[ri]);
             for (int ti = -1; ti < n_names; ti++) {
                 double sum = 0, sd = 0, sdd = 0;
                 int n = 0;

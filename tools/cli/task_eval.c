@@ -7,16 +7,11 @@
 #include <string.h>
 
 #include "args.h"
+#include "eval/eval.h"
 #include "eval/task_eval.h"
 #include "nexus.h"
 
 enum { TE_MAX_ITEMS = 32 };
-
-static int split_list(char *s, char **out, int max) {
-    int n = 0;
-    for (char *p = strtok(s, ","); p && n < max; p = strtok(NULL, ",")) out[n++] = p;
-    return n;
-}
 
 static void usage(FILE *o) {
     fprintf(o, "usage: nexus task-eval -m MODEL --tasks FILE.jsonl [--policies full,streaming,...]\n"
@@ -67,8 +62,8 @@ int task_eval_main(int argc, char **argv) {
     snprintf(den_buf, sizeof den_buf, "%s", den_arg);
     snprintf(reg_buf, sizeof reg_buf, "%s", reg_arg);
     char *pols[TE_MAX_ITEMS], *dens_s[TE_MAX_ITEMS], *regs_s[TE_MAX_ITEMS];
-    int np = split_list(pol_buf, pols, TE_MAX_ITEMS), nd = split_list(den_buf, dens_s, TE_MAX_ITEMS);
-    int nr = split_list(reg_buf, regs_s, TE_MAX_ITEMS);
+    int np = eval_split_list(pol_buf, pols, TE_MAX_ITEMS), nd = eval_split_list(den_buf, dens_s, TE_MAX_ITEMS);
+    int nr = eval_split_list(reg_buf, regs_s, TE_MAX_ITEMS);
     double dens[TE_MAX_ITEMS];
     for (int i = 0; i < nd; i++) {
         if (!args_double(dens_s[i], &dens[i]) || !(dens[i] > 0 && dens[i] <= 1)) {
@@ -82,9 +77,7 @@ int task_eval_main(int argc, char **argv) {
         return 2;
     }
     for (int i = 0; i < nr; i++) {
-        if (!strcmp(regs_s[i], "prefill")) regs[i] = NX_KV_REGIME_PREFILL;
-        else if (!strcmp(regs_s[i], "stream")) regs[i] = NX_KV_REGIME_STREAM;
-        else {
+        if ((regs[i] = eval_regime_from_name(regs_s[i])) < 0) {
             fprintf(stderr, "nexus task-eval: unknown regime '%s' (prefill or stream)\n", regs_s[i]);
             return 2;
         }
