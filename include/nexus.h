@@ -237,7 +237,9 @@ NX_API struct nx_kv_params nx_kv_default_params(void);
  *   0), "pool.kernel" (snapkv / pyramidkv / adakv
  *   key pooling kernel, >= 1; 7), "pool.max" (1: max pooling, 0: average; 1),
  *   "pyramidkv.beta" (> 0; 20), "adakv.alpha" (floor fraction in [0, 1]; 0.2),
- *   "morphkv.max" (1: max over window rows; 0).
+ *   "morphkv.max" (1: max over window rows; 0), "oracle.values" (1: the oracle ranks past
+ *   tokens by how far removing one moves the future queries' attention outputs; 0: by the
+ *   attention mass they get).
  * INVALID_ARG (p unchanged) for an unknown name, a value out of range, or a full option list.
  */
 NX_API nx_status nx_kv_params_set(struct nx_kv_params *p, const char *name, double value);

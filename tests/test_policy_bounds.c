@@ -10,7 +10,8 @@
  *   score (kvp_snap_scores, tested against its own oracle in test_policy.c); the oracle
  *   policy's kept past tokens must hold more future attention than any evicted one; topk keeps
  *   the K largest weights of kvp_nexus_weights; per-head equals the shared selection run on
- *   each KV head alone; match_kv holds keep tokens to within block / 2.
+ *   each KV head alone; match_kv holds keep tokens to within block / 2; the value-aware
+ *   oracle equals a from-scratch greedy over the output error computed here.
  */
 #include <math.h>
 #include <stdint.h>
@@ -184,6 +185,95 @@ TEST(oracle_keeps_future_attention) {
                 else ev_max = fmax(ev_max, mass[i]);
             }
             ASSERT_TRUE(kept_min >= ev_max * (1 - 1e-6));
+        }
+        free(L);
+    }
+}
+
+/* Window row w of query head h: causal attention probabilities over the n keys (double). */
+static void row_probs(const struct kv_layer_view *v, int32_t g, int32_t h, int32_t w, double *z) {
+    const int64_t n = v->n_tokens;
+    const float *q = v->win_q + ((size_t)w * NH + (size_t)h) * HD;
+    double mx = -1e300, tot = 0;
+    for (int64_t i = 0; i < n; i++) {
+        z[i] = -INFINITY;
+        if (v->pos[i] > v->win_pos[w]) continue;
+        double d = 0;
+        for (int e = 0; e < HD; e++) d += (double)q[e] * v->k[((size_t)g * n + i) * HD + e];
+        z[i] = d / sqrt((double)HD);
+        mx = fmax(mx, z[i]);
+    }
+    for (int64_t i = 0; i < n; i++) tot += isinf(z[i]) ? 0 : exp(z[i] - mx);
+    for (int64_t i = 0; i < n; i++) z[i] = isinf(z[i]) ? 0 : exp(z[i] - mx) / tot;
+}
+
+/* Summed squared error of KV head g's window outputs when only `kept` keys remain. */
+static double output_error(const struct kv_layer_view *v, const float *vals, int32_t g,
+                           const uint8_t *kept) {
+    const int64_t n = v->n_tokens;
+    double err = 0;
+    for (int32_t h = g * (NH / NKV); h < (g + 1) * (NH / NKV); h++)
+        for (int32_t w = 0; w < v->n_win; w++) {
+            double z[400], o[HD] = {0}, ok[HD] = {0}, mass = 0, e2 = 0;
+            row_probs(v, g, h, w, z);
+            for (int64_t i = 0; i < n; i++)
+                for (int e = 0; e < HD; e++) {
+                    double t = z[i] * vals[((size_t)g * n + i) * HD + e];
+                    o[e] += t;
+                    if (kept[i]) ok[e] += t;
+                }
+            for (int64_t i = 0; i < n; i++) mass += kept[i] ? z[i] : 0;
+            for (int e = 0; e < HD; e++) e2 += (ok[e] / mass - o[e]) * (ok[e] / mass - o[e]);
+            err += e2;
+        }
+    return err;
+}
+
+/* oracle/values against a from-scratch greedy: start from the always-kept tokens (sink, the
+   recent past, the future region), add the middle token whose addition gives the smallest
+   output_error (ties: the lower index) until the budget is met; the policy's incremental
+   updates must pick exactly the same tokens. Without values it refuses. */
+TEST(oracle_values_is_the_greedy_output_error_selection) {
+    for (uint64_t seed = 1; seed <= 6; seed++) {
+        struct layer *L = malloc(sizeof *L);
+        const int64_t n = 70;
+        const int32_t fut = 8;
+        make_layer(L, seed, n, fut);
+        static float vals[NKV * 70 * HD];
+        uint64_t r = seed + 1234;
+        for (int64_t i = 0; i < NKV * n * HD; i++) vals[i] = t_gauss(&r);
+        struct kv_policy_params pp = params();
+        pp.oracle_values = true;
+        uint8_t m[NKV * 70];
+        ASSERT_EQ(sel("oracle", &L->v, 24 + fut, &pp, m), NX_STATUS_INVALID_ARG); /* no v */
+        L->v.v = vals;
+        ASSERT_TRUE(kv_policy_needs_values(kv_policy_find("oracle"), &pp));
+        ASSERT_TRUE(!kv_policy_needs_values(kv_policy_find("snapkv"), &pp));
+        ASSERT_OK(sel("oracle", &L->v, 24 + fut, &pp, m));
+        for (int32_t g = 0; g < NKV; g++) {
+            uint8_t ref[70];
+            const int64_t past = n - fut, lo = 4, hi = past - 6;
+            for (int64_t i = 0; i < n; i++) ref[i] = i < lo || i >= hi;
+            for (int64_t k = count(ref, n); k < 24 + fut; k++) {
+                int64_t best = -1;
+                double be = INFINITY;
+                for (int64_t i = lo; i < hi; i++) {
+                    if (ref[i]) continue;
+                    ref[i] = 1;
+                    double e = output_error(&L->v, vals, g, ref);
+                    ref[i] = 0;
+                    if (e < be) be = e, best = i;
+                }
+                ref[best] = 1;
+            }
+            ASSERT_TRUE(memcmp(ref, m + g * n, (size_t)n) == 0);
+            /* and it moves the outputs less than the mass-ranked oracle's set */
+            uint8_t mm[NKV * 70];
+            pp.oracle_values = false;
+            ASSERT_OK(sel("oracle", &L->v, 24 + fut, &pp, mm));
+            pp.oracle_values = true;
+            ASSERT_TRUE(output_error(&L->v, vals, g, ref) <=
+                        output_error(&L->v, vals, g, mm + g * n) + 1e-12);
         }
         free(L);
     }

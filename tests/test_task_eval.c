@@ -107,14 +107,14 @@ static int same_file(const char *a, const char *b) {
     return same;
 }
 
-/* Same seed, same numbers, for 1, 2 and 4 threads: every bound, Nexus variants with fixed and
+/* Same seed, same numbers, for 1, 2 and 4 threads: every bound (both oracles), Nexus variants with fixed and
    fresh draws, several eviction seeds. */
 TEST(same_numbers_for_every_thread_count) {
     char tasks[256], a[256], b[256];
     double expect;
     ASSERT_EQ(write_tasks(test_tmp_path("t.jsonl", tasks, sizeof tasks), &expect), 0);
     const char *pols = "full,nexus,nexus/fresh/topk,nexus/perhead/matchkv,snapkv,random,bottomk,"
-                       "oracle";
+                       "oracle,oracle/values";
     const char *threads[] = {"1", "2", "4"};
     test_tmp_path("a.json", a, sizeof a);
     for (int i = 0; i < 3; i++) {
@@ -129,6 +129,7 @@ TEST(same_numbers_for_every_thread_count) {
        oracle (it knows the future queries) answers at least what random selection does */
     ASSERT_TRUE(acc_of(a, "nexus") >= 0 && acc_of(a, "nexus") <= acc_of(a, "full"));
     ASSERT_TRUE(acc_of(a, "oracle") >= acc_of(a, "random"));
+    ASSERT_TRUE(acc_of(a, "oracle/values") >= acc_of(a, "random"));
 }
 
 /*

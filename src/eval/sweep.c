@@ -39,7 +39,7 @@ int eval_policy_spec(const char *spec, struct nx_kv_params *kv, char *name, size
         const char *word, *opt;
     } words[] = {{"topk", "nexus.select_topk"}, {"fresh", "nexus.fresh_draws"},
                  {"perhead", "nexus.per_head"}, {"matchkv", "nexus.match_kv"},
-                 {"meanvec", "nexus.mean_vectors"}};
+                 {"meanvec", "nexus.mean_vectors"}, {"values", "oracle.values"}};
     char buf[256];
     snprintf(buf, sizeof buf, "%s", spec);
     char *save = NULL, *tok = strtok_r(buf, "/", &save);

@@ -21,7 +21,8 @@
  *   reservoir) runs N eviction seeds (seed .. seed + N - 1); a query's score is its mean over
  *   the seeds, so the SE stays paired over queries.
  * - A policy spec is NAME or NAME/OPT/OPT... (eval_policy_spec in src/eval/eval.h): for
- *   nexus, topk, fresh, perhead, matchkv, meanvec; or any option as name=value.
+ *   nexus, topk, fresh, perhead, matchkv, meanvec; for the oracle, values; or any option as
+ *   name=value.
  * - KV held: the KV bytes (all layers and heads, whole blocks) right after the prompt as a
  *   share of the dense cache's on the same instance, and layer 0 / head 0's tokens as a share
  *   of P.

@@ -12,7 +12,7 @@
  * (select_ragged: adakv) get all the heads' views at once and are held to the layer total
  * n_head_kv * budget instead of a per-head budget.
  *
- * Buffers: per thread, one worst-case view (keys as floats, positions per head, accumulators,
+ * Buffers: per thread, one worst-case view (keys, and values for a policy that reads them, as floats, positions per head, accumulators,
  * window), the keep mask and the policy scratch, all sized at init from max_tokens, in one
  * struct kv_evict_bufs a context shares between its sequences' evictors. kv_evict_layer only
  * touches its layer's tables (of its sequence) and its thread's buffers, so layers run in
@@ -28,6 +28,7 @@
 
 struct evict_buf {
     float *k;        /* (n_head_kv, max_tokens, head_dim) */
+    float *v;        /* the same for values, or NULL (kv_evict_bufs_want_values) */
     int32_t *pos;    /* (n_head_kv, max_tokens) */
     float *acc;      /* (n_head_kv, max_tokens) */
     float *win_q;    /* (window, n_head, head_dim) */
@@ -41,6 +42,7 @@ struct evict_buf {
 
 struct kv_evict_bufs {
     int n_threads;
+    int32_t n_head;
     int32_t window;
     int64_t max_tokens;
     struct evict_buf *bufs; /* (n_threads) */
@@ -75,6 +77,7 @@ nx_status kv_evict_bufs_init(const struct kv_cache *kv, int32_t n_head, int32_t 
     struct kv_evict_bufs *e = nx_calloc(1, sizeof *e);
     if (!e) return NX_STATUS_NOMEM;
     e->n_threads = n_threads;
+    e->n_head = n_head;
     e->window = window;
     e->max_tokens = max_tokens;
     size_t W = (size_t)window, hd = (size_t)kv->p.head_dim, qr = (size_t)n_head * hd;
@@ -113,6 +116,7 @@ void kv_evict_bufs_free(struct kv_evict_bufs *e) {
         for (int t = 0; t < e->n_threads; t++) {
             struct evict_buf *b = &e->bufs[t];
             nx_free(b->k);
+            nx_free(b->v);
             nx_free(b->pos);
             nx_free(b->acc);
             nx_free(b->win_q);
@@ -124,6 +128,41 @@ void kv_evict_bufs_free(struct kv_evict_bufs *e) {
         }
     nx_free(e->bufs);
     nx_free(e);
+}
+
+nx_status kv_evict_bufs_want_values(struct kv_evict_bufs *e, const struct kv_cache *kv) {
+    if (e->bufs[0].v) return NX_STATUS_OK;
+    static const float any_values = 0.0f; /* only v != NULL matters to the size */
+    struct kv_layer_view worst = {.layer = 0, .n_layer = kv->p.n_layer, .n_head = e->n_head,
+                                  .n_head_kv = kv->p.n_head_kv, .head_dim = kv->p.head_dim,
+                                  .n_tokens = e->max_tokens, .n_win = e->window,
+                                  .v = &any_values};
+    size_t bytes = kv_policy_scratch_bytes(&worst);
+    size_t cells = (size_t)kv->p.n_head_kv * (size_t)e->max_tokens * (size_t)kv->p.head_dim;
+    float **v = nx_calloc((size_t)e->n_threads, sizeof *v);
+    void **sc = nx_calloc((size_t)e->n_threads, sizeof *sc);
+    bool ok = v && sc && bytes != SIZE_MAX;
+    for (int t = 0; ok && t < e->n_threads; t++) {
+        v[t] = nx_malloc(cells * sizeof(float));
+        sc[t] = nx_malloc_aligned(bytes);
+        ok = v[t] && sc[t];
+    }
+    if (ok)
+        for (int t = 0; t < e->n_threads; t++) { /* all or nothing */
+            struct evict_buf *b = &e->bufs[t];
+            nx_free_aligned(b->scratch);
+            b->scratch = sc[t];
+            b->scratch_bytes = bytes;
+            b->v = v[t];
+        }
+    else
+        for (int t = 0; v && sc && t < e->n_threads; t++) {
+            nx_free(v[t]);
+            nx_free_aligned(sc[t]);
+        }
+    nx_free(v);
+    nx_free(sc);
+    return ok ? NX_STATUS_OK : NX_STATUS_NOMEM;
 }
 
 int kv_evict_bufs_threads(const struct kv_evict_bufs *b) { return b->n_threads; }
@@ -208,14 +247,16 @@ static int32_t pos_at(const struct kv_cache *kv, const struct kv_table *t, int64
     return kv_block_pos(kv, kv_slot_block(kv, t, i))[i % kv->p.block];
 }
 
-/* Gather head h's keys (as floats), accumulators and (optionally) positions into the buffers. */
-static void gather_head(const struct kv_cache *kv, const struct kv_table *t, float *k, float *acc,
-                        int32_t *pos) {
+/* Gather head h's keys (as floats), accumulators and (optionally) values and positions into the
+ * buffers. */
+static void gather_head(const struct kv_cache *kv, const struct kv_table *t, float *k, float *v,
+                        float *acc, int32_t *pos) {
     const int64_t B = kv->p.block, hd = kv->p.head_dim;
     for (int64_t i0 = 0; i0 < t->n_tokens; i0 += B) {
         int32_t b = t->blocks[i0 / B];
         int64_t n = NX_MIN(B, t->n_tokens - i0);
         kern_load_kv(kv->p.type, n * hd, kv_block_k(kv, b), k + i0 * hd);
+        if (v) kern_load_kv(kv->p.type, n * hd, kv_block_v(kv, b), v + i0 * hd);
         if (acc && kv->acc_pool) memcpy(acc + i0, kv_block_acc(kv, b), sizeof(float) * (size_t)n);
         if (pos) memcpy(pos + i0, kv_block_pos(kv, b), sizeof(int32_t) * (size_t)n);
     }
@@ -272,6 +313,7 @@ static void evict_ragged(struct kv_evictor *e, struct kv_evict_bufs *eb, int lay
     pp.eviction_index = (uint64_t)e->rounds;
     struct kv_layer_view *views = b->views;
     uint8_t **rows = b->rows;
+    const bool want_v = kv_policy_needs_values(e->p.policy, &pp) && b->v;
     int64_t total = 0, last = 0;
     for (int h = 0; h < nkv; h++) {
         int64_t n = tabs[h].n_tokens;
@@ -282,13 +324,14 @@ static void evict_ragged(struct kv_evictor *e, struct kv_evict_bufs *eb, int lay
     if (total <= nkv * kv_policy_layer_keep(e->p.policy, &lv, budget, &pp)) return;
     for (int h = 0; h < nkv; h++) {
         float *k = b->k + (size_t)h * mt * (size_t)hd, *acc = b->acc + (size_t)h * mt;
+        float *v = want_v ? b->v + (size_t)h * mt * (size_t)hd : NULL;
         int32_t *pos = b->pos + (size_t)h * mt;
         float *wq = b->win_q + (size_t)h * W * (size_t)G * (size_t)hd;
         int32_t *wp = b->win_pos; /* the same positions for every head */
-        gather_head(kv, &tabs[h], k, acc, pos);
+        gather_head(kv, &tabs[h], k, v, acc, pos);
         views[h] = (struct kv_layer_view){.layer = layer, .n_layer = kv->p.n_layer, .n_head = G,
                                           .n_head_kv = 1, .head_dim = hd,
-                                          .n_tokens = tabs[h].n_tokens, .pos = pos, .k = k,
+                                          .n_tokens = tabs[h].n_tokens, .pos = pos, .k = k, .v = v,
                                           .win_q = wq, .win_pos = wp,
                                           .acc_attn = e->p.policy->needs_acc_attn ? acc : NULL};
         views[h].n_win = gather_window(e, layer, h * G, G, wq, wp);
@@ -314,6 +357,7 @@ void kv_evict_layer(struct kv_evictor *e, struct kv_evict_bufs *eb, int layer, i
     struct kv_policy_params pp = e->p.pp;
     pp.eviction_index = (uint64_t)e->rounds;
     bool aligned = heads_aligned(e, layer);
+    const bool want_v = kv_policy_needs_values(pol, &pp) && b->v;
     if (!aligned && pol->select_ragged) {
         evict_ragged(e, eb, layer, budget, ith);
         return;
@@ -326,7 +370,7 @@ void kv_evict_layer(struct kv_evictor *e, struct kv_evict_bufs *eb, int layer, i
         struct kv_layer_view view = {.layer = layer, .n_layer = kv->p.n_layer,
                                      .n_head = aligned ? e->p.n_head : G, .n_head_kv = nh,
                                      .head_dim = hd, .n_tokens = n, .pos = b->pos, .k = b->k,
-                                     .win_q = b->win_q, .win_pos = b->win_pos,
+                                     .v = want_v ? b->v : NULL, .win_q = b->win_q, .win_pos = b->win_pos,
                                      .acc_attn = pol->needs_acc_attn ? b->acc : NULL};
         if (n == 0) continue;
         /* the layer's budget from the stream length (pyramid layers differ); skip when within */
@@ -335,7 +379,7 @@ void kv_evict_layer(struct kv_evictor *e, struct kv_evict_bufs *eb, int layer, i
         if (n <= kv_policy_layer_keep(pol, &lv, budget, &pp)) continue;
         for (int h = 0; h < nh; h++)
             gather_head(kv, &t0[h], b->k + (size_t)h * (size_t)n * (size_t)hd,
-                        b->acc + (size_t)h * (size_t)n, h == 0 ? b->pos : NULL);
+                        want_v ? b->v + (size_t)h * (size_t)n * (size_t)hd : NULL, b->acc + (size_t)h * (size_t)n, h == 0 ? b->pos : NULL);
         view.n_win = gather_window(e, layer, aligned ? 0 : h0 * G, aligned ? e->p.n_head : G,
                                    b->win_q, b->win_pos);
         struct kv_selection sel = {.keep = b->keep};

@@ -38,6 +38,10 @@ struct kv_evict_bufs;
  * windows of up to `window` queries of n_head heads. Errors: INVALID_ARG, NOMEM. */
 nx_status kv_evict_bufs_init(const struct kv_cache *kv, int32_t n_head, int32_t window,
                              int n_threads, int64_t max_tokens, struct kv_evict_bufs **out);
+/* Adds the value buffers (as floats, like the keys) a policy that reads values needs
+ * (kv_policy_needs_values); once, later calls do nothing. Not while kv_evict_layer runs.
+ * Errors: NOMEM (b unchanged). */
+nx_status kv_evict_bufs_want_values(struct kv_evict_bufs *b, const struct kv_cache *kv);
 void kv_evict_bufs_free(struct kv_evict_bufs *b);
 /* Most threads that may call kv_evict_layer at once with these buffers (indices 0 .. n-1). */
 int kv_evict_bufs_threads(const struct kv_evict_bufs *b);

@@ -47,6 +47,10 @@ const struct kv_policy *kv_policy_find(const char *name) {
     return NULL;
 }
 
+bool kv_policy_needs_values(const struct kv_policy *policy, const struct kv_policy_params *params) {
+    return policy == &kv_policy_oracle && params->oracle_values;
+}
+
 struct kv_policy_params kv_policy_default_params(void) {
     struct kv_policy_params p;
     memset(&p, 0, sizeof(p));
@@ -105,6 +109,9 @@ nx_status kv_policy_set_option(struct kv_policy_params *pp, const char *name, do
     } else if (strcmp(name, "nexus.match_kv") == 0) {
         if (!flag) return NX_STATUS_INVALID_ARG;
         pp->nexus_match_kv = v == 1;
+    } else if (strcmp(name, "oracle.values") == 0) {
+        if (!flag) return NX_STATUS_INVALID_ARG;
+        pp->oracle_values = v == 1;
     } else if (strcmp(name, "pool.kernel") == 0) {
         if (!whole || v < 1 || v > 1024) return NX_STATUS_INVALID_ARG;
         pp->pool_kernel = (int32_t)v;
@@ -135,6 +142,18 @@ size_t kv_policy_scratch_bytes(const struct kv_layer_view *view) {
     if (!nx_mul_size(hkv, n, &a) || !nx_mul_size(a, 2, &a)) return SIZE_MAX;
     if (!nx_mul_size(n, 8, &b) || !nx_add_size(a, b, &words)) return SIZE_MAX;
     if (!nx_add_size(words, 2 * hkv + hd + 64, &words)) return SIZE_MAX;
+    if (view->v && hkv > 0) {
+        /* the value-aware oracle's greedy state (policy_bounds.c): per query row of one KV
+           head's group 3 doubles per token and 5 more, plus 2 per token */
+        size_t rows, cells, extra;
+        size_t g = view->n_head > 0 ? (size_t)view->n_head / hkv : 0;
+        size_t w = view->n_win > 0 ? (size_t)view->n_win : 0;
+        if (!nx_mul_size(g, w, &rows) || !nx_mul_size(rows, n, &cells) ||
+            !nx_mul_size(cells, 3, &cells) || !nx_mul_size(rows, 5, &extra) ||
+            !nx_add_size(cells, extra, &extra) || !nx_add_size(extra, 2 * n + 64, &extra) ||
+            !nx_add_size(words, extra, &words))
+            return SIZE_MAX;
+    }
     if (!nx_mul_size(words, 8, &bytes) || !nx_add_size(bytes, 1024, &bytes)) return SIZE_MAX;
     return bytes;
 }

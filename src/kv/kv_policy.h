@@ -39,6 +39,8 @@ struct kv_layer_view {
     const int32_t *win_pos; /* (n_win) their positions */
     const float *acc_attn; /* (n_head_kv, n_tokens) H2O cumulative attention (sum over the
                               query heads of the group and over every query row seen), or NULL */
+    const float *v;        /* (n_head_kv, n_tokens, head_dim) values, or NULL: given only when
+                              kv_policy_needs_values() (the value-aware oracle) */
 };
 
 /* Parameters shared by all policies, plus each policy's own (unused fields are ignored). */
@@ -68,6 +70,10 @@ struct kv_policy_params {
                                of one selection shared by every head */
     bool nexus_match_kv;    /* K rounded to the nearest block so the layer holds about `keep`
                                tokens (mean held = keep), instead of rounding down */
+    /* oracle */
+    bool oracle_values;     /* score a past token by how far removing it moves each future
+                               query's attention output (needs the values) instead of by the
+                               attention mass it gets */
     uint64_t seed;
     uint64_t eviction_index; /* counter of eviction events (for fresh draws) */
 };
@@ -109,8 +115,10 @@ struct kv_policy {
 /* Set one parameter by its public option name (nexus.h, nx_kv_params_set): "nexus.walk",
  * "nexus.lambda", "nexus.eps", "nexus.n", "nexus.w_scale", "nexus.fresh_draws",
  * "nexus.mean_vectors", "nexus.select_topk", "nexus.per_head", "nexus.match_kv", "pool.kernel", "pool.max", "pyramidkv.beta", "adakv.alpha",
- * "morphkv.max". INVALID_ARG (pp unchanged) for an unknown name or a value out of range. */
+ * "morphkv.max", "oracle.values". INVALID_ARG (pp unchanged) for an unknown name or a value out of range. */
 nx_status kv_policy_set_option(struct kv_policy_params *pp, const char *name, double v);
+/* Whether select() reads view->v with these parameters (the oracle with oracle_values). */
+bool kv_policy_needs_values(const struct kv_policy *policy, const struct kv_policy_params *params);
 /* Policy by name, or NULL. */
 const struct kv_policy *kv_policy_find(const char *name);
 /* Default parameters (paper / EVICTION.md defaults). */
@@ -118,7 +126,9 @@ struct kv_policy_params kv_policy_default_params(void);
 /*
  * Scratch bytes any policy needs for this view (sized once per context for the worst case):
  * 8 * (2 * n_head_kv * n_tokens + 8 * n_tokens + 2 * n_head_kv + head_dim + 64) + 1024 bytes,
- * SIZE_MAX on overflow.
+ * and when the view carries values (v != NULL: the value-aware oracle) 8 * (3 * R * n_tokens +
+ * 5 * R + 2 * n_tokens + 64) more, R = n_win * n_head / n_head_kv; SIZE_MAX on
+ * overflow.
  * It only grows with n_tokens, n_head_kv and head_dim, so the size for the largest view serves
  * every smaller one.
  */

@@ -121,6 +121,9 @@ nx_status nx_seq_set_kv(nx_ctx *c, nx_seq_id seq, const struct nx_kv_params *kv)
             kv_evict_bufs_init(c->kv, hp->n_head, KV_WINDOW_MAX, c->n_threads_max, c->max_tokens,
                                &c->ev_bufs) != NX_STATUS_OK)
             return ctx_fail(c, NX_STATUS_NOMEM, "set_kv: out of memory for eviction buffers");
+        if (kv_policy_needs_values(pol, &pp) &&
+            kv_evict_bufs_want_values(c->ev_bufs, c->kv) != NX_STATUS_OK)
+            return ctx_fail(c, NX_STATUS_NOMEM, "set_kv: out of memory for the value buffers");
         struct kv_evict_params ep = {.policy = pol, .pp = pp, .density = kv->density,
                                      .budget = kv->budget, .regime = kv->regime,
                                      .window = kv->window, .n_head = hp->n_head, .seq = seq};

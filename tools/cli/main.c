@@ -624,7 +624,7 @@ static void usage(void) {
             "            [--budgets seen,prompt] [--reference full|SPEC] [--seeds N]\n"
             "            [--score-len 64] [--json OUT] [--svg DIR] [--file TEXT]\n"
             "            (SPEC: policy or policy/opt/..., e.g. nexus/topk/fresh; bounds: random,\n"
-            "            bottomk, oracle; -t N runs N streams at once)\n"
+            "            bottomk, oracle, oracle/values; -t N runs N streams at once)\n"
             "  nexus eval-efficiency -m MODEL [--policies full,nexus,...] [--density 0.2]\n"
             "            [--regime stream|prefill] [--prompt 512] [--lengths 1024,4096,8192]\n"
             "            [--json OUT] [--svg DIR]\n"

@@ -22,7 +22,8 @@ static void usage(FILE *o) {
                "  reference. prefill: the prompt is compressed once, at its end; stream: it is\n"
                "  decoded token by token, evicting whenever a layer is a block over its budget.\n"
                "  SPEC: NAME or NAME/OPT/...: nexus/topk, nexus/fresh, nexus/perhead,\n"
-               "  nexus/matchkv, nexus/meanvec, or NAME/option=value (e.g. nexus/nexus.n=1).\n"
+               "  nexus/matchkv, nexus/meanvec, oracle/values, or NAME/option=value (e.g.\n"
+               "  nexus/nexus.n=1).\n"
                "  -t N runs N instances at once (one thread each); same numbers at any N.\n");
 }
 
