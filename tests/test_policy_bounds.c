@@ -84,24 +84,32 @@ static int64_t count(const uint8_t *row, int64_t n) {
     return c;
 }
 
+/* Window row w of query head h: causal attention probabilities over the n keys (double). */
+static void row_probs(const struct kv_layer_view *v, int32_t g, int32_t h, int32_t w, double *z) {
+    const int64_t n = v->n_tokens;
+    const float *q = v->win_q + ((size_t)w * NH + (size_t)h) * HD;
+    double mx = -1e300, tot = 0;
+    for (int64_t i = 0; i < n; i++) {
+        z[i] = -INFINITY;
+        if (v->pos[i] > v->win_pos[w]) continue;
+        double d = 0;
+        for (int e = 0; e < HD; e++) d += (double)q[e] * v->k[((size_t)g * n + i) * HD + e];
+        z[i] = d / sqrt((double)HD);
+        mx = fmax(mx, z[i]);
+    }
+    for (int64_t i = 0; i < n; i++) tot += isinf(z[i]) ? 0 : exp(z[i] - mx);
+    for (int64_t i = 0; i < n; i++) z[i] = isinf(z[i]) ? 0 : exp(z[i] - mx) / tot;
+}
+
 /* Summed causal attention of KV head g's query heads over the window rows onto key i. */
 static void future_mass(const struct kv_layer_view *v, int32_t g, double *out) {
     const int64_t n = v->n_tokens;
     for (int64_t i = 0; i < n; i++) out[i] = 0;
     for (int32_t h = g * (NH / NKV); h < (g + 1) * (NH / NKV); h++)
         for (int32_t w = 0; w < v->n_win; w++) {
-            const float *q = v->win_q + ((size_t)w * NH + (size_t)h) * HD;
-            double z[400], mx = -1e300, tot = 0;
-            for (int64_t i = 0; i < n; i++) {
-                z[i] = -INFINITY;
-                if (v->pos[i] > v->win_pos[w]) continue;
-                double d = 0;
-                for (int e = 0; e < HD; e++) d += (double)q[e] * v->k[((size_t)g * n + i) * HD + e];
-                z[i] = d / sqrt((double)HD);
-                mx = fmax(mx, z[i]);
-            }
-            for (int64_t i = 0; i < n; i++) tot += isinf(z[i]) ? 0 : exp(z[i] - mx);
-            for (int64_t i = 0; i < n; i++) out[i] += isinf(z[i]) ? 0 : exp(z[i] - mx) / tot;
+            double z[400];
+            row_probs(v, g, h, w, z);
+            for (int64_t i = 0; i < n; i++) out[i] += z[i];
         }
 }
 
@@ -188,23 +196,6 @@ TEST(oracle_keeps_future_attention) {
         }
         free(L);
     }
-}
-
-/* Window row w of query head h: causal attention probabilities over the n keys (double). */
-static void row_probs(const struct kv_layer_view *v, int32_t g, int32_t h, int32_t w, double *z) {
-    const int64_t n = v->n_tokens;
-    const float *q = v->win_q + ((size_t)w * NH + (size_t)h) * HD;
-    double mx = -1e300, tot = 0;
-    for (int64_t i = 0; i < n; i++) {
-        z[i] = -INFINITY;
-        if (v->pos[i] > v->win_pos[w]) continue;
-        double d = 0;
-        for (int e = 0; e < HD; e++) d += (double)q[e] * v->k[((size_t)g * n + i) * HD + e];
-        z[i] = d / sqrt((double)HD);
-        mx = fmax(mx, z[i]);
-    }
-    for (int64_t i = 0; i < n; i++) tot += isinf(z[i]) ? 0 : exp(z[i] - mx);
-    for (int64_t i = 0; i < n; i++) z[i] = isinf(z[i]) ? 0 : exp(z[i] - mx) / tot;
 }
 
 /* Summed squared error of KV head g's window outputs when only `kept` keys remain. */

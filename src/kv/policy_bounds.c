@@ -86,6 +86,13 @@ static nx_status bottomk_select(const struct kv_layer_view *view, int64_t keep,
  * and D.v_i is updated in place after each pick from the picked token's dot products with the
  * candidates. Ties: the lower index. Cost per pick O(rows * candidates + candidates * hd).
  */
+/* a . b in double. */
+static double dot_values(const float *a, const float *b, int64_t hd) {
+    double acc = 0.0;
+    for (int64_t d = 0; d < hd; d++) acc += (double)a[d] * (double)b[d];
+    return acc;
+}
+
 static nx_status oracle_values_row(const struct kv_layer_view *view, int32_t h0, int32_t G,
                                    const float *v, int64_t n, int64_t past, int64_t s, int64_t r,
                                    int64_t quota, struct kvp_arena *arena, double *z,
@@ -103,12 +110,7 @@ static nx_status oracle_values_row(const struct kv_layer_view *view, int32_t h0,
     double *vv = kvp_take(arena, (size_t)nc * sizeof(double));       /* |v_i|^2 */
     double *gram = kvp_take(arena, (size_t)nc * sizeof(double));     /* v_pick . v_i */
     if (!zc || !vo || !dv || !st || !vv || !gram) return NX_STATUS_INVALID_ARG;
-    for (int64_t c = 0; c < nc; c++) {
-        const float *vi = v + (lo + c) * hd;
-        double acc = 0.0;
-        for (int64_t d = 0; d < hd; d++) acc += (double)vi[d] * (double)vi[d];
-        vv[c] = acc;
-    }
+    for (int64_t c = 0; c < nc; c++) vv[c] = dot_values(v + (lo + c) * hd, v + (lo + c) * hd, hd);
     for (int64_t rr = 0; rr < R; rr++) {
         int32_t h = h0 + (int32_t)(rr / view->n_win), w = (int32_t)(rr % view->n_win);
         kvp_row_probs(view, h, w, n, z);
@@ -171,12 +173,7 @@ static nx_status oracle_values_row(const struct kv_layer_view *view, int32_t h0,
         if (best < 0) break;
         row[lo + best] = 1;
         const float *vj = v + (lo + best) * hd;
-        for (int64_t c = 0; c < nc; c++) {
-            const float *vi = v + (lo + c) * hd;
-            double acc = 0.0;
-            for (int64_t d = 0; d < hd; d++) acc += (double)vj[d] * (double)vi[d];
-            gram[c] = acc;
-        }
+        for (int64_t c = 0; c < nc; c++) gram[c] = dot_values(vj, v + (lo + c) * hd, hd);
         for (int64_t rr = 0; rr < R; rr++) {
             double *S = st + rr * S_N;
             double zj = zc[rr * nc + best];
