@@ -173,6 +173,17 @@ TEST(eval_same_numbers_for_every_thread_count) {
     ep.reference = "h2o"; /* not among the policies */
     ep.json_path = NULL;
     ASSERT_EQ(eval_run(m, &ep), NX_STATUS_INVALID_ARG);
+    /* a list longer than the sweep holds is refused, never cut short (16 used to drop the
+       17th policy silently) */
+    char many[1024] = "full";
+    for (int i = 0; i < EVAL_MAX_ITEMS; i++) strcat(many, ",random");
+    ep.reference = NULL;
+    ep.policies = many;
+    ASSERT_EQ(eval_run(m, &ep), NX_STATUS_INVALID_ARG);
+    char longlist[1500] = "full";
+    while (strlen(longlist) < 1100) strcat(longlist, ",nexus/nexus.n=5");
+    ep.policies = longlist;
+    ASSERT_EQ(eval_run(m, &ep), NX_STATUS_INVALID_ARG);
     nx_model_free(m);
 }
 

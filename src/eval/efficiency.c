@@ -190,10 +190,12 @@ static nx_status write_svg(const nx_model *m, const struct effi_params *ep, char
 
 nx_status eval_efficiency_run(const nx_model *m, const struct effi_params *ep) {
     char pol_buf[512], len_buf[256];
-    snprintf(pol_buf, sizeof pol_buf, "%s", ep->policies ? ep->policies : "");
-    snprintf(len_buf, sizeof len_buf, "%s", ep->lengths ? ep->lengths : "");
     char *pols[MAX_POL], *ls[MAX_LEN];
-    int np = eval_split_list(pol_buf, pols, MAX_POL), nl = eval_split_list(len_buf, ls, MAX_LEN);
+    int np = eval_split_list(ep->policies, pol_buf, sizeof pol_buf, pols, MAX_POL,
+                             "eval-efficiency", "policies");
+    int nl = eval_split_list(ep->lengths, len_buf, sizeof len_buf, ls, MAX_LEN, "eval-efficiency",
+                             "lengths");
+    if (np < 0 || nl < 0) return NX_STATUS_INVALID_ARG;
     if (eval_check_policies(pols, np, "eval-efficiency")) return NX_STATUS_INVALID_ARG;
     if (!(ep->density > 0 && ep->density <= 1)) {
         fprintf(stderr, "eval-efficiency: --density must be in (0, 1]\n");

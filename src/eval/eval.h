@@ -36,8 +36,11 @@ nx_status eval_run(const nx_model *m, const struct eval_params *p);
 
 /* ---- shared by the eval runners (sweep.c) ---- */
 
-/* Splits a comma-separated list in place; returns the count (at most max). */
-int eval_split_list(char *s, char **items, int max);
+/* Copies the comma-separated list src (NULL = "") into buf (buf_len bytes) and splits it there;
+ * returns the count, or -1 after a message naming CMD and --WHAT on stderr when the list does
+ * not fit in buf or has more than max items: never drops an item silently. */
+int eval_split_list(const char *src, char *buf, size_t buf_len, char **items, int max,
+                    const char *cmd, const char *what);
 /* Parses "prefill" / "stream"; -1 when neither. */
 int eval_regime_from_name(const char *s);
 const char *eval_regime_name(int regime);
@@ -59,28 +62,29 @@ nx_status eval_check_policies(char **pols, int n, const char *cmd);
 /* Parses densities in (0, 1]; NX_STATUS_OK, or INVALID_ARG with a message on stderr. */
 nx_status eval_parse_densities(char **items, int n, float *out, const char *cmd);
 /* The validated lists of a policy x density x regime sweep (names point into the split buffer). */
-enum { EVAL_MAX_ITEMS = 16 };
+enum { EVAL_MAX_ITEMS = 32 };
 struct eval_sweep {
+    char pol_buf[1024], den_buf[256], reg_buf[64]; /* the split copies */
     char *pols[EVAL_MAX_ITEMS];
     float dv[EVAL_MAX_ITEMS];
     int rv[2];
     int np, nd, nr;
 };
-/* Splits the comma lists in place and checks every policy, density (0, 1] and regime;
+/* Splits copies of the comma lists into sw and checks every policy, density (0, 1] and regime;
  * NX_STATUS_OK, or INVALID_ARG with a message (prefixed with cmd) on stderr. */
-nx_status eval_sweep_split(char *policies, char *densities, char *regimes, const char *cmd,
-                           struct eval_sweep *sw);
+nx_status eval_sweep_split(const char *policies, const char *densities, const char *regimes,
+                           const char *cmd, struct eval_sweep *sw);
 /* One configuration of a policy x density x regime sweep. */
 struct eval_sweep_cfg {
     const char *policy;
     float density; /* 1 for full */
     int regime;
 };
-/* The sweep over the comma lists (split in place: policy names point into `policies`); "full"
- * runs once, dense. Returns the count (at most max), or NX_STATUS_INVALID_ARG with a message on
- * stderr. */
-int eval_sweep_parse(char *policies, char *densities, char *regimes, const char *cmd,
-                     struct eval_sweep_cfg *out, int max);
+/* The sweep over the comma lists (split into *sw, which the policy names point into); "full"
+ * runs once, dense. Returns the count, or NX_STATUS_INVALID_ARG with a message on stderr (also
+ * when there are more than max configurations). */
+int eval_sweep_parse(const char *policies, const char *densities, const char *regimes,
+                     const char *cmd, struct eval_sweep *sw, struct eval_sweep_cfg *out, int max);
 /* Creates a directory if it does not exist; NX_STATUS_OK, or INVALID_ARG (a non-directory is in
  * the way) / IO with a message on stderr. */
 nx_status eval_mkdir(const char *dir, const char *cmd);

@@ -697,15 +697,17 @@ static int write_svgs(const struct run *r, const struct eval_sweep *sw, const in
 }
 
 nx_status eval_run(const nx_model *m, const struct eval_params *ep) {
-    char pol_buf[1024], den_buf[256], reg_buf[64], bud_buf[64];
-    snprintf(pol_buf, sizeof pol_buf, "%s", ep->policies ? ep->policies : "");
-    snprintf(den_buf, sizeof den_buf, "%s", ep->densities ? ep->densities : "");
-    snprintf(reg_buf, sizeof reg_buf, "%s", ep->regimes ? ep->regimes : "");
-    snprintf(bud_buf, sizeof bud_buf, "%s", ep->budgets ? ep->budgets : "seen");
+    char bud_buf[64];
     struct eval_sweep sw;
-    if (eval_sweep_split(pol_buf, den_buf, reg_buf, "eval", &sw)) return NX_STATUS_INVALID_ARG;
+    if (eval_sweep_split(ep->policies, ep->densities, ep->regimes, "eval", &sw))
+        return NX_STATUS_INVALID_ARG;
     char *bud[3];
-    int nb = eval_split_list(bud_buf, bud, 3), modes[2];
+    int nb = eval_split_list(ep->budgets ? ep->budgets : "seen", bud_buf, sizeof bud_buf, bud, 3,
+                             "eval", "budgets"), modes[2];
+    if (nb < 1) {
+        fprintf(stderr, "eval: --budgets takes seen, prompt or both\n");
+        return NX_STATUS_INVALID_ARG;
+    }
     for (int i = 0; i < nb; i++) {
         if (nb > 2 || (strcmp(bud[i], "seen") && strcmp(bud[i], "prompt"))) {
             fprintf(stderr, "eval: --budgets takes seen, prompt or both\n");

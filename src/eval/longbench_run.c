@@ -69,19 +69,18 @@ struct ds_acc {
 };
 
 nx_status eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
-    char fbuf[4096], pbuf[512], dbuf[256], rbuf[64];
-    snprintf(fbuf, sizeof fbuf, "%s", lp->data ? lp->data : "");
-    snprintf(pbuf, sizeof pbuf, "%s", lp->policies ? lp->policies : "");
-    snprintf(dbuf, sizeof dbuf, "%s", lp->densities ? lp->densities : "");
-    snprintf(rbuf, sizeof rbuf, "%s", lp->regimes ? lp->regimes : "");
+    char fbuf[4096];
     char *files[MAX_FILES];
-    int nf = eval_split_list(fbuf, files, MAX_FILES);
+    int nf = eval_split_list(lp->data, fbuf, sizeof fbuf, files, MAX_FILES, "eval-longbench", "data");
+    if (nf < 0) return NX_STATUS_INVALID_ARG;
     if (nf == 0) {
         fprintf(stderr, "eval-longbench: no --data file\n");
         return NX_STATUS_INVALID_ARG;
     }
+    struct eval_sweep sw;
     struct eval_sweep_cfg cfgs[MAX_CFG];
-    int nc = eval_sweep_parse(pbuf, dbuf, rbuf, "eval-longbench", cfgs, MAX_CFG);
+    int nc = eval_sweep_parse(lp->policies, lp->densities, lp->regimes, "eval-longbench", &sw, cfgs,
+                              MAX_CFG);
     if (nc < 0) return NX_STATUS_INVALID_ARG;
     /* load everything first: a bad line fails before any generation */
     struct lb_set sets[MAX_FILES];

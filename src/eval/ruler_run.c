@@ -40,17 +40,16 @@ static int32_t count_tokens(void *user, const char *text, size_t len) {
 }
 
 nx_status eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
-    char tbuf[512], pbuf[512], dbuf[256], rbuf[64];
-    snprintf(tbuf, sizeof tbuf, "%s", rp->tasks ? rp->tasks : "all");
-    snprintf(pbuf, sizeof pbuf, "%s", rp->policies ? rp->policies : "");
-    snprintf(dbuf, sizeof dbuf, "%s", rp->densities ? rp->densities : "");
-    snprintf(rbuf, sizeof rbuf, "%s", rp->regimes ? rp->regimes : "");
+    const char *task_list = rp->tasks ? rp->tasks : "all";
+    char tbuf[512];
     char *titems[RULER_N_TASKS + 1];
     int tasks[RULER_N_TASKS], nt = 0;
-    if (!strcmp(tbuf, "all")) {
+    if (!strcmp(task_list, "all")) {
         for (int t = 0; t < RULER_N_TASKS; t++) tasks[nt++] = t;
     } else {
-        int n = eval_split_list(tbuf, titems, RULER_N_TASKS + 1);
+        int n = eval_split_list(task_list, tbuf, sizeof tbuf, titems, RULER_N_TASKS + 1,
+                                "eval-ruler", "tasks");
+        if (n < 0) return NX_STATUS_INVALID_ARG;
         for (int i = 0; i < n; i++) {
             int t = ruler_task_from_name(titems[i]);
             if (t < 0) {
@@ -71,8 +70,10 @@ nx_status eval_ruler_run(const nx_model *m, const struct ruler_params *rp) {
         fprintf(stderr, "eval-ruler: need --samples >= 1, --length >= 16, --max-new >= 0\n");
         return NX_STATUS_INVALID_ARG;
     }
+    struct eval_sweep sw;
     struct eval_sweep_cfg cfgs[MAX_CFG];
-    int nc = eval_sweep_parse(pbuf, dbuf, rbuf, "eval-ruler", cfgs, MAX_CFG);
+    int nc = eval_sweep_parse(rp->policies, rp->densities, rp->regimes, "eval-ruler", &sw, cfgs,
+                              MAX_CFG);
     if (nc < 0) return NX_STATUS_INVALID_ARG;
     double *score = nx_calloc((size_t)(nc * nt), sizeof *score);
     double *ptoks = nx_calloc((size_t)nt, sizeof *ptoks);

@@ -15,11 +15,21 @@
 #include "gen/generate.h"
 #include "kv/kv_policy.h"
 
-int eval_split_list(char *s, char **items, int max) {
+int eval_split_list(const char *src, char *buf, size_t buf_len, char **items, int max,
+                    const char *cmd, const char *what) {
+    if ((size_t)snprintf(buf, buf_len, "%s", src ? src : "") >= buf_len) {
+        fprintf(stderr, "%s: --%s is longer than %zu bytes\n", cmd, what, buf_len - 1);
+        return -1;
+    }
     int n = 0;
     char *save = NULL;
-    for (char *t = strtok_r(s, ",", &save); t && n < max; t = strtok_r(NULL, ",", &save))
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (n == max) {
+            fprintf(stderr, "%s: --%s lists more than %d items\n", cmd, what, max);
+            return -1;
+        }
         items[n++] = t;
+    }
     return n;
 }
 
@@ -115,12 +125,15 @@ nx_status eval_parse_densities(char **items, int n, float *out, const char *cmd)
     return NX_STATUS_OK;
 }
 
-nx_status eval_sweep_split(char *policies, char *densities, char *regimes, const char *cmd,
-                           struct eval_sweep *sw) {
+nx_status eval_sweep_split(const char *policies, const char *densities, const char *regimes,
+                           const char *cmd, struct eval_sweep *sw) {
     char *dens[EVAL_MAX_ITEMS], *regs[3];
-    sw->np = eval_split_list(policies, sw->pols, EVAL_MAX_ITEMS);
-    sw->nd = eval_split_list(densities, dens, EVAL_MAX_ITEMS);
-    sw->nr = eval_split_list(regimes, regs, 3);
+    sw->np = eval_split_list(policies, sw->pol_buf, sizeof sw->pol_buf, sw->pols, EVAL_MAX_ITEMS,
+                             cmd, "policies");
+    sw->nd = eval_split_list(densities, sw->den_buf, sizeof sw->den_buf, dens, EVAL_MAX_ITEMS, cmd,
+                             "densities");
+    sw->nr = eval_split_list(regimes, sw->reg_buf, sizeof sw->reg_buf, regs, 3, cmd, "regimes");
+    if (sw->np < 0 || sw->nd < 0) return NX_STATUS_INVALID_ARG;
     if (eval_check_policies(sw->pols, sw->np, cmd) ||
         eval_parse_densities(dens, sw->nd, sw->dv, cmd))
         return NX_STATUS_INVALID_ARG;
@@ -136,20 +149,22 @@ nx_status eval_sweep_split(char *policies, char *densities, char *regimes, const
     return NX_STATUS_OK;
 }
 
-int eval_sweep_parse(char *policies, char *densities, char *regimes, const char *cmd,
-                     struct eval_sweep_cfg *out, int max) {
-    struct eval_sweep sw;
-    nx_status st = eval_sweep_split(policies, densities, regimes, cmd, &sw);
+int eval_sweep_parse(const char *policies, const char *densities, const char *regimes,
+                     const char *cmd, struct eval_sweep *sw, struct eval_sweep_cfg *out, int max) {
+    nx_status st = eval_sweep_split(policies, densities, regimes, cmd, sw);
     if (st != NX_STATUS_OK) return st;
     int nc = 0;
-    for (int p = 0; p < sw.np; p++) {
-        if (!strcmp(sw.pols[p], "full")) {
-            if (nc < max) out[nc++] = (struct eval_sweep_cfg){sw.pols[p], 1.0f, NX_KV_REGIME_PREFILL};
-            continue;
-        }
-        for (int d = 0; d < sw.nd; d++)
-            for (int r = 0; r < sw.nr && nc < max; r++)
-                out[nc++] = (struct eval_sweep_cfg){sw.pols[p], sw.dv[d], sw.rv[r]};
+    for (int p = 0; p < sw->np; p++) {
+        bool full = !strcmp(sw->pols[p], "full");
+        for (int d = 0; d < (full ? 1 : sw->nd); d++)
+            for (int r = 0; r < (full ? 1 : sw->nr); r++) {
+                if (nc == max) {
+                    fprintf(stderr, "%s: more than %d configurations\n", cmd, max);
+                    return NX_STATUS_INVALID_ARG;
+                }
+                out[nc++] = full ? (struct eval_sweep_cfg){sw->pols[p], 1.0f, NX_KV_REGIME_PREFILL}
+                                 : (struct eval_sweep_cfg){sw->pols[p], sw->dv[d], sw->rv[r]};
+            }
     }
     return nc;
 }

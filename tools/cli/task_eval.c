@@ -59,12 +59,14 @@ int task_eval_main(int argc, char **argv) {
         return 2;
     }
     char pol_buf[1024], den_buf[256], reg_buf[64];
-    snprintf(pol_buf, sizeof pol_buf, "%s", pol_arg);
-    snprintf(den_buf, sizeof den_buf, "%s", den_arg);
-    snprintf(reg_buf, sizeof reg_buf, "%s", reg_arg);
     char *pols[TE_MAX_ITEMS], *dens_s[TE_MAX_ITEMS], *regs_s[TE_MAX_ITEMS];
-    int np = eval_split_list(pol_buf, pols, TE_MAX_ITEMS), nd = eval_split_list(den_buf, dens_s, TE_MAX_ITEMS);
-    int nr = eval_split_list(reg_buf, regs_s, TE_MAX_ITEMS);
+    int np = eval_split_list(pol_arg, pol_buf, sizeof pol_buf, pols, TE_MAX_ITEMS,
+                             "nexus task-eval", "policies");
+    int nd = eval_split_list(den_arg, den_buf, sizeof den_buf, dens_s, TE_MAX_ITEMS,
+                             "nexus task-eval", "densities");
+    int nr = eval_split_list(reg_arg, reg_buf, sizeof reg_buf, regs_s, TE_MAX_ITEMS,
+                             "nexus task-eval", "regimes");
+    if (np < 0 || nd < 0 || nr < 0) return 2;
     double dens[TE_MAX_ITEMS];
     for (int i = 0; i < nd; i++) {
         if (!args_double(dens_s[i], &dens[i]) || !(dens[i] > 0 && dens[i] <= 1)) {
