@@ -127,7 +127,8 @@ TEST(eval_same_numbers_for_every_thread_count) {
     close(mkstemp(b));
     struct nx_ctx_params base = nx_ctx_default_params();
     base.kv_block = base.kv.sink = base.kv.recent = 8;
-    struct eval_params ep = {.policies = "full,random,oracle,oracle/values,snapkv,nexus,nexus/topk/fresh",
+    struct eval_params ep = {.policies = "full,random,oracle,oracle/values,snapkv,nexus,"
+                                         "nexus/topk/fresh",
                              .densities = "0.2", .regimes = "prefill,stream",
                              .budgets = "seen,prompt", .streams = 4, .stream_len = 192,
                              .seeds = 2, .score_len = 48, .threads = 1, .seed = 5,

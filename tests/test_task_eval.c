@@ -107,8 +107,8 @@ static int same_file(const char *a, const char *b) {
     return same;
 }
 
-/* Same seed, same numbers, for 1, 2 and 4 threads: every bound (both oracles), Nexus variants with fixed and
-   fresh draws, several eviction seeds. */
+/* Same seed, same numbers, for 1, 2 and 4 threads: every bound (both oracles), Nexus variants
+   with fixed and fresh draws, several eviction seeds. */
 TEST(same_numbers_for_every_thread_count) {
     char tasks[256], a[256], b[256];
     double expect;

@@ -71,7 +71,8 @@ struct ds_acc {
 nx_status eval_longbench_run(const nx_model *m, const struct longbench_params *lp) {
     char fbuf[4096];
     char *files[MAX_FILES];
-    int nf = eval_split_list(lp->data, fbuf, sizeof fbuf, files, MAX_FILES, "eval-longbench", "data");
+    int nf = eval_split_list(lp->data, fbuf, sizeof fbuf, files, MAX_FILES, "eval-longbench",
+                             "data");
     if (nf < 0) return NX_STATUS_INVALID_ARG;
     if (nf == 0) {
         fprintf(stderr, "eval-longbench: no --data file\n");

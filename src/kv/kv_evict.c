@@ -12,8 +12,9 @@
  * (select_ragged: adakv) get all the heads' views at once and are held to the layer total
  * n_head_kv * budget instead of a per-head budget.
  *
- * Buffers: per thread, one worst-case view (keys, and values for a policy that reads them, as floats, positions per head, accumulators,
- * window), the keep mask and the policy scratch, all sized at init from max_tokens, in one
+ * Buffers: per thread, one worst-case view (keys as floats, positions per head, accumulators,
+ * window; values as floats too once a policy that reads them is set), the keep mask and the
+ * policy scratch, all sized at init from max_tokens, in one
  * struct kv_evict_bufs a context shares between its sequences' evictors. kv_evict_layer only
  * touches its layer's tables (of its sequence) and its thread's buffers, so layers run in
  * parallel.
@@ -370,7 +371,8 @@ void kv_evict_layer(struct kv_evictor *e, struct kv_evict_bufs *eb, int layer, i
         struct kv_layer_view view = {.layer = layer, .n_layer = kv->p.n_layer,
                                      .n_head = aligned ? e->p.n_head : G, .n_head_kv = nh,
                                      .head_dim = hd, .n_tokens = n, .pos = b->pos, .k = b->k,
-                                     .v = want_v ? b->v : NULL, .win_q = b->win_q, .win_pos = b->win_pos,
+                                     .v = want_v ? b->v : NULL, .win_q = b->win_q,
+                                     .win_pos = b->win_pos,
                                      .acc_attn = pol->needs_acc_attn ? b->acc : NULL};
         if (n == 0) continue;
         /* the layer's budget from the stream length (pyramid layers differ); skip when within */
@@ -379,7 +381,8 @@ void kv_evict_layer(struct kv_evictor *e, struct kv_evict_bufs *eb, int layer, i
         if (n <= kv_policy_layer_keep(pol, &lv, budget, &pp)) continue;
         for (int h = 0; h < nh; h++)
             gather_head(kv, &t0[h], b->k + (size_t)h * (size_t)n * (size_t)hd,
-                        want_v ? b->v + (size_t)h * (size_t)n * (size_t)hd : NULL, b->acc + (size_t)h * (size_t)n, h == 0 ? b->pos : NULL);
+                        want_v ? b->v + (size_t)h * (size_t)n * (size_t)hd : NULL,
+                        b->acc + (size_t)h * (size_t)n, h == 0 ? b->pos : NULL);
         view.n_win = gather_window(e, layer, aligned ? 0 : h0 * G, aligned ? e->p.n_head : G,
                                    b->win_q, b->win_pos);
         struct kv_selection sel = {.keep = b->keep};

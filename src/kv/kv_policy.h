@@ -115,7 +115,8 @@ struct kv_policy {
 /* Set one parameter by its public option name (nexus.h, nx_kv_params_set): "nexus.walk",
  * "nexus.lambda", "nexus.eps", "nexus.n", "nexus.w_scale", "nexus.fresh_draws",
  * "nexus.mean_vectors", "nexus.select_topk", "nexus.per_head", "nexus.match_kv", "pool.kernel", "pool.max", "pyramidkv.beta", "adakv.alpha",
- * "morphkv.max", "oracle.values". INVALID_ARG (pp unchanged) for an unknown name or a value out of range. */
+ * "morphkv.max", "oracle.values". INVALID_ARG (pp unchanged) for an unknown name or a value out
+ * of range. */
 nx_status kv_policy_set_option(struct kv_policy_params *pp, const char *name, double v);
 /* Whether select() reads view->v with these parameters (the oracle with oracle_values). */
 bool kv_policy_needs_values(const struct kv_policy *policy, const struct kv_policy_params *params);

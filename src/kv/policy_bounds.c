@@ -80,11 +80,12 @@ static nx_status bottomk_select(const struct kv_layer_view *view, int64_t keep,
  * gives o' = N / S (N = sum_K z v, S = sum_K z); with D = N - S o the squared error is
  * |D|^2 / S^2 (absolute, not relative: weighting rows by 1 / |o|^2 did worse on both trained
  * models, 0.0021 against 0.0018 KL on nexus-kjv and 0.83 against 0.86 accuracy on
- * nexus-retrieval at 0.1, 8 streams / instances each). K starts as the tokens always kept (sink, recent past,
- * the future region: S > 0 since a row's own token is in it); adding token i (z_i, v_i) gives
- * D + z_i (v_i - o) over S + z_i, so the change needs only z_i, D.v_i, v_i.o, |v_i|^2 per row,
- * and D.v_i is updated in place after each pick from the picked token's dot products with the
- * candidates. Ties: the lower index. Cost per pick O(rows * candidates + candidates * hd).
+ * nexus-retrieval at 0.1, 8 streams / instances each). K starts as the tokens always kept
+ * (sink, recent past, the future region: S > 0 since a row's own token is in it); adding token
+ * i (z_i, v_i) gives D + z_i (v_i - o) over S + z_i, so the change needs only z_i, D.v_i,
+ * v_i.o, |v_i|^2 per row, and D.v_i is updated in place after each pick from the picked
+ * token's dot products with the candidates. Ties: the lower index. Cost per pick
+ * O(rows * candidates + candidates * hd).
  */
 /* a . b in double. */
 static double dot_values(const float *a, const float *b, int64_t hd) {
