@@ -307,6 +307,38 @@ TEST(hostile_templates_fail_cleanly) {
     }
 }
 
+/* The output cap holds for every byte: a write that ends exactly at the cap, then more output
+   (the fuzzer's find: the check ran only when the buffer grew, and a buffer grown at the cap
+   took later writes unchecked, 121 KB past a 64 KiB cap). */
+TEST(output_cap_holds_after_an_exact_fill) {
+    struct { const char *src; size_t cap; bool ok; } cases[] = {
+        {"{{ 'aaaaaaaaaa' }}", 10, true},          /* exactly the cap */
+        {"{{ 'aaaaaaaaaa' }}{{ 'bb' }}", 10, false}, /* then two more bytes */
+        {"{{ 'aaaaaaaaaa' }}x", 10, false},          /* then template text */
+        {"{{ 'a' * 300 }}{{ 'b' }}", 300, false},    /* past the first growth */
+        {"{{ 'a' * 256 }}{{ 'b' * 44 }}", 300, true},
+    };
+    for (size_t i = 0; i < NX_ARRAY_LEN(cases); i++) {
+        nx_chat_template *t = NULL;
+        char err[256] = "", *out = NULL;
+        size_t len = 0;
+        ASSERT_OK(nx_chat_template_parse(cases[i].src, strlen(cases[i].src), &t, err, sizeof err));
+        struct nx_chat_params p = nx_chat_default_params();
+        p.messages_json = "[]";
+        p.max_output = cases[i].cap;
+        nx_status st = nx_chat_render(t, &p, &out, &len, err, sizeof err);
+        if (cases[i].ok) {
+            if (st != NX_STATUS_OK || len != cases[i].cap)
+                FAILF("case %zu: status %d, %zu bytes (want %zu)", i, st, len, cases[i].cap);
+        } else if (st != NX_STATUS_INVALID_ARG || out || !strstr(err, "output longer than")) {
+            FAILF("case %zu: status %d, %zu bytes past a cap of %zu, message \"%s\"", i, st, len,
+                  cases[i].cap, err);
+        }
+        nx_chat_free_string(out);
+        nx_chat_template_free(t);
+    }
+}
+
 TEST(bad_json_input) {
     nx_chat_template *t = NULL;
     char err[256];

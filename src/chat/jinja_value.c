@@ -77,9 +77,11 @@ char *jstrndup(struct jerr_ctx *e, const char *s, size_t n) {
 
 /* ---- buffers ---- */
 void jbuf_put(struct jerr_ctx *e, struct jbuf *b, const char *s, size_t n) {
+    /* the limit on every put, not only when the buffer grows: a put that ends exactly at the
+       limit grows the capacity past it, and later puts would fit without a check (fuzzing) */
+    if (b->limit && b->n + n > b->limit)
+        jerr(e, NX_STATUS_INVALID_ARG, "limit", "output longer than %zu bytes", b->limit);
     if (b->n + n + 1 > b->cap) {
-        if (b->limit && b->n + n > b->limit)
-            jerr(e, NX_STATUS_INVALID_ARG, "limit", "output longer than %zu bytes", b->limit);
         size_t cap = b->cap ? b->cap * 2 : 256;
         while (cap < b->n + n + 1) cap *= 2;
         char *p = jalloc(e, cap);
