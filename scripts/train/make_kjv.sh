@@ -36,7 +36,7 @@ $PY scripts/train/train_lm.py --out x --write-heldout "$W/kjv_heldout.txt"
 # every policy, the Nexus variants and the bounds at densities 0.1 / 0.2 / 0.4, both regimes,
 # budget fixed at density x prompt, 64 held-out streams of 2048 tokens (1024-token prompt)
 nice -n 19 ./build/nexus eval -m "$M/nexus-kjv.gguf" --file "$W/kjv_heldout.txt" \
-    --policies full,random,bottomk,oracle,streaming,h2o,snapkv,pyramidkv,adakv,morphkv,tova,nexus,nexus/topk,nexus/fresh,nexus/perhead,nexus/matchkv \
+    --policies full,random,bottomk,oracle,oracle/values,streaming,h2o,snapkv,pyramidkv,adakv,morphkv,tova,nexus,nexus/topk,nexus/fresh,nexus/perhead,nexus/matchkv \
     --densities 0.1,0.2,0.4 --regimes prefill,stream --budgets prompt --streams 64 \
     --stream-len 2048 --kv-block 16 --kv-sink 16 --kv-recent 16 --seeds 2 --score-len 64 -t 2 \
     --json "$M/eval/policies_2048.json" --svg "$M/eval" > "$M/eval/policies_2048.md"
