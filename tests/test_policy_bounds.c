@@ -225,6 +225,7 @@ static double output_error(const struct kv_layer_view *v, const float *vals, int
    output_error (ties: the lower index) until the budget is met; the policy's incremental
    updates must pick exactly the same tokens. Without values it refuses. */
 TEST(oracle_values_is_the_greedy_output_error_selection) {
+    double err_greedy = 0, err_mass = 0;
     for (uint64_t seed = 1; seed <= 6; seed++) {
         struct layer *L = malloc(sizeof *L);
         const int64_t n = 70;
@@ -258,16 +259,20 @@ TEST(oracle_values_is_the_greedy_output_error_selection) {
                 ref[best] = 1;
             }
             ASSERT_TRUE(memcmp(ref, m + g * n, (size_t)n) == 0);
-            /* and it moves the outputs less than the mass-ranked oracle's set */
+            /* the mass-ranked oracle's set on the same view (values present, option off) */
             uint8_t mm[NKV * 70];
             pp.oracle_values = false;
             ASSERT_OK(sel("oracle", &L->v, 24 + fut, &pp, mm));
             pp.oracle_values = true;
-            ASSERT_TRUE(output_error(&L->v, vals, g, ref) <=
-                        output_error(&L->v, vals, g, mm + g * n) + 1e-12);
+            ASSERT_TRUE(memcmp(mm + g * n, m + g * n, (size_t)n) != 0);
+            err_greedy += output_error(&L->v, vals, g, ref);
+            err_mass += output_error(&L->v, vals, g, mm + g * n);
         }
         free(L);
     }
+    /* greedy is a heuristic: it moves the outputs less than the mass oracle on 7 of these 12
+       heads, not on every one, and less in total (49.5 against 58.6) */
+    ASSERT_TRUE(err_greedy < err_mass);
 }
 
 TEST(nexus_topk_keeps_the_largest_weights) {

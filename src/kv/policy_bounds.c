@@ -214,7 +214,7 @@ static nx_status oracle_select(const struct kv_layer_view *view, int64_t keep,
         uint8_t *row = out->keep + (size_t)g * (size_t)n;
         int64_t s, r;
         kvp_protected(past, params, &s, &r);
-        if (view->v) {
+        if (params->oracle_values) {
             struct kvp_arena sub = arena; /* the greedy state, reused by every head */
             st = oracle_values_row(view, g * group, group,
                                    view->v + (size_t)g * (size_t)n * (size_t)view->head_dim, n,
