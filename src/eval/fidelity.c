@@ -704,21 +704,19 @@ nx_status eval_run(const nx_model *m, const struct eval_params *ep) {
     char *bud[3];
     int nb = eval_split_list(ep->budgets ? ep->budgets : "seen", bud_buf, sizeof bud_buf, bud, 3,
                              "eval", "budgets"), modes[2];
-    if (nb < 1) {
+    bool bad_budget = nb < 1 || nb > 2;
+    for (int i = 0; !bad_budget && i < nb; i++) {
+        bad_budget = strcmp(bud[i], "seen") && strcmp(bud[i], "prompt");
+        modes[i] = strcmp(bud[i], "prompt") ? BUDGET_SEEN : BUDGET_PROMPT;
+    }
+    if (bad_budget) {
         fprintf(stderr, "eval: --budgets takes seen, prompt or both\n");
         return NX_STATUS_INVALID_ARG;
     }
-    for (int i = 0; i < nb; i++) {
-        if (nb > 2 || (strcmp(bud[i], "seen") && strcmp(bud[i], "prompt"))) {
-            fprintf(stderr, "eval: --budgets takes seen, prompt or both\n");
-            return NX_STATUS_INVALID_ARG;
-        }
-        modes[i] = strcmp(bud[i], "prompt") ? BUDGET_SEEN : BUDGET_PROMPT;
-    }
     const char *ref = ep->reference ? ep->reference : "full";
     int seeds = ep->seeds > 0 ? ep->seeds : 1;
-    if (nb < 1 || seeds > MAX_SEEDS || ep->score_len < 0) {
-        fprintf(stderr, "eval: need 1-2 budget rules, 1-%d seeds, score length >= 0\n", MAX_SEEDS);
+    if (seeds > MAX_SEEDS || ep->score_len < 0) {
+        fprintf(stderr, "eval: need 1-%d seeds, score length >= 0\n", MAX_SEEDS);
         return NX_STATUS_INVALID_ARG;
     }
     if (ep->streams < 1 || ep->stream_len < 8) {

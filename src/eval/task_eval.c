@@ -510,7 +510,8 @@ nx_status task_eval_run(const nx_model *m, const struct task_eval_params *p) {
     nx_free(dense_ok);
     nx_progress_finish(&pg);
     json_t *jout = json_array();
-    double *acc_all = nx_malloc(sizeof *acc_all * (size_t)ncfg), *se_all = nx_malloc(sizeof *se_all * (size_t)ncfg);
+    double *acc_all = nx_malloc(sizeof *acc_all * (size_t)ncfg);
+    double *se_all = nx_malloc(sizeof *se_all * (size_t)ncfg);
     if (!rc && (!acc_all || !se_all)) rc = NX_STATUS_NOMEM;
     for (int c = 0; !rc && c < ncfg; c++) acc_all[c] = se_all[c] = NAN;
     printf("| policy | density | regime | task | queries | accuracy | diff vs %s | paired SE | "

@@ -144,12 +144,12 @@ size_t kv_policy_scratch_bytes(const struct kv_layer_view *view) {
     if (!nx_add_size(words, 2 * hkv + hd + 64, &words)) return SIZE_MAX;
     if (view->v && hkv > 0) {
         /* the value-aware oracle's greedy state (policy_bounds.c): per query row of one KV
-           head's group 3 doubles per token and 5 more, plus 2 per token */
+           head's group 3 doubles per token and 4 more, plus 2 per token */
         size_t rows, cells, extra;
         size_t g = view->n_head > 0 ? (size_t)view->n_head / hkv : 0;
         size_t w = view->n_win > 0 ? (size_t)view->n_win : 0;
         if (!nx_mul_size(g, w, &rows) || !nx_mul_size(rows, n, &cells) ||
-            !nx_mul_size(cells, 3, &cells) || !nx_mul_size(rows, 5, &extra) ||
+            !nx_mul_size(cells, 3, &cells) || !nx_mul_size(rows, 4, &extra) ||
             !nx_add_size(cells, extra, &extra) || !nx_add_size(extra, 2 * n + 64, &extra) ||
             !nx_add_size(words, extra, &words))
             return SIZE_MAX;

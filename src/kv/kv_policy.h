@@ -128,7 +128,7 @@ struct kv_policy_params kv_policy_default_params(void);
  * Scratch bytes any policy needs for this view (sized once per context for the worst case):
  * 8 * (2 * n_head_kv * n_tokens + 8 * n_tokens + 2 * n_head_kv + head_dim + 64) + 1024 bytes,
  * and when the view carries values (v != NULL: the value-aware oracle) 8 * (3 * R * n_tokens +
- * 5 * R + 2 * n_tokens + 64) more, R = n_win * n_head / n_head_kv; SIZE_MAX on
+ * 4 * R + 2 * n_tokens + 64) more, R = n_win * n_head / n_head_kv; SIZE_MAX on
  * overflow.
  * It only grows with n_tokens, n_head_kv and head_dim, so the size for the largest view serves
  * every smaller one.

@@ -31,7 +31,7 @@
  *   layer; later layers see the outputs of compressed earlier ones. Needs view->v.
  * - Scratch: random and bottomk as snapkv (n_head_kv * n_tokens + 3 * n_tokens doubles +
  *   n_tokens int64); oracle 2 * n_tokens doubles + n_tokens int64, and with values 3 * R *
- *   n_tokens + 5 * R + 2 * n_tokens doubles more (R = window rows x the group's query heads).
+ *   n_tokens + 4 * R + 2 * n_tokens doubles more (R = window rows x the group's query heads).
  */
 #include <math.h>
 #include <string.h>
@@ -98,7 +98,7 @@ static nx_status oracle_values_row(const struct kv_layer_view *view, int32_t h0,
                                    const float *v, int64_t n, int64_t past, int64_t s, int64_t r,
                                    int64_t quota, struct kvp_arena *arena, double *z,
                                    uint8_t *row) {
-    enum { S_MASS, S_DD, S_DO, S_OO, S_W, S_N = 5 }; /* per row: S, |D|^2, D.o, |o|^2, used */
+    enum { S_MASS, S_DD, S_DO, S_OO, S_N = 4 }; /* per row: S, |D|^2, D.o, |o|^2 */
     const int64_t hd = view->head_dim, lo = s, hi = past - r, nc = hi - lo;
     const int64_t R = (int64_t)G * view->n_win;
     if (hd > 256) return NX_STATUS_INVALID_ARG;
@@ -149,7 +149,6 @@ static nx_status oracle_values_row(const struct kv_layer_view *view, int32_t h0,
         S[S_DD] = dd;
         S[S_DO] = dot;
         S[S_OO] = oo;
-        S[S_W] = mass > 0.0 ? 1.0 : 0.0; /* no base mass: ignored (cannot happen in the harness) */
     }
     for (int64_t pick = 0; pick < quota && pick < nc; pick++) {
         int64_t best = -1;
@@ -160,11 +159,12 @@ static nx_status oracle_values_row(const struct kv_layer_view *view, int32_t h0,
             for (int64_t rr = 0; rr < R; rr++) {
                 const double *S = st + rr * S_N;
                 double zi = zc[rr * nc + c];
-                if (!(zi > 0.0) || S[S_W] == 0.0) continue;
+                /* a row with no base mass (never in the harness) has no error to reduce */
+                if (!(zi > 0.0) || !(S[S_MASS] > 0.0)) continue;
                 double sn = S[S_MASS] + zi;
                 double num = S[S_DD] + 2.0 * zi * (dv[rr * nc + c] - S[S_DO]) +
                              zi * zi * (vv[c] - 2.0 * vo[rr * nc + c] + S[S_OO]);
-                gain += S[S_W] * (num / (sn * sn) - S[S_DD] / (S[S_MASS] * S[S_MASS]));
+                gain += num / (sn * sn) - S[S_DD] / (S[S_MASS] * S[S_MASS]);
             }
             if (gain < best_gain) {
                 best_gain = gain;
