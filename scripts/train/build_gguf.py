@@ -30,19 +30,15 @@ def main():
                     help="give BOS (id 1) the embedding of token ID (a model trained without "
                     "BOS: the engine's streams start with it)")
     a = ap.parse_args()
-    st = torch.load(a.ckpt)
-    cfg = nxmodel.Config(**(json.load(open(a.curve))["config"] if a.curve else st["config"]))
-    m = nxmodel.Model(cfg)
-    m.load_state_dict(st["model"])
+    m, st = nxmodel.load_checkpoint(a.ckpt, json.load(open(a.curve))["config"] if a.curve else None)
+    cfg = m.cfg
     if a.bos_like is not None:
         with torch.no_grad():
             m.tok_embd.weight[1] = m.tok_embd.weight[a.bos_like]
     if a.curve_out:
         doc = {"config": cfg.as_dict(), "step": st["step"], "rows": st["log"]}
         doc.update(json.loads(a.meta))
-        with open(a.curve_out + ".tmp", "w") as f:
-            json.dump(doc, f, indent=1)
-        os.replace(a.curve_out + ".tmp", a.curve_out)
+        nxmodel.write_json(a.curve_out, doc, indent=1)
     nxw = a.out + ".nxw"
     tmpl = a.out + ".template.gguf"
     nxmodel.export_nxw(m, nxw)

@@ -28,11 +28,7 @@ EVAL_TAG = 977
 
 
 def load(ckpt, cfg_dict=None):
-    st = torch.load(ckpt)
-    m = nxmodel.Model(nxmodel.Config(**(cfg_dict or st["config"])))
-    m.load_state_dict(st["model"])
-    m.eval()
-    return m
+    return nxmodel.load_checkpoint(ckpt, cfg_dict)[0]
 
 
 def instances(L, task, n):
@@ -122,9 +118,7 @@ def write_ref(model, path, L, n):
                          "check_pos": pos,
                          "argmax": [int(lo[p].argmax()) for p in pos],
                          "logits": [[round(float(v), 5) for v in lo[p]] for p in pos]})
-    with open(path + ".tmp", "w") as f:
-        json.dump({"length": L, "sequences": seqs}, f)
-    os.replace(path + ".tmp", path)
+    nxmodel.write_json(path, {"length": L, "sequences": seqs})
 
 
 def main():
@@ -171,9 +165,7 @@ def main():
         rep["engine"]["length"] = a.engine_len
         print("engine:", json.dumps(rep["engine"]), flush=True)
     if a.json:
-        with open(a.json + ".tmp", "w") as f:
-            json.dump(rep, f, indent=1)
-        os.replace(a.json + ".tmp", a.json)
+        nxmodel.write_json(a.json, rep, indent=1)
 
 
 if __name__ == "__main__":

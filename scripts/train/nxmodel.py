@@ -11,8 +11,12 @@ DESIGN
 - export_nxw writes the tensors in the "NXW1" format that `nexus import` reads: magic "NXW1",
   u32 count, then per tensor u32 name length, name bytes, u32 n_dims, n_dims x i64 ne (GGUF
   order), f32 little-endian data.
+- load_checkpoint and write_json: the checkpoint reading and the atomic JSON writing every
+  training and evaluation script shares.
 """
+import json
 import math
+import os
 import struct
 
 import torch
@@ -194,3 +198,20 @@ def export_nxw(model, path):
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def load_checkpoint(path, cfg_dict=None):
+    """(model in eval mode, the checkpoint dict) from a training checkpoint; cfg_dict overrides
+    the configuration stored in it."""
+    st = torch.load(path)
+    model = Model(Config(**(cfg_dict or st["config"])))
+    model.load_state_dict(st["model"])
+    model.eval()
+    return model, st
+
+
+def write_json(path, obj, indent=None):
+    """obj as JSON to path, atomically (a temporary file, then rename)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f, indent=indent)
+    os.replace(path + ".tmp", path)

@@ -100,11 +100,7 @@ def heldout_loss(model, held, L, n):
 def eval_ctx(a):
     """nll (nats / token) of tokens [1024, 2048) of held-out 2048-token windows, full context
     against sink 4 + the last W tokens (causal_mask's local-only form)."""
-    st = torch.load(a.eval_ctx)
-    cfg = nxmodel.Config(**st["config"])
-    model = nxmodel.Model(cfg)
-    model.load_state_dict(st["model"])
-    model.eval()
+    model, st = nxmodel.load_checkpoint(a.eval_ctx)
     text = kjv_text()
     _, held = split(encode(text))
     L, n = 2048, a.eval_windows
@@ -125,9 +121,7 @@ def eval_ctx(a):
                          "diff_vs_full": float(d.mean()),
                          "diff_se": float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0,
                          "per_window": v}
-    with open(a.out + ".tmp", "w") as f:
-        json.dump(res, f, indent=1)
-    os.replace(a.out + ".tmp", a.out)
+    nxmodel.write_json(a.out, res, indent=1)
     print(json.dumps({k: (round(r["ppl"], 4), round(r["diff_vs_full"], 4), round(r["diff_se"], 4))
                       for k, r in res["nll"].items()}), flush=True)
 
@@ -137,11 +131,7 @@ def write_ref(a):
     """torch's logits on the engine's first held-out stream (BOS, then the tokenizer's dummy-prefix
     space and the held-out text; BOS with the embedding of id --bos-like, as build_gguf.py
     exports it) at a few positions: the oracle tests/test_import.c holds the engine to."""
-    st = torch.load(a.write_ref)
-    cfg = nxmodel.Config(**st["config"])
-    model = nxmodel.Model(cfg)
-    model.load_state_dict(st["model"])
-    model.eval()
+    model, st = nxmodel.load_checkpoint(a.write_ref)
     model.tok_embd.weight[1] = model.tok_embd.weight[a.bos_like]
     text = kjv_text()
     _, held = split(encode(text))
@@ -152,10 +142,9 @@ def write_ref(a):
            "argmax": [int(lo[p].argmax()) for p in pos],
            "logits": [[round(float(v), 5) for v in lo[p]] for p in pos]}
     nll = F.cross_entropy(lo[1023:2047], torch.tensor(toks[1024:2048])).item()
-    with open(a.out + ".tmp", "w") as f:
-        json.dump({"length": len(toks), "checkpoint_step": st["step"], "bos_like": a.bos_like,
-                   "ppl_1024_2047": math.exp(nll), "sequences": [seq]}, f)
-    os.replace(a.out + ".tmp", a.out)
+    nxmodel.write_json(a.out, {"length": len(toks), "checkpoint_step": st["step"],
+                               "bos_like": a.bos_like, "ppl_1024_2047": math.exp(nll),
+                               "sequences": [seq]})
     print("torch ppl of tokens 1024-2047: %.5f" % math.exp(nll), flush=True)
 
 
@@ -245,10 +234,9 @@ def main():
     if step < total:
         print("stopped at step", step, flush=True)
         return None
-    with open(a.out + ".curve.json.tmp", "w") as f:
-        json.dump({"config": cfg.as_dict(), "stages": STAGES, "seed": a.seed, "lr": a.lr,
-                   "text_sha256": hashlib.sha256(text).hexdigest(), "rows": rows}, f, indent=1)
-    os.replace(a.out + ".curve.json.tmp", a.out + ".curve.json")
+    nxmodel.write_json(a.out + ".curve.json",
+                       {"config": cfg.as_dict(), "stages": STAGES, "seed": a.seed, "lr": a.lr,
+                        "text_sha256": hashlib.sha256(text).hexdigest(), "rows": rows}, indent=1)
     print("done", flush=True)
 
 
