@@ -49,8 +49,10 @@ AI __m256i fold8(const __m256i v[8]) {
         t[i] = _mm256_add_epi32(_mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
                                 _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
     /* rows 0-3 (u0) and 4-7 (u1), one partial sum per 128-bit lane */
-    __m256i u0 = _mm256_add_epi32(_mm256_unpacklo_epi64(t[0], t[1]), _mm256_unpackhi_epi64(t[0], t[1]));
-    __m256i u1 = _mm256_add_epi32(_mm256_unpacklo_epi64(t[2], t[3]), _mm256_unpackhi_epi64(t[2], t[3]));
+    __m256i u0 = _mm256_add_epi32(_mm256_unpacklo_epi64(t[0], t[1]),
+                                 _mm256_unpackhi_epi64(t[0], t[1]));
+    __m256i u1 = _mm256_add_epi32(_mm256_unpacklo_epi64(t[2], t[3]),
+                                 _mm256_unpackhi_epi64(t[2], t[3]));
     __m256i lo = _mm256_blend_epi32(u0, u1, 0xF0); /* [u0.lo | u1.hi] */
     __m256i hi = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm256_extracti128_si256(u0, 1)),
                                          _mm256_castsi256_si128(u1), 1); /* [u0.hi | u1.lo] */
