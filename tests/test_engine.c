@@ -5,6 +5,7 @@
  */
 #include <jansson.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/nx_base.h"
@@ -405,6 +406,39 @@ TEST(threadpool_runs_and_barriers) {
         if (n > 1) nx_pool_run(j.pool, pool_fn, &j, 1); /* fewer participants than threads */
         nx_pool_free(j.pool);
     }
+}
+
+static double process_cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static double cpu_ms_while_sleeping(int ms) {
+    double c0 = process_cpu_ms();
+    struct timespec ts = {0, (long)ms * 1000000L};
+    nanosleep(&ts, NULL);
+    return process_cpu_ms() - c0;
+}
+
+static bool prep_ok(int64_t a, int64_t b) {
+    (void)a, (void)b;
+    return true;
+}
+
+/* Idle workers leave their vCPUs alone: a new pool's workers sleep until their first job, and
+ * the one-off preparation job sends them back to sleep (a spinning worker would burn ~5 ms of
+ * CPU per worker here, and slows the driver's vCPU on the project's VMs). */
+TEST(threadpool_idle_workers_sleep) {
+    struct nx_pool *pool;
+    ASSERT_OK(nx_pool_init(4, &pool));
+    double idle = cpu_ms_while_sleeping(40);
+    nx_pool_free(pool);
+    ASSERT_TRUE(idle < 3.0);
+    ASSERT_OK(nx_pool_shared_acquire(4, prep_ok, 1, 1));
+    double after_prep = cpu_ms_while_sleeping(40);
+    nx_pool_shared_release();
+    ASSERT_TRUE(after_prep < 3.0);
 }
 
 /* ---- sampler ---- */

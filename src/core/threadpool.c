@@ -6,6 +6,11 @@
  * steps), then registers in `sleeping` and blocks on the condition variable. The sleeping counter and the
  * generation are both seq_cst, so either the driver sees a sleeper and broadcasts under the
  * mutex, or the sleeper sees the new generation before waiting: no lost wake-up.
+ * A new worker sleeps until its first job, and a one-off job (the per-thread preparation)
+ * sends it back to sleep at once: on the project's 2-vCPU VMs any activity on one vCPU, a
+ * pause loop or even a 50 us nanosleep loop, slows a single-threaded run on the other by
+ * up to 60% (measured with stories260K pinned to one vCPU), so a pool whose model never
+ * needs a second thread must leave that vCPU idle.
  * The barrier is a sense-reversing counter (count + generation): every participant is running
  * when it is used, so it spins, yielding the core after BARRIER_SPINS polls (oversubscribed).
  *
@@ -39,6 +44,7 @@ struct nx_pool {
 
     atomic_int gen;
     atomic_int done;
+    atomic_int spin_after; /* whether workers spin after the current job, or sleep at once */
     atomic_int sleeping;
     atomic_int stop;
 
@@ -62,19 +68,22 @@ static void *worker_main(void *p) {
     nx_free(p);
     struct nx_pool *pool = wa.pool;
     int last = 0;
+    bool spin = false; /* a new worker sleeps until its first job: a pool may be created and
+                          never used (a model too small for a second thread) */
     for (;;) {
         int g;
         int spins = 0;
         double t_spin = 0;
         while ((g = atomic_load(&pool->gen)) == last && !atomic_load(&pool->stop)) {
             /* spin for up to SPIN_SECONDS of wall time (a sleeping vCPU can take milliseconds
-               to wake in a VM, far longer than the gap between two decode steps) */
-            if ((++spins & 1023) != 0) {
+               to wake in a VM, far longer than the gap between two decode steps); after a
+               job that is not followed by others (spin_after 0) sleep at once */
+            if (spin && (++spins & 1023) != 0) {
                 cpu_relax();
                 continue;
             }
             if (t_spin == 0) t_spin = nx_time_s();
-            if (nx_time_s() - t_spin < SPIN_SECONDS) continue;
+            if (spin && nx_time_s() - t_spin < SPIN_SECONDS) continue;
             pthread_mutex_lock(&pool->mu);
             atomic_fetch_add(&pool->sleeping, 1);
             while (atomic_load(&pool->gen) == last && !atomic_load(&pool->stop))
@@ -87,6 +96,8 @@ static void *worker_main(void *p) {
         if (atomic_load(&pool->stop)) return NULL;
         last = g;
         if (wa.ith < pool->nth) pool->fn(pool->arg, wa.ith, pool->nth);
+        /* read before reporting done: the driver may publish the next job right after */
+        spin = atomic_load(&pool->spin_after) != 0;
         atomic_fetch_add_explicit(&pool->done, 1, memory_order_release);
     }
 }
@@ -140,7 +151,10 @@ void nx_pool_free(struct nx_pool *pool) {
 
 int nx_pool_size(const struct nx_pool *pool) { return pool->n; }
 
-void nx_pool_run(struct nx_pool *pool, nx_pool_fn fn, void *arg, int nth) {
+/* spin_after: whether the workers spin for the next job (decode steps come back to back) or
+ * go to sleep at once (a one-off job such as the per-thread preparation: a spinning vCPU
+ * slows its neighbour, see DESIGN). */
+static void pool_run(struct nx_pool *pool, nx_pool_fn fn, void *arg, int nth, bool spin_after) {
     NX_ASSERT(nth >= 1 && nth <= pool->n);
     if (pool->n == 1 || nth == 1) {
         /* one participant: run inline, the workers stay asleep (nx_pool_barrier returns) */
@@ -151,6 +165,7 @@ void nx_pool_run(struct nx_pool *pool, nx_pool_fn fn, void *arg, int nth) {
     pool->fn = fn;
     pool->arg = arg;
     pool->nth = nth;
+    atomic_store(&pool->spin_after, spin_after);
     atomic_store(&pool->done, 0);
     atomic_store(&pool->bar_count, 0);
     atomic_fetch_add(&pool->gen, 1);
@@ -168,6 +183,8 @@ void nx_pool_run(struct nx_pool *pool, nx_pool_fn fn, void *arg, int nth) {
             sched_yield();
     }
 }
+
+void nx_pool_run(struct nx_pool *pool, nx_pool_fn fn, void *arg, int nth) { pool_run(pool, fn, arg, nth, true); }
 
 void nx_pool_barrier(struct nx_pool *pool) {
     int nth = pool->nth;
@@ -213,7 +230,7 @@ static void prep_worker(void *arg, int ith, int nth) {
 static bool run_prep(struct nx_pool *pool, nx_pool_prep_fn fn, int64_t a, int64_t b) {
     struct prep_job j = {.fn = fn, .a = a, .b = b};
     atomic_init(&j.failed, 0);
-    nx_pool_run(pool, prep_worker, &j, pool->n);
+    pool_run(pool, prep_worker, &j, pool->n, false);
     return !atomic_load(&j.failed);
 }
 

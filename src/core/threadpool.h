@@ -4,7 +4,8 @@
  * nx_pool_run(pool, fn, arg, nth) runs fn(arg, ith, nth) for ith = 0..nth-1 at once, on the
  * calling thread (ith 0) and nth-1 workers, and returns when all are done. Inside fn, the
  * participants may synchronise with nx_pool_barrier(pool). Workers spin for a short while after a
- * job (decode issues jobs back to back) and then sleep on a condition variable.
+ * job (decode issues jobs back to back) and then sleep on a condition variable; a new worker
+ * sleeps until its first job.
  * A pool is driven by one thread at a time.
  */
 #ifndef NX_THREADPOOL_H
