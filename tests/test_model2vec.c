@@ -464,6 +464,44 @@ TEST(tok_pretokenizer_variants) {
     }
 }
 
+/* A hostile normalizer chain: each Replace doubles the text ("a" -> "aa"), 24 of them would
+ * turn "aaaa" into 64 MiB. It fails with a message naming the growth, well before that (the
+ * limit is 64x the segment + 64 KiB), and a real chain of the same length (Lowercase) passes. */
+TEST(tok_normalizer_growth_is_bounded) {
+    char path[PATH_MAX + 32], err[512] = "";
+    snprintf(path, sizeof path, "%s/tokenizer.json", test_tmpdir());
+    for (int hostile = 1; hostile >= 0; hostile--) {
+        char json[8192];
+        int k = snprintf(json, sizeof json, "{\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [");
+        for (int i = 0; i < 24; i++)
+            k += snprintf(json + k, sizeof json - (size_t)k, "%s%s", i ? "," : "",
+                          hostile ? "{\"type\":\"Replace\",\"pattern\":{\"String\":\"a\"},\"content\":\"aa\"}"
+                                  : "{\"type\":\"Lowercase\"}");
+        snprintf(json + k, sizeof json - (size_t)k,
+                 "]}, \"model\": {\"type\": \"Unigram\", \"unk_id\": 0,"
+                 " \"vocab\": [[\"<unk>\", 0], [\"a\", -1]]}}");
+        ASSERT_OK(write_file(path, json, strlen(json)));
+        hf_tok *t = NULL;
+        hf_tok_load(path, &t, err, sizeof err);
+        if (!t) FAILF("%s", err);
+        int32_t *ids = NULL;
+        err[0] = 0;
+        int n = hf_tok_encode(t, "aaaa", 4, &ids, err, sizeof err);
+        nx_free(ids);
+        char *pre = hf_tok_debug_pretokenize(t, "aaaa", err, sizeof err);
+        hf_tok_free(t);
+        if (hostile) {
+            ASSERT_EQ(n, (int)NX_STATUS_FORMAT);
+            ASSERT_TRUE(pre == NULL);
+            if (!strstr(err, "normalizers grow the text past")) FAILF("message: %s", err);
+        } else {
+            ASSERT_EQ(n, 4);
+            ASSERT_TRUE(pre != NULL && strcmp(pre, "aaaa") == 0);
+        }
+        nx_free(pre);
+    }
+}
+
 #define WP_JSON                                                                                     \
     "{\"added_tokens\": [{\"id\": 0, \"content\": \"[UNK]\"}],"                                    \
     " \"normalizer\": {\"type\": \"BertNormalizer\", \"lowercase\": true},"                        \

@@ -266,14 +266,31 @@ static int unf_map(struct sbuf *b, int opts) {
     return 0;
 }
 
-static nx_status norm_apply(const struct norm *n, struct sbuf *b, char *err, size_t errlen) {
+/* The normalizers may grow a segment to at most NORM_GROWTH times its bytes plus NORM_SLACK
+ * (real ones stay far below: NFKC expands a code point up to 18 code points, BERT's CJK spacing
+ * 3 bytes to 5). A hostile chain (Replace whose content holds its own pattern, repeated) grows
+ * the text exponentially; it fails with a message instead of exhausting memory. */
+#define NORM_GROWTH 64
+#define NORM_SLACK 65536
+static size_t norm_limit(size_t n) {
+    return n > (SIZE_MAX - NORM_SLACK) / NORM_GROWTH ? SIZE_MAX : n * NORM_GROWTH + NORM_SLACK;
+}
+static nx_status norm_too_long(size_t limit, char *err, size_t errlen) {
+    return nx_errf(err, errlen, NX_STATUS_FORMAT,
+                   "tokenizer: the normalizers grow the text past %zu bytes (%dx its length + %d)",
+                   limit, NORM_GROWTH, NORM_SLACK);
+}
+
+/* Normalize b in place; limit: norm_limit of the segment's original length. */
+static nx_status norm_apply(const struct norm *n, struct sbuf *b, size_t limit, char *err,
+                            size_t errlen) {
     struct sbuf r = {0};
     if (!sb_reserve(&r, b->n)) goto oom;
     switch (n->k) {
     case N_SEQ:
         nx_free(r.p);
         for (int i = 0; i < n->n_sub; i++) {
-            nx_status st = norm_apply(&n->sub[i], b, err, errlen);
+            nx_status st = norm_apply(&n->sub[i], b, limit, err, errlen);
             if (st != NX_STATUS_OK) return st;
         }
         return 0;
@@ -338,6 +355,7 @@ static nx_status norm_apply(const struct norm *n, struct sbuf *b, char *err, siz
         if (n->pat) {
             for (size_t i = 0; i < b->n;) {
                 if (i + n->pat_len <= b->n && memcmp(b->p + i, n->pat, n->pat_len) == 0) {
+                    if (r.n + n->rep_len > limit) goto too_long;
                     if (!sb_put(&r, n->rep, n->rep_len)) goto oom;
                     i += n->pat_len;
                 } else {
@@ -361,6 +379,7 @@ static nx_status norm_apply(const struct norm *n, struct sbuf *b, char *err, siz
                     break;
                 }
                 if (rc == PCRE2_ERROR_NOMEMORY) {
+                    if (ol > limit) goto too_long;
                     outlen = ol + 1;
                     continue;
                 }
@@ -411,15 +430,20 @@ static nx_status norm_apply(const struct norm *n, struct sbuf *b, char *err, siz
     case N_UNF:
         nx_free(r.p);
         if (b->n && unf_map(b, n->unf) != 0) goto oom2;
-        return 0;
+        return b->n > limit ? norm_too_long(limit, err, errlen) : NX_STATUS_OK;
     case N_PREPEND:
+        if (b->n && b->n + n->rep_len > limit) goto too_long;
         if (b->n && (!sb_put(&r, n->rep, n->rep_len) || !sb_put(&r, b->p, b->n))) goto oom;
         break;
     }
+    if (r.n > limit) goto too_long;
     nx_free(b->p);
     *b = r;
     if (!b->p && !sb_reserve(b, 0)) goto oom2;
     return 0;
+too_long:
+    nx_free(r.p);
+    return norm_too_long(limit, err, errlen);
 oom:
     nx_free(r.p);
 oom2:
@@ -1149,7 +1173,7 @@ static nx_status segment_pieces(const hf_tok *t, const char *s, size_t n, bool f
         i += (size_t)k;
     }
     if (t->norm) {
-        nx_status st = norm_apply(t->norm, &b, err, errlen);
+        nx_status st = norm_apply(t->norm, &b, norm_limit(n), err, errlen);
         if (st != NX_STATUS_OK) {
             nx_free(b.p);
             return st;

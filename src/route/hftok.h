@@ -56,7 +56,8 @@ int hf_tok_median_token_chars(const hf_tok *t);
  * Tokenize UTF-8 text (no special tokens added). *ids is allocated (free with nx_free), holds
  * the count returned. Returns the count (>= 0) or a negative nx_status with a message
  * (NX_STATUS_NOMEM, or NX_STATUS_FORMAT: a regex error, text the vocabulary cannot cover without
- * an unknown token). Invalid UTF-8 bytes are read as U+FFFD.
+ * an unknown token, normalizers that grow a segment past 64 times its bytes + 64 KiB). Invalid
+ * UTF-8 bytes are read as U+FFFD.
  */
 int hf_tok_encode(const hf_tok *t, const char *text, size_t len, int32_t **ids, char *err,
                   size_t errlen);
