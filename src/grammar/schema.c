@@ -366,12 +366,14 @@ static void gen_number(struct sc *c, json_t *s, bool integer, struct sbuf *b) {
         if (!integer) sb_put(b, " ( \".\" [0-9]{1,6} )?");
         return;
     }
-    long long ilo = (long long)ceil(lo), ihi = (long long)floor(hi);
-    if (ilo > ihi) {
+    /* lo >= -LIM and hi <= LIM here, but a bound beyond 16 digits (exclusiveMinimum 1e45)
+     * leaves lo > hi: compare as doubles before converting, which would overflow */
+    if (ceil(lo) > floor(hi)) {
         sc_fail(c, "no %s in [%g, %g] that this compiler can generate", integer ? "integer" : "number",
                 lo, hi);
         return;
     }
+    long long ilo = (long long)ceil(lo), ihi = (long long)floor(hi);
     if (integer) {
         int_range(b, ilo, ihi);
         return;
