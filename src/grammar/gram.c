@@ -33,6 +33,7 @@ static bool st_reset(struct gstate *s) {
     if (!st_reserve(s, 2)) return false;
     s->a[0] = s->a[1] = 0;
     s->n = 2;
+    s->expansions = 0;
     return true;
 }
 
@@ -47,6 +48,8 @@ bool gstate_copy(struct gstate *dst, const struct gstate *src) {
 static void emit(struct gstate *out, const int32_t *frames, int32_t d) {
     int32_t *a = out->a;
     int32_t i = 2;
+    /* the duplicate scan counts as work too: one step per stack compared per 16 frames */
+    out->expansions += a[1] * (1 + d / 16);
     for (int32_t k = 0; k < a[1]; k++) {
         int32_t len = a[i];
         if (len == d && !memcmp(a + i + 1, frames, sizeof *frames * 2 * (size_t)d)) return;
@@ -64,6 +67,7 @@ static void emit(struct gstate *out, const int32_t *frames, int32_t d) {
 /* Expand the stack frames[0..d) until its top is a terminal or JSTR; emit the results. */
 static void expand(const struct gram *g, int32_t *frames, int32_t d, bool sentinel,
                    struct gstate *out) {
+    if (++out->expansions > GRAM_MAX_EXPANSIONS) return;
     if (d == 0) {
         out->a[0] |= sentinel ? GS_EXIT : GS_ACCEPT;
         return;

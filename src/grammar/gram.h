@@ -120,11 +120,17 @@ int32_t gram_print(const struct gram *g, char *buf, int32_t len);
 enum { GS_ACCEPT = 1, GS_EXIT = 2 };
 #define GRAM_MAX_DEPTH 256  /* frames per stack; deeper stacks die */
 #define GRAM_MAX_STACKS 128 /* stacks per state; more are dropped (documented in nexus.h) */
+/* Work spent building one state (expansion steps, and duplicate-scan comparisons per 16
+ * frames); derivations beyond are dropped (documented in
+ * nexus.h). Nested nullable repetitions ("x"???..., [a]*{900}) reach the same stacks along
+ * exponentially many paths; real grammars need a few thousand steps per state. */
+#define GRAM_MAX_EXPANSIONS 32768
 
 /* Growable int32 buffer holding one state. */
 struct gstate {
     int32_t *a;
     int32_t n, cap;
+    int32_t expansions; /* steps spent since the last reset */
     bool oom;
 };
 void gstate_free(struct gstate *s);
