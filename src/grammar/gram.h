@@ -121,9 +121,8 @@ enum { GS_ACCEPT = 1, GS_EXIT = 2 };
 #define GRAM_MAX_DEPTH 256  /* frames per stack; deeper stacks die */
 #define GRAM_MAX_STACKS 128 /* stacks per state; more are dropped (documented in nexus.h) */
 /* Work spent building one state (expansion steps, and duplicate-scan comparisons per 16
- * frames); derivations beyond are dropped (documented in
- * nexus.h). Nested nullable repetitions ("x"???..., [a]*{900}) reach the same stacks along
- * exponentially many paths; real grammars need a few thousand steps per state. */
+ * frames); derivations beyond are dropped (documented in nexus.h). Nested nullable repetitions
+ * ("x"???..., [a]*{900}) reach the same stacks along exponentially many paths. */
 #define GRAM_MAX_EXPANSIONS 32768
 
 /* Growable int32 buffer holding one state. */
