@@ -432,7 +432,6 @@ static nx_status norm_apply(const struct norm *n, struct sbuf *b, size_t limit, 
         if (b->n && unf_map(b, n->unf) != 0) goto oom2;
         return b->n > limit ? norm_too_long(limit, err, errlen) : NX_STATUS_OK;
     case N_PREPEND:
-        if (b->n && b->n + n->rep_len > limit) goto too_long;
         if (b->n && (!sb_put(&r, n->rep, n->rep_len) || !sb_put(&r, b->p, b->n))) goto oom;
         break;
     }
