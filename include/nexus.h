@@ -831,10 +831,10 @@ NX_API void nx_tool_calls_free(nx_tool_calls *c);
  * generation: it gives the mask of allowed tokens at each step and advances on the chosen one.
  * nx_grammar and nx_grammar_vocab are immutable and thread-safe; a matcher (and a sampler that
  * carries one) is used by one thread at a time. Limits: stacks deeper than 256 frames (nesting)
- * die; at most 128 ambiguous parses are followed at once (further ones are dropped), and building
- * one parse state takes at most 32768 work steps (expansions and duplicate checks; derivations
- * beyond are dropped: nested nullable repetitions such as "x"???? reach the same parses along
- * exponentially many paths).
+ * die; at most 128 ambiguous parses are followed at once (further ones are dropped, but whether
+ * the text may end here stays exact), and building one parse state expands at most 32768 partial
+ * parses (each once, however many derivations reach it: nested nullable repetitions such as
+ * "x"???? cost linear work; parses beyond the limit are dropped).
  * ------------------------------------------------------------------------------------------- */
 typedef struct nx_grammar nx_grammar;
 typedef struct nx_grammar_vocab nx_grammar_vocab;

@@ -112,6 +112,103 @@ TEST(gbnf_features) {
     gram_free(g);
 }
 
+/* Nested nullable repetitions reach the same stacks along exponentially many derivations: the
+ * memo expands each stack once, so the work is linear in the grammar. More distinct stacks than
+ * a state holds are dropped, but whether the grammar may end stays exact. */
+TEST(gram_ambiguity_bounded) {
+    struct nx_err e = {{0}};
+    /* x ::= ((("a")?)?)... 10 deep; root ::= x x x x x x x x "b": 10^8 derivations */
+    char text[512] = "x ::= ";
+    for (int i = 0; i < 10; i++) strcat(text, "(");
+    strcat(text, "\"a\"");
+    for (int i = 0; i < 10; i++) strcat(text, ")?");
+    strcat(text, "\nroot ::= x x x x x x x x \"b\"\n");
+    struct gram *g = compile_gbnf(text, false, &e);
+    if (!g) FAILF("%s", e.msg);
+    struct gmemo memo = {0};
+    struct gstate st = {0};
+    ASSERT_TRUE(gram_init_state(g, &memo, &st));
+    ASSERT_TRUE(st.a[1] == 9); /* "a" of each x, or "b" */
+    if (st.expansions > 1000) FAILF("%d expansion steps for 9 stacks", st.expansions);
+    ACCEPT(g, "b");
+    ACCEPT(g, "ab");
+    ACCEPT(g, "aaaaaaaab");
+    REJECT(g, "aaaaaaaaab");
+    REJECT(g, "");
+    gram_free(g);
+
+    g = compile_gbnf("root ::= [a-z]*{900}\n", false, &e);
+    if (!g) FAILF("%s", e.msg);
+    ASSERT_TRUE(gram_init_state(g, &memo, &st));
+    ASSERT_TRUE(st.a[1] == GRAM_MAX_STACKS && (st.a[0] & GS_ACCEPT)); /* full, and may end */
+    ACCEPT(g, "");
+    ACCEPT(g, "abc");
+    REJECT(g, "ab1");
+    gram_free(g);
+    g = compile_gbnf("root ::= [a-z]*{900} \"!\"\n", false, &e);
+    if (!g) FAILF("%s", e.msg);
+    ASSERT_TRUE(gram_init_state(g, &memo, &st));
+    ASSERT_TRUE(st.a[1] == GRAM_MAX_STACKS && !(st.a[0] & GS_ACCEPT));
+    REJECT(g, "");
+    REJECT(g, "abc");
+    gram_free(g);
+    gstate_free(&st);
+    gmemo_free(&memo);
+}
+
+/* Every allocation of a matcher's life (init, masks, bytes that grow the memo) fails in turn: a
+ * clean NX_STATUS_NOMEM, the matcher still usable and unchanged after a failed step, nothing
+ * left allocated. */
+TEST(gram_matcher_allocation_failures) {
+    struct nx_err e = {{0}};
+    struct gram *g = compile_gbnf("x ::= (((((\"a\")?)?)?)?)?\n"
+                                  "root ::= x x x x x x (\"b\" | [c-z]*{40} \"!\")\n",
+                                  false, &e);
+    if (!g) FAILF("%s", e.msg);
+    uint64_t bits[5], want[5];
+    /* the undisturbed run */
+    struct gmatcher *m;
+    ASSERT_OK(gmatcher_init(g, byte_vocab(), &m));
+    int32_t want0 = gmatcher_mask(m, want, false);
+    ASSERT_OK(gmatcher_accept_bytes(m, "aacd", 4));
+    int32_t want1 = gmatcher_mask(m, want, false);
+    gmatcher_free(m);
+    ASSERT_TRUE(want0 > 2 && want1 > 2);
+    int failures = 0;
+    for (long i = 1; i < 2000; i++) {
+        size_t before = nx_alloc_bytes();
+        m = NULL;
+        int step = 0; /* the step that failed: 1 init, 2 first mask, 3 accept, 4 second mask */
+        int32_t c0 = 0, c1 = 0;
+        nx_alloc_fail_after(i);
+        nx_status st = gmatcher_init(g, byte_vocab(), &m);
+        if (st != NX_STATUS_OK) step = 1;
+        if (!step && (c0 = gmatcher_mask(m, bits, false)) < 0) step = 2;
+        if (!step && (st = gmatcher_accept_bytes(m, "aacd", 4)) != NX_STATUS_OK) step = 3;
+        if (!step && (c1 = gmatcher_mask(m, bits, false)) < 0) step = 4;
+        nx_alloc_fail_after(0);
+        if (!step) {
+            ASSERT_EQ(c0, want0);
+            ASSERT_EQ(c1, want1);
+            gmatcher_free(m);
+            ASSERT_EQ(nx_alloc_bytes(), before);
+            break;
+        }
+        ASSERT_EQ(step == 2 ? c0 : step == 4 ? c1 : st, NX_STATUS_NOMEM);
+        ASSERT_TRUE(step == 1 ? m == NULL : m != NULL);
+        /* a failed step left the matcher as it was: redone without failures, it and the
+           steps after it give the undisturbed results */
+        if (step == 2) ASSERT_EQ(gmatcher_mask(m, bits, false), want0);
+        if (step == 2 || step == 3) ASSERT_OK(gmatcher_accept_bytes(m, "aacd", 4));
+        if (step >= 2) ASSERT_EQ(gmatcher_mask(m, bits, false), want1);
+        gmatcher_free(m);
+        ASSERT_EQ(nx_alloc_bytes(), before);
+        failures++;
+    }
+    ASSERT_TRUE(failures >= 5);
+    gram_free(g);
+}
+
 TEST(gbnf_errors) {
     struct {
         const char *text, *msg;

@@ -1,9 +1,11 @@
 /*
  * gram.c - DESIGN: the pushdown automaton over bytes (see gram.h for the state layout). A state
- * is a deduplicated set of stacks whose tops are terminals or JSON-string bodies; advancing a
- * byte steps every stack whose top accepts it and re-expands (pops at END, pushes at REF, tail
- * calls drop the caller's frame). Work frames live on the C stack (GRAM_MAX_DEPTH), so a step
- * allocates only when the output buffer must grow.
+ * is a set of distinct stacks whose tops are terminals or JSON-string bodies; advancing a byte
+ * steps every stack whose top accepts it and re-expands (pops at END, pushes at REF, tail calls
+ * drop the caller's frame). Every stack met on the way is interned in the memo (a trie of
+ * frames), and one met before is not expanded again, so the work is bounded by distinct stacks,
+ * not by derivations. Work frames live on the C stack (GRAM_MAX_DEPTH), so a step allocates
+ * only when the output buffer or the memo must grow past its high-water mark.
  */
 #include <string.h>
 
@@ -30,6 +32,7 @@ static bool st_reserve(struct gstate *s, int32_t need) {
 }
 
 static bool st_reset(struct gstate *s) {
+    s->oom = false; /* an earlier failure is not this build's */
     if (!st_reserve(s, 2)) return false;
     s->a[0] = s->a[1] = 0;
     s->n = 2;
@@ -44,84 +47,222 @@ bool gstate_copy(struct gstate *dst, const struct gstate *src) {
     return true;
 }
 
-/* Append stack frames[0..d) unless an equal stack is already there. */
-static void emit(struct gstate *out, const int32_t *frames, int32_t d) {
-    int32_t *a = out->a;
-    int32_t i = 2;
-    /* the duplicate scan counts as work too: one step per stack compared per 16 frames */
-    out->expansions += a[1] * (1 + d / 16);
-    for (int32_t k = 0; k < a[1]; k++) {
-        int32_t len = a[i];
-        if (len == d && !memcmp(a + i + 1, frames, sizeof *frames * 2 * (size_t)d)) return;
-        i += 1 + 2 * len;
+/* ---- the memo of stacks seen while building one state ---- */
+
+void gmemo_free(struct gmemo *m) {
+    nx_free(m->key);
+    nx_free(m->where);
+    nx_free(m->done);
+    nx_free(m->slot);
+    memset(m, 0, sizeof *m);
+}
+
+static uint32_t memo_hash(int32_t parent, int32_t pos, int32_t aux) {
+    uint32_t h = (uint32_t)parent * 0x9E3779B1u ^ (uint32_t)pos * 0x85EBCA77u ^
+                 (uint32_t)aux * 0xC2B2AE3Du;
+    h ^= h >> 15;
+    h *= 0x2C1B3C6Du;
+    return h ^ h >> 12;
+}
+
+/* Empty the memo (clearing only the slots in use) and give it the empty stack as node 0. */
+static bool memo_reset(struct gmemo *m) {
+    if (!m->slot) {
+        m->slot = nx_calloc(64, sizeof *m->slot);
+        m->key = nx_malloc(sizeof *m->key * 3 * 32);
+        m->where = nx_malloc(sizeof *m->where * 32);
+        m->done = nx_malloc(32);
+        if (!m->slot || !m->key || !m->where || !m->done) {
+            gmemo_free(m);
+            return false;
+        }
+        m->n_slots = 64;
+        m->cap = 32;
+    } else {
+        for (int32_t i = 1; i < m->n; i++) m->slot[m->where[i]] = 0;
     }
-    if (a[1] >= GRAM_MAX_STACKS) return;
+    m->key[0] = -1;
+    m->key[1] = m->key[2] = 0;
+    m->done[0] = 0;
+    m->n = 1;
+    m->oom = false;
+    return true;
+}
+
+static int32_t memo_find_slot(const struct gmemo *m, int32_t parent, int32_t pos, int32_t aux) {
+    uint32_t mask = (uint32_t)m->n_slots - 1, s = memo_hash(parent, pos, aux) & mask;
+    for (;; s = (s + 1) & mask) {
+        int32_t id = m->slot[s] - 1;
+        if (id < 0) return (int32_t)s;
+        const int32_t *k = m->key + 3 * id;
+        if (k[0] == parent && k[1] == pos && k[2] == aux) return (int32_t)s;
+    }
+}
+
+static bool memo_grow(struct gmemo *m) {
+    int32_t nc = m->cap * 2, ns = m->n_slots * 2;
+    int32_t *key = nx_realloc(m->key, sizeof *key * 3 * (size_t)nc);
+    if (key) m->key = key;
+    int32_t *where = key ? nx_realloc(m->where, sizeof *where * (size_t)nc) : NULL;
+    if (where) m->where = where;
+    uint8_t *done = where ? nx_realloc(m->done, (size_t)nc) : NULL;
+    if (done) m->done = done;
+    int32_t *slot = done ? nx_calloc((size_t)ns, sizeof *slot) : NULL;
+    if (!slot) return false; /* the grown arrays are kept; the table is unchanged */
+    nx_free(m->slot);
+    m->slot = slot;
+    m->n_slots = ns;
+    m->cap = nc;
+    for (int32_t i = 1; i < m->n; i++) {
+        int32_t s = memo_find_slot(m, m->key[3 * i], m->key[3 * i + 1], m->key[3 * i + 2]);
+        m->slot[s] = i + 1;
+        m->where[i] = s;
+    }
+    return true;
+}
+
+/* The node of stack parent + frame (pos, aux), created when new; -1 on allocation failure. */
+static int32_t memo_node(struct gmemo *m, int32_t parent, int32_t pos, int32_t aux) {
+    int32_t s = memo_find_slot(m, parent, pos, aux);
+    if (m->slot[s]) return m->slot[s] - 1;
+    if (m->n == m->cap) { /* the table stays at most half full */
+        if (!memo_grow(m)) {
+            m->oom = true;
+            return -1;
+        }
+        s = memo_find_slot(m, parent, pos, aux);
+    }
+    int32_t id = m->n++;
+    m->key[3 * id] = parent;
+    m->key[3 * id + 1] = pos;
+    m->key[3 * id + 2] = aux;
+    m->done[id] = 0;
+    m->where[id] = s;
+    m->slot[s] = id + 1;
+    return id;
+}
+
+/* The node of stack frames[0..n), interning every prefix; -1 on allocation failure. */
+static int32_t memo_stack(struct gmemo *m, const int32_t *frames, int32_t n) {
+    int32_t id = 0;
+    for (int32_t f = 0; f < n && id >= 0; f++)
+        id = memo_node(m, id, frames[2 * f], frames[2 * f + 1]);
+    return id;
+}
+
+/* ---- expansion ---- */
+
+/* Append stack frames[0..d) (the memo has made it distinct from those already there). */
+static void emit(struct gstate *out, const int32_t *frames, int32_t d) {
+    if (out->a[1] >= GRAM_MAX_STACKS) return;
     if (!st_reserve(out, out->n + 1 + 2 * d)) return;
-    a = out->a;
+    int32_t *a = out->a;
     a[out->n] = d;
     memcpy(a + out->n + 1, frames, sizeof *frames * 2 * (size_t)d);
     out->n += 1 + 2 * d;
     a[1]++;
 }
 
-/* Expand the stack frames[0..d) until its top is a terminal or JSTR; emit the results. */
-static void expand(const struct gram *g, int32_t *frames, int32_t d, bool sentinel,
-                   struct gstate *out) {
-    if (++out->expansions > GRAM_MAX_EXPANSIONS) return;
+static int64_t stack_cost(const struct gram *g, const int32_t *fr, int32_t len);
+
+/* The state is full (its stacks, or its work, spent): further derivations are not followed. */
+static bool st_full(const struct gstate *out) {
+    return out->a[1] >= GRAM_MAX_STACKS || out->expansions >= GRAM_MAX_EXPANSIONS || out->oom;
+}
+
+/* The flag a derivation of stack frames[0..d) sets when it pops the whole stack without a byte,
+ * read off the shortest completion (empty exactly when some derivation does so): a full state
+ * still knows exactly whether the grammar may end (or exit the sentinel) here. */
+static void flag_if_nullable(const struct gram *g, const int32_t *frames, int32_t d,
+                             bool sentinel, struct gstate *out) {
+    if (stack_cost(g, frames, d) == 0) out->a[0] |= sentinel ? GS_EXIT : GS_ACCEPT;
+}
+
+/* Expand the stack frames[0..d) (memo node id) until its top is a terminal or JSTR; emit the
+ * results. A stack expanded before in this state is skipped: its results are there already. */
+static void expand(const struct gram *g, struct gmemo *m, int32_t *frames, int32_t d, int32_t id,
+                   bool sentinel, struct gstate *out) {
+    if (id < 0) {
+        out->oom = true;
+        return;
+    }
+    if (m->done[id]) {
+        out->expansions++; /* a visit costs a step even when its results are there already */
+        return;
+    }
+    if (st_full(out)) {
+        flag_if_nullable(g, frames, d, sentinel, out);
+        return;
+    }
+    out->expansions++;
+    m->done[id] = 1;
     if (d == 0) {
         out->a[0] |= sentinel ? GS_EXIT : GS_ACCEPT;
         return;
     }
     int32_t pos = frames[2 * (d - 1)];
     const struct gel *x = &g->el[pos];
+    int32_t parent = m->key[3 * id];
     switch (x->type) {
     case GEL_TERM:
     case GEL_JSTR:
         emit(out, frames, d);
         return;
     case GEL_END:
-        expand(g, frames, d - 1, sentinel, out);
+        expand(g, m, frames, d - 1, parent, sentinel, out);
         return;
     default: {
         int32_t save_pos = frames[2 * (d - 1)], save_aux = frames[2 * (d - 1) + 1];
-        int32_t nd = d;
+        int32_t nd = d, base = parent;
+        bool cut = false;
         if (g->el[pos + 1].type == GEL_END) {
             nd = d - 1; /* tail call */
         } else {
             frames[2 * (d - 1)] = pos + 1;
             frames[2 * (d - 1) + 1] = 0;
+            base = memo_node(m, parent, pos + 1, 0);
         }
-        if (nd + 1 <= GRAM_MAX_DEPTH) {
+        if (base < 0) {
+            out->oom = true;
+        } else if (nd + 1 <= GRAM_MAX_DEPTH) {
             for (int32_t a = g->rule_alt_off[x->v]; a < g->rule_alt_off[x->v + 1]; a++) {
+                if (st_full(out)) {
+                    cut = true;
+                    break;
+                }
                 frames[2 * nd] = g->alt_start[a];
                 frames[2 * nd + 1] = 0;
-                expand(g, frames, nd + 1, sentinel, out);
+                expand(g, m, frames, nd + 1, memo_node(m, base, g->alt_start[a], 0), sentinel,
+                       out);
             }
         }
         frames[2 * (d - 1)] = save_pos;
         frames[2 * (d - 1) + 1] = save_aux;
+        if (cut) flag_if_nullable(g, frames, d, sentinel, out);
         return;
     }
     }
 }
 
-bool gram_state_from_frames(const struct gram *g, const int32_t *frames, int32_t n,
-                            bool sentinel, struct gstate *out) {
+bool gram_state_from_frames(const struct gram *g, struct gmemo *memo, const int32_t *frames,
+                            int32_t n, bool sentinel, struct gstate *out) {
     int32_t work[2 * GRAM_MAX_DEPTH + 2];
     if (!st_reset(out)) return false;
     if (n > GRAM_MAX_DEPTH) return true;
+    if (!memo_reset(memo)) return false;
     memcpy(work, frames, sizeof *work * 2 * (size_t)n);
-    expand(g, work, n, sentinel, out);
+    expand(g, memo, work, n, memo_stack(memo, work, n), sentinel, out);
     return !out->oom;
 }
 
-bool gram_init_state(const struct gram *g, struct gstate *out) {
+bool gram_init_state(const struct gram *g, struct gmemo *memo, struct gstate *out) {
     int32_t work[2 * GRAM_MAX_DEPTH + 2];
     if (!st_reset(out)) return false;
+    if (!memo_reset(memo)) return false;
     for (int32_t a = g->rule_alt_off[g->root]; a < g->rule_alt_off[g->root + 1]; a++) {
         work[0] = g->alt_start[a];
         work[1] = 0;
-        expand(g, work, 1, false, out);
+        expand(g, memo, work, 1, memo_node(memo, 0, work[0], 0), false, out);
     }
     return !out->oom;
 }
@@ -165,24 +306,28 @@ int gram_jstr_step(int q, unsigned char c, bool *starts) {
     }
 }
 
-bool gram_advance(const struct gram *g, const struct gstate *in, unsigned char c, bool sentinel,
-                  struct gstate *out) {
+bool gram_advance(const struct gram *g, struct gmemo *memo, const struct gstate *in,
+                  unsigned char c, bool sentinel, struct gstate *out) {
     int32_t work[2 * GRAM_MAX_DEPTH + 2];
     if (!st_reset(out)) return false;
+    if (!memo_reset(memo)) return false;
     const int32_t *a = in->a;
     int32_t i = 2;
-    for (int32_t k = 0; k < a[1]; k++) {
+    for (int32_t k = 0; k < a[1] && !out->oom; k++) {
         int32_t len = a[i];
         const int32_t *fr = a + i + 1;
         i += 1 + 2 * len;
         int32_t pos = fr[2 * (len - 1)], aux = fr[2 * (len - 1) + 1];
         const struct gel *x = &g->el[pos];
+        int32_t below; /* the node of the frames under the top, interned only when needed */
         if (x->type == GEL_TERM) {
             if (!(g->sets[x->v][c >> 6] >> (c & 63) & 1)) continue;
             memcpy(work, fr, sizeof *work * 2 * (size_t)len);
             work[2 * (len - 1)] = pos + 1;
             work[2 * (len - 1) + 1] = 0;
-            expand(g, work, len, sentinel, out);
+            below = memo_stack(memo, work, len - 1);
+            expand(g, memo, work, len, below < 0 ? -1 : memo_node(memo, below, pos + 1, 0),
+                   sentinel, out);
         } else { /* JSTR */
             int q = JSTR_Q(aux);
             int32_t cnt = JSTR_COUNT(aux);
@@ -191,7 +336,9 @@ bool gram_advance(const struct gram *g, const struct gstate *in, unsigned char c
                 if (cnt < x->min) continue;
                 work[2 * (len - 1)] = pos + 1;
                 work[2 * (len - 1) + 1] = 0;
-                expand(g, work, len, sentinel, out);
+                below = memo_stack(memo, work, len - 1);
+                expand(g, memo, work, len, below < 0 ? -1 : memo_node(memo, below, pos + 1, 0),
+                       sentinel, out);
                 continue;
             }
             bool starts;
@@ -203,7 +350,13 @@ bool gram_advance(const struct gram *g, const struct gstate *in, unsigned char c
                 if (x->max < 0 && cnt > x->min) cnt = x->min; /* unbounded: count only to min */
             }
             work[2 * (len - 1) + 1] = JSTR_AUX(cnt, nq);
-            emit(out, work, len);
+            int32_t id = memo_stack(memo, work, len);
+            if (id < 0) {
+                out->oom = true;
+            } else if (!memo->done[id]) {
+                memo->done[id] = 1;
+                emit(out, work, len);
+            }
         }
     }
     return !out->oom;

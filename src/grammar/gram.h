@@ -119,32 +119,50 @@ int32_t gram_print(const struct gram *g, char *buf, int32_t len);
 
 enum { GS_ACCEPT = 1, GS_EXIT = 2 };
 #define GRAM_MAX_DEPTH 256  /* frames per stack; deeper stacks die */
-#define GRAM_MAX_STACKS 128 /* stacks per state; more are dropped (documented in nexus.h) */
-/* Work spent building one state (expansion steps, and duplicate-scan comparisons per 16
- * frames); derivations beyond are dropped (documented in nexus.h). Nested nullable repetitions
- * ("x"???..., [a]*{900}) reach the same stacks along exponentially many paths. */
+#define GRAM_MAX_STACKS 128 /* stacks per state; more are dropped (documented in nexus.h), but a
+                              full state still sets GS_ACCEPT / GS_EXIT exactly (read off the
+                              shortest completion of what it did not follow) */
+/* Work spent building one state: one step per visit of a stack (also of one already expanded);
+ * derivations beyond are dropped as above (documented in nexus.h). With the memo below the work
+ * is bounded by distinct stacks and their alternatives, not by derivations. */
 #define GRAM_MAX_EXPANSIONS 32768
+
+/* Scratch for building a state: the stacks seen so far, hash-consed as a trie (node = parent
+ * node + one frame; node 0 is the empty stack), each marked once expanded. A stack reached again
+ * along another derivation (nested nullable repetitions such as "x"???? reach one stack along
+ * exponentially many paths) is skipped, which also makes the emitted stacks distinct without a
+ * duplicate scan. Grows to its high-water mark and is reused; one per thread at a time. */
+struct gmemo {
+    int32_t *key;   /* 3 per node: parent, pos, aux */
+    int32_t *where; /* per node: its slot in the table */
+    uint8_t *done;  /* per node: expanded (or emitted) already */
+    int32_t *slot;  /* open addressing, node id + 1 (0: empty); n_slots a power of two */
+    int32_t n, cap, n_slots;
+    bool oom;
+};
+void gmemo_free(struct gmemo *m);
 
 /* Growable int32 buffer holding one state. */
 struct gstate {
     int32_t *a;
     int32_t n, cap;
-    int32_t expansions; /* steps spent since the last reset */
+    int32_t expansions; /* expansion steps spent since the last reset */
     bool oom;
 };
 void gstate_free(struct gstate *s);
 bool gstate_copy(struct gstate *dst, const struct gstate *src);
-/* The initial state: the root rule expanded (with sentinel: context-free start at one
+/* memo: scratch for the build (any struct gmemo, zeroed once, then reused; gmemo_free it).
+ * The initial state: the root rule expanded (with sentinel: context-free start at one
  * terminal position, see mask.c). */
-bool gram_init_state(const struct gram *g, struct gstate *out);
+bool gram_init_state(const struct gram *g, struct gmemo *memo, struct gstate *out);
 /* State {one stack: frames[0..n) (pairs pos, aux)}, expanded; sentinel: a pop of the bottom
  * frame sets GS_EXIT instead of GS_ACCEPT. */
-bool gram_state_from_frames(const struct gram *g, const int32_t *frames, int32_t n,
-                            bool sentinel, struct gstate *out);
+bool gram_state_from_frames(const struct gram *g, struct gmemo *memo, const int32_t *frames,
+                            int32_t n, bool sentinel, struct gstate *out);
 /* out = in advanced by byte c (out != in). Returns false on allocation failure. out may be
  * dead (no stack, no flags). The GS_EXIT flag is not inherited (it means "exited here"). */
-bool gram_advance(const struct gram *g, const struct gstate *in, unsigned char c, bool sentinel,
-                  struct gstate *out);
+bool gram_advance(const struct gram *g, struct gmemo *memo, const struct gstate *in,
+                  unsigned char c, bool sentinel, struct gstate *out);
 static inline bool gstate_dead(const struct gstate *s) { return s->a[1] == 0 && s->a[0] == 0; }
 static inline bool gstate_live(const struct gstate *s) { return s->a[1] > 0; }
 

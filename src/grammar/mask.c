@@ -364,6 +364,7 @@ struct gmatcher {
     size_t cache_bytes;
     int64_t n_entries, hits, misses;
     struct gstate *dfs; /* max_len + 2 scratch states */
+    struct gmemo memo;  /* scratch of every state built */
     int32_t n_dfs;
     uint8_t *cdp;
     uint64_t *tmp;
@@ -393,6 +394,7 @@ void gmatcher_free(struct gmatcher *m) {
     if (m->cache) cache_drop(m);
     nx_free(m->cache);
     gstate_free(&m->cur);
+    gmemo_free(&m->memo);
     for (int i = 0; i < GMATCHER_HISTORY; i++) gstate_free(&m->hist[i]);
     if (m->dfs)
         for (int32_t i = 0; i < m->n_dfs; i++) gstate_free(&m->dfs[i]);
@@ -407,7 +409,7 @@ void gmatcher_free(struct gmatcher *m) {
 }
 
 void gmatcher_reset(struct gmatcher *m) {
-    gram_init_state(m->g, &m->cur);
+    gram_init_state(m->g, &m->memo, &m->cur);
     m->h_n = 0;
     m->h_pos = 0;
     m->finished = false;
@@ -428,7 +430,7 @@ nx_status gmatcher_init(const struct gram *g, const struct gvocab *v, struct gma
     m->comp_cap = v->max_len + 8;
     m->comp = nx_malloc((size_t)m->comp_cap);
     if (!m->cache || !m->dfs || !m->cdp || !m->tmp || !m->comp ||
-        !gram_init_state(g, &m->cur)) {
+        !gram_init_state(g, &m->memo, &m->cur)) {
         gmatcher_free(m);
         return NX_STATUS_NOMEM;
     }
@@ -464,7 +466,7 @@ __attribute__((noinline)) static bool cache_compute(struct gmatcher *m, struct c
     e->cd = e->cd_lcp = NULL;
     e->acc = nx_calloc((size_t)v->nw, sizeof *e->acc);
     if (!e->acc) return false;
-    if (!gram_state_from_frames(m->g, fr, nf, true, &m->dfs[0])) return false;
+    if (!gram_state_from_frames(m->g, &m->memo, fr, nf, true, &m->dfs[0])) return false;
     m->cdp[0] = 0;
     int32_t n_cd = 0;
     const char *last = NULL;
@@ -473,7 +475,7 @@ __attribute__((noinline)) static bool cache_compute(struct gmatcher *m, struct c
         const struct tnode *nd = &v->nodes[k];
         int32_t d = nd->depth;
         struct gstate *st = &m->dfs[d];
-        if (!gram_advance(m->g, &m->dfs[d - 1], nd->byte, true, st)) return false;
+        if (!gram_advance(m->g, &m->memo, &m->dfs[d - 1], nd->byte, true, st)) return false;
         bool exit_here = (st->a[0] & GS_EXIT) != 0, live = gstate_live(st);
         bool cd_before = m->cdp[d - 1];
         /* tokens ending at this node */
@@ -540,7 +542,8 @@ static bool walk_strings(struct gmatcher *m, const struct strs *s, int32_t n, ui
         int32_t j = s->lcp[i] < comp ? s->lcp[i] : comp;
         bool dead = gstate_dead(&m->dfs[j]);
         while (!dead && j < len) {
-            if (!gram_advance(m->g, &m->dfs[j], (unsigned char)b[j], false, &m->dfs[j + 1]))
+            if (!gram_advance(m->g, &m->memo, &m->dfs[j], (unsigned char)b[j], false,
+                              &m->dfs[j + 1]))
                 return false;
             j++;
             dead = gstate_dead(&m->dfs[j]);
@@ -612,7 +615,7 @@ static bool mask_term(struct gmatcher *m, const int32_t *fr, int32_t len, uint64
     }
     for (int32_t w = 0; w < m->v->nw; w++) bits[w] |= e->acc[w];
     if (e->n_cd == 0) return true;
-    if (!gram_state_from_frames(m->g, fr, len, false, &m->dfs[0])) return false;
+    if (!gram_state_from_frames(m->g, &m->memo, fr, len, false, &m->dfs[0])) return false;
     if (!ok_reserve(m, e->n_cd)) return false;
     struct strs s = {m->v, e->cd, NULL, NULL, e->cd_lcp};
     if (!walk_strings(m, &s, e->n_cd, m->ok)) return false;
@@ -650,7 +653,7 @@ __attribute__((noinline)) static bool mask_jstr(struct gmatcher *m, const int32_
     memcpy(work, fr, sizeof *work * 2 * (size_t)len);
     work[2 * (len - 1)] = pos + 1;
     work[2 * (len - 1) + 1] = 0;
-    if (!gram_state_from_frames(m->g, work, len, false, &m->dfs[0])) return false;
+    if (!gram_state_from_frames(m->g, &m->memo, work, len, false, &m->dfs[0])) return false;
     if (!ok_reserve(m, j->n_suf)) return false;
     struct strs s = {v, j->suf_tok, j->suf_off, j->suf_len, j->suf_lcp};
     if (!walk_strings(m, &s, j->n_suf, m->ok)) return false;
@@ -743,7 +746,8 @@ static int feed(struct gmatcher *m, const char *s, size_t n) {
     int cur = 0;
     for (size_t i = 0; i < n; i++) {
         int nx = cur ^ 1;
-        if (!gram_advance(m->g, &m->dfs[cur], (unsigned char)s[i], false, &m->dfs[nx])) return -2;
+        if (!gram_advance(m->g, &m->memo, &m->dfs[cur], (unsigned char)s[i], false, &m->dfs[nx]))
+            return -2;
         cur = nx;
         if (gstate_dead(&m->dfs[cur])) return -1;
     }
