@@ -319,7 +319,7 @@ bool gram_advance(const struct gram *g, struct gmemo *memo, const struct gstate 
         i += 1 + 2 * len;
         int32_t pos = fr[2 * (len - 1)], aux = fr[2 * (len - 1) + 1];
         const struct gel *x = &g->el[pos];
-        int32_t below; /* the node of the frames under the top, interned only when needed */
+        int32_t below; /* the memo node of the frames under the top */
         if (x->type == GEL_TERM) {
             if (!(g->sets[x->v][c >> 6] >> (c & 63) & 1)) continue;
             memcpy(work, fr, sizeof *work * 2 * (size_t)len);
