@@ -85,7 +85,6 @@ static bool memo_reset(struct gmemo *m) {
     m->key[1] = m->key[2] = 0;
     m->done[0] = 0;
     m->n = 1;
-    m->oom = false;
     return true;
 }
 
@@ -126,10 +125,7 @@ static int32_t memo_node(struct gmemo *m, int32_t parent, int32_t pos, int32_t a
     int32_t s = memo_find_slot(m, parent, pos, aux);
     if (m->slot[s]) return m->slot[s] - 1;
     if (m->n == m->cap) { /* the table stays at most half full */
-        if (!memo_grow(m)) {
-            m->oom = true;
-            return -1;
-        }
+        if (!memo_grow(m)) return -1;
         s = memo_find_slot(m, parent, pos, aux);
     }
     int32_t id = m->n++;
@@ -319,15 +315,12 @@ bool gram_advance(const struct gram *g, struct gmemo *memo, const struct gstate 
         i += 1 + 2 * len;
         int32_t pos = fr[2 * (len - 1)], aux = fr[2 * (len - 1) + 1];
         const struct gel *x = &g->el[pos];
-        int32_t below; /* the memo node of the frames under the top */
         if (x->type == GEL_TERM) {
             if (!(g->sets[x->v][c >> 6] >> (c & 63) & 1)) continue;
             memcpy(work, fr, sizeof *work * 2 * (size_t)len);
             work[2 * (len - 1)] = pos + 1;
             work[2 * (len - 1) + 1] = 0;
-            below = memo_stack(memo, work, len - 1);
-            expand(g, memo, work, len, below < 0 ? -1 : memo_node(memo, below, pos + 1, 0),
-                   sentinel, out);
+            expand(g, memo, work, len, memo_stack(memo, work, len), sentinel, out);
         } else { /* JSTR */
             int q = JSTR_Q(aux);
             int32_t cnt = JSTR_COUNT(aux);
@@ -336,9 +329,7 @@ bool gram_advance(const struct gram *g, struct gmemo *memo, const struct gstate 
                 if (cnt < x->min) continue;
                 work[2 * (len - 1)] = pos + 1;
                 work[2 * (len - 1) + 1] = 0;
-                below = memo_stack(memo, work, len - 1);
-                expand(g, memo, work, len, below < 0 ? -1 : memo_node(memo, below, pos + 1, 0),
-                       sentinel, out);
+                expand(g, memo, work, len, memo_stack(memo, work, len), sentinel, out);
                 continue;
             }
             bool starts;

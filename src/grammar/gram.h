@@ -138,7 +138,6 @@ struct gmemo {
     uint8_t *done;  /* per node: expanded (or emitted) already */
     int32_t *slot;  /* open addressing, node id + 1 (0: empty); n_slots a power of two */
     int32_t n, cap, n_slots;
-    bool oom;
 };
 void gmemo_free(struct gmemo *m);
 
