@@ -834,7 +834,10 @@ NX_API void nx_tool_calls_free(nx_tool_calls *c);
  * die; at most 128 ambiguous parses are followed at once (further ones are dropped, but whether
  * the text may end here stays exact), and building one parse state expands at most 32768 partial
  * parses (each once, however many derivations reach it: nested nullable repetitions such as
- * "x"???? cost linear work; parses beyond the limit are dropped).
+ * "x"???? cost linear work; parses beyond the limit are dropped). Masks are computed per parse
+ * through a cache; once a parse was dropped, that can allow a token the whole state refuses, so
+ * a matcher that has dropped one (or whose accept refused a token of its mask) computes every
+ * later mask by feeding the vocabulary through the automaton: exact, within the work bound.
  * ------------------------------------------------------------------------------------------- */
 typedef struct nx_grammar nx_grammar;
 typedef struct nx_grammar_vocab nx_grammar_vocab;
@@ -906,10 +909,18 @@ NX_API void nx_grammar_matcher_reset(nx_grammar_matcher *m);
  * grammar is complete), to close the output within a token budget. Returns the number of
  * allowed tokens (0: none, e.g. after the end), or NX_STATUS_NOMEM. Allocates only while
  * filling its caches (first visit of a grammar position) and scratch growth.
+ * One mask spends a bounded amount of work (far above what real schemas need: see the README's
+ * constrained decoding section). A grammar that needs more, such as deeply nested ambiguous
+ * repetitions that keep most tokens alive, gets a partial mask: only tokens proven allowed
+ * within the budget (each one is accepted), or, when none was proven, the tokens that begin the
+ * shortest completion. nx_grammar_matcher_mask_partial says when that happened.
  */
 NX_API int32_t nx_grammar_matcher_mask(nx_grammar_matcher *m, uint64_t *bits, bool force);
+/* Whether the last mask was partial (a subset of the allowed tokens, cut by the work bound). */
+NX_API bool nx_grammar_matcher_mask_partial(const nx_grammar_matcher *m);
 /* Advance by token t. INVALID_ARG (state unchanged) when t is not allowed. An EOG token ends
- * the matcher (finished). */
+ * the matcher (finished). A token of the last mask is refused only past the 128-parse limit
+ * (see above); the next mask then leaves it out (the sampler masks and picks again). */
 NX_API nx_status nx_grammar_matcher_accept(nx_grammar_matcher *m, nx_token t);
 /* Advance by raw UTF-8 bytes (e.g. a forced prefix); INVALID_ARG when rejected (unchanged). */
 NX_API nx_status nx_grammar_matcher_accept_text(nx_grammar_matcher *m, const char *s, size_t n);

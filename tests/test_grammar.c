@@ -211,6 +211,106 @@ TEST(gram_matcher_allocation_failures) {
     gram_free(g);
 }
 
+/* Bytes, an end token, and every string of 2-4 characters over "ab!1": tokens that run past
+ * the end of a rule, so masks walk context-dependent tokens with the whole stack. */
+#define WV_N (257 + 16 + 64 + 256)
+#define WV_W ((WV_N + 63) / 64)
+static struct gvocab *word_vocab(void) {
+    static struct gvocab *v;
+    static char pool[256 + 16 * 2 + 64 * 3 + 256 * 4];
+    if (v) return v;
+    const char *p[WV_N];
+    int32_t lens[WV_N], n = 0, o = 0;
+    bool eog[WV_N] = {0};
+    for (; n < 256; n++) {
+        pool[o] = (char)n;
+        p[n] = pool + o++;
+        lens[n] = 1;
+    }
+    p[n] = "";
+    lens[n] = 0;
+    eog[n++] = true;
+    for (int len = 2; len <= 4; len++)
+        for (int c = 0; c < 1 << (2 * len); c++) {
+            p[n] = pool + o;
+            lens[n++] = len;
+            for (int i = 0, x = c; i < len; i++, x >>= 2) pool[o++] = "ab!1"[x & 3];
+        }
+    struct nx_err e;
+    if (gvocab_build(n, p, lens, eog, &v, &e) != NX_STATUS_OK) return NULL;
+    return v;
+}
+
+/* One mask spends at most the matcher's work budget. Past it the mask is partial: a subset of
+ * the exact mask (every token in it accepted), the tokens that begin the shortest completion
+ * when nothing was proven, and nothing cut short stays in the cache. The grammar has the shape
+ * of the fuzz finding (a class under nested +): 128 stacks per state. */
+static struct gram *nested_plus(int depth, struct nx_err *e) {
+    char text[256] = "root ::= [a-z]";
+    for (int i = 0; i < depth; i++) strcat(text, "+");
+    strcat(text, "{3} \"!\" [0-9]\n");
+    return compile_gbnf(text, false, e);
+}
+
+static bool bits_subset(const uint64_t *a, const uint64_t *b, int nw) {
+    for (int w = 0; w < nw; w++)
+        if (a[w] & ~b[w]) return false;
+    return true;
+}
+
+TEST(mask_work_bound) {
+    struct nx_err e = {{0}};
+    struct gram *g = nested_plus(8, &e);
+    if (!g) FAILF("%s", e.msg);
+    const char *prefix = "abcdefghij";
+    uint64_t exact[WV_W], forced[WV_W], bits[WV_W];
+    struct gmatcher *m;
+    ASSERT_OK(gmatcher_init(g, word_vocab(), &m));
+    gmatcher_set_budget(m, INT64_MAX);
+    ASSERT_OK(gmatcher_accept_bytes(m, prefix, strlen(prefix)));
+    int32_t n_exact = gmatcher_mask(m, exact, false);
+    ASSERT_TRUE(!gmatcher_mask_partial(m));
+    ASSERT_TRUE(n_exact > 26); /* a-z, and "!" with the tokens that begin with it */
+    ASSERT_TRUE(gmatcher_mask(m, forced, true) >= 1);
+    struct gmatcher_stats st;
+    gmatcher_stats(m, &st);
+    int64_t need = st.max_work;
+    ASSERT_TRUE(need > 10000); /* far from free: 128 stacks per state */
+    gmatcher_free(m);
+    int n_proper = 0; /* partial masks with some but not all allowed tokens proven */
+    for (int64_t budget = 0; budget <= 2 * need; budget = budget ? budget * 3 : 1) {
+        ASSERT_OK(gmatcher_init(g, word_vocab(), &m));
+        gmatcher_set_budget(m, budget);
+        ASSERT_OK(gmatcher_accept_bytes(m, prefix, strlen(prefix)));
+        int32_t n = gmatcher_mask(m, bits, false);
+        bool partial = gmatcher_mask_partial(m);
+        gmatcher_stats(m, &st);
+        /* the walks stop once the budget is spent: at most one state's build beyond it */
+        if (st.last_work > budget + GRAM_MAX_EXPANSIONS + GRAM_MAX_STACKS * GRAM_MAX_DEPTH)
+            FAILF("budget %lld: %lld work units", (long long)budget, (long long)st.last_work);
+        ASSERT_EQ(partial, st.last_work >= budget);
+        ASSERT_TRUE(n > 0);
+        ASSERT_TRUE(bits_subset(bits, exact, WV_W));
+        int32_t seen = 0;
+        for (int t = 0; t < WV_N; t++)
+            if ((bits[t >> 6] >> (t & 63)) & 1) {
+                seen++;
+                if (!gmatcher_allows_slow(m, t)) FAILF("budget %lld: token %d", (long long)budget, t);
+            }
+        ASSERT_EQ(seen, n);
+        if (!partial) ASSERT_TRUE(n == n_exact);
+        if (budget == 0) ASSERT_TRUE(partial && !memcmp(bits, forced, sizeof bits));
+        n_proper += partial && n < n_exact && memcmp(bits, forced, sizeof bits) != 0;
+        /* with the budget lifted, the same matcher gives the exact mask: no cut entry was kept */
+        gmatcher_set_budget(m, INT64_MAX);
+        ASSERT_EQ(gmatcher_mask(m, bits, false), n_exact);
+        ASSERT_TRUE(!gmatcher_mask_partial(m) && !memcmp(bits, exact, sizeof bits));
+        gmatcher_free(m);
+    }
+    ASSERT_TRUE(n_proper > 0);
+    gram_free(g);
+}
+
 TEST(gbnf_errors) {
     struct {
         const char *text, *msg;
@@ -408,6 +508,11 @@ static int check_mask_walk(nx_grammar *gr, int steps, uint64_t seed, char *why, 
     int rc = 0;
     for (int s = 0; s < steps && !nx_grammar_matcher_is_finished(m); s++) {
         int32_t k = nx_grammar_matcher_mask(m, bits, false), na = 0;
+        if (nx_grammar_matcher_mask_partial(m)) { /* real schemas stay far below the bound */
+            snprintf(why, whylen, "step %d: mask cut short by the work bound", s);
+            rc = 1;
+            goto done;
+        }
         for (int32_t t = 0; t < n; t++) {
             bool a = (bits[t >> 6] >> (t & 63)) & 1, o = gmatcher_allows_slow(gm, t);
             if (a != o) {

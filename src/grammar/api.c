@@ -185,6 +185,9 @@ void nx_grammar_matcher_reset(nx_grammar_matcher *m) { gmatcher_reset((struct gm
 int32_t nx_grammar_matcher_mask(nx_grammar_matcher *m, uint64_t *bits, bool force) {
     return gmatcher_mask((struct gmatcher *)m, bits, force);
 }
+bool nx_grammar_matcher_mask_partial(const nx_grammar_matcher *m) {
+    return gmatcher_mask_partial((const struct gmatcher *)m);
+}
 nx_status nx_grammar_matcher_accept(nx_grammar_matcher *m, nx_token t) {
     return gmatcher_accept((struct gmatcher *)m, t);
 }

@@ -33,6 +33,7 @@ static bool st_reserve(struct gstate *s, int32_t need) {
 
 static bool st_reset(struct gstate *s) {
     s->oom = false; /* an earlier failure is not this build's */
+    s->lossy = false;
     if (!st_reserve(s, 2)) return false;
     s->a[0] = s->a[1] = 0;
     s->n = 2;
@@ -150,7 +151,10 @@ static int32_t memo_stack(struct gmemo *m, const int32_t *frames, int32_t n) {
 
 /* Append stack frames[0..d) (the memo has made it distinct from those already there). */
 static void emit(struct gstate *out, const int32_t *frames, int32_t d) {
-    if (out->a[1] >= GRAM_MAX_STACKS) return;
+    if (out->a[1] >= GRAM_MAX_STACKS) {
+        out->lossy = true;
+        return;
+    }
     if (!st_reserve(out, out->n + 1 + 2 * d)) return;
     int32_t *a = out->a;
     a[out->n] = d;
@@ -187,6 +191,7 @@ static void expand(const struct gram *g, struct gmemo *m, int32_t *frames, int32
         return;
     }
     if (st_full(out)) {
+        out->lossy = true;
         flag_if_nullable(g, frames, d, sentinel, out);
         return;
     }
@@ -220,7 +225,9 @@ static void expand(const struct gram *g, struct gmemo *m, int32_t *frames, int32
         }
         if (base < 0) {
             out->oom = true;
-        } else if (nd + 1 <= GRAM_MAX_DEPTH) {
+        } else if (nd + 1 > GRAM_MAX_DEPTH) {
+            out->lossy = true; /* the stack dies here */
+        } else {
             for (int32_t a = g->rule_alt_off[x->v]; a < g->rule_alt_off[x->v + 1]; a++) {
                 if (st_full(out)) {
                     cut = true;
@@ -234,7 +241,10 @@ static void expand(const struct gram *g, struct gmemo *m, int32_t *frames, int32
         }
         frames[2 * (d - 1)] = save_pos;
         frames[2 * (d - 1) + 1] = save_aux;
-        if (cut) flag_if_nullable(g, frames, d, sentinel, out);
+        if (cut) {
+            out->lossy = true;
+            flag_if_nullable(g, frames, d, sentinel, out);
+        }
         return;
     }
     }
@@ -244,7 +254,10 @@ bool gram_state_from_frames(const struct gram *g, struct gmemo *memo, const int3
                             int32_t n, bool sentinel, struct gstate *out) {
     int32_t work[2 * GRAM_MAX_DEPTH + 2];
     if (!st_reset(out)) return false;
-    if (n > GRAM_MAX_DEPTH) return true;
+    if (n > GRAM_MAX_DEPTH) {
+        out->lossy = true;
+        return true;
+    }
     if (!memo_reset(memo)) return false;
     memcpy(work, frames, sizeof *work * 2 * (size_t)n);
     expand(g, memo, work, n, memo_stack(memo, work, n), sentinel, out);

@@ -147,6 +147,9 @@ struct gstate {
     int32_t n, cap;
     int32_t expansions; /* expansion steps spent since the last reset */
     bool oom;
+    bool lossy; /* the build dropped stacks (past GRAM_MAX_STACKS or GRAM_MAX_EXPANSIONS) or let
+                   one die at GRAM_MAX_DEPTH: a mask made per stack may then allow a token that
+                   the whole state refuses (mask.c walks the trie from such states instead) */
 };
 void gstate_free(struct gstate *s);
 bool gstate_copy(struct gstate *dst, const struct gstate *src);

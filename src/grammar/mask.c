@@ -23,6 +23,14 @@
  * Memory: cache entries are one bitset (n_vocab bits) + the context-dependent list per
  * position; all entries are dropped when they pass GMATCHER_CACHE_MAX bytes. Steady state
  * allocates nothing: scratch states and buffers grow only to the largest seen.
+ * Work: one mask may spend at most m->budget work units (a state built from a stack costs its
+ * expansion steps plus the frames it read). A state's own limits bound one advance, not a
+ * mask: a grammar whose states hold 128 deep stacks and keep almost every token alive costs
+ * thousands of steps per trie node, seconds per mask over a real vocabulary. When the budget is
+ * spent, the walks stop and every token not yet proven allowed is left out (a sound
+ * under-approximation: each allowed token is still accepted); an entry cut short is not cached;
+ * cached entries still contribute their accepted bitsets, which cost no walk. If that leaves no
+ * token, the tokens that begin the shortest completion are allowed, so generation goes on.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -374,9 +382,24 @@ struct gmatcher {
     int32_t list_cap;
     char *comp;
     int32_t comp_cap;
+    int64_t budget, work; /* work units one mask may spend / spent by the current one */
+    bool partial;         /* the last mask was cut short by the budget */
+    bool lossy;           /* some state built so far was lossy (gram.h): masks walk the trie */
+    int64_t max_work, n_partial;
 };
 
 const struct gstate *gmatcher_state(const struct gmatcher *m) { return &m->cur; }
+
+/* Charge the building of state out (from the state in, when there is one) to the mask. */
+static inline void charge(struct gmatcher *m, const struct gstate *in, const struct gstate *out) {
+    m->work += out->expansions + (in ? in->n / 2 : 0);
+    m->lossy |= out->lossy;
+}
+/* Whether the mask's budget is spent (then the mask is partial). */
+static inline bool spent(struct gmatcher *m) {
+    if (m->work >= m->budget) m->partial = true;
+    return m->partial;
+}
 
 static void cache_drop(struct gmatcher *m) {
     for (int32_t p = 0; p < m->cache_cap; p++) {
@@ -410,6 +433,7 @@ void gmatcher_free(struct gmatcher *m) {
 
 void gmatcher_reset(struct gmatcher *m) {
     gram_init_state(m->g, &m->memo, &m->cur);
+    m->lossy |= m->cur.lossy;
     m->h_n = 0;
     m->h_pos = 0;
     m->finished = false;
@@ -429,6 +453,8 @@ nx_status gmatcher_init(const struct gram *g, const struct gvocab *v, struct gma
     m->tmp = nx_calloc((size_t)v->nw, sizeof *m->tmp);
     m->comp_cap = v->max_len + 8;
     m->comp = nx_malloc((size_t)m->comp_cap);
+    m->budget = GMATCHER_WORK_BASE + GMATCHER_WORK_PER_NODE * (int64_t)v->n_nodes;
+    m->lossy = m->cur.lossy;
     if (!m->cache || !m->dfs || !m->cdp || !m->tmp || !m->comp ||
         !gram_init_state(g, &m->memo, &m->cur)) {
         gmatcher_free(m);
@@ -455,7 +481,8 @@ static bool list_push(struct gmatcher *m, int32_t *n, int32_t t, int32_t l) {
     return true;
 }
 
-/* Walk the trie from position p over an unknown context (see DESIGN). */
+/* Walk the trie from position p over an unknown context (see DESIGN). Returns false on
+ * allocation failure; when the mask's budget runs out it returns true with e->done false. */
 __attribute__((noinline)) static bool cache_compute(struct gmatcher *m, struct centry *e,
                                                      const int32_t *fr, int32_t nf) {
     const struct gvocab *v = m->v;
@@ -467,6 +494,7 @@ __attribute__((noinline)) static bool cache_compute(struct gmatcher *m, struct c
     e->acc = nx_calloc((size_t)v->nw, sizeof *e->acc);
     if (!e->acc) return false;
     if (!gram_state_from_frames(m->g, &m->memo, fr, nf, true, &m->dfs[0])) return false;
+    charge(m, NULL, &m->dfs[0]);
     m->cdp[0] = 0;
     int32_t n_cd = 0;
     const char *last = NULL;
@@ -475,7 +503,9 @@ __attribute__((noinline)) static bool cache_compute(struct gmatcher *m, struct c
         const struct tnode *nd = &v->nodes[k];
         int32_t d = nd->depth;
         struct gstate *st = &m->dfs[d];
+        if (spent(m)) return true; /* cut short: e->done stays false, e->acc holds what is proven */
         if (!gram_advance(m->g, &m->memo, &m->dfs[d - 1], nd->byte, true, st)) return false;
+        charge(m, &m->dfs[d - 1], st);
         bool exit_here = (st->a[0] & GS_EXIT) != 0, live = gstate_live(st);
         bool cd_before = m->cdp[d - 1];
         /* tokens ending at this node */
@@ -527,7 +557,7 @@ __attribute__((noinline)) static bool cache_compute(struct gmatcher *m, struct c
 }
 
 /* Walk byte strings (ptr i = get) from the state in dfs[0], sharing prefixes (lcp[i] with
- * string i-1); ok[i] = accepted. */
+ * string i-1); ok[i] = accepted (false for the strings not reached when the budget runs out). */
 struct strs {
     const struct gvocab *v;
     const int32_t *tok, *off, *len; /* off/len NULL: whole token */
@@ -536,6 +566,10 @@ struct strs {
 static bool walk_strings(struct gmatcher *m, const struct strs *s, int32_t n, uint8_t *ok) {
     int32_t comp = 0;
     for (int32_t i = 0; i < n; i++) {
+        if (spent(m)) {
+            memset(ok + i, 0, (size_t)(n - i));
+            return true;
+        }
         int32_t t = s->tok[i];
         const char *b = s->v->pool + s->v->off[t] + (s->off ? s->off[i] : 0);
         int32_t len = s->len ? s->len[i] : s->v->len[t];
@@ -545,6 +579,7 @@ static bool walk_strings(struct gmatcher *m, const struct strs *s, int32_t n, ui
             if (!gram_advance(m->g, &m->memo, &m->dfs[j], (unsigned char)b[j], false,
                               &m->dfs[j + 1]))
                 return false;
+            charge(m, &m->dfs[j], &m->dfs[j + 1]);
             j++;
             dead = gstate_dead(&m->dfs[j]);
         }
@@ -597,25 +632,31 @@ static bool mask_term(struct gmatcher *m, const int32_t *fr, int32_t len, uint64
     struct centry *e = cache_slot(m, key);
     if (!e) return false;
     if (!e->done) {
+        if (spent(m)) return true;
         m->misses++;
         if (m->cache_bytes > GMATCHER_CACHE_MAX) {
             cache_drop(m);
             e = cache_slot(m, key);
             if (!e) return false;
         }
-        if (!e->used) {
+        if (!e->used) { /* counted when taken, so that slots of entries cut short count too */
             e->used = true;
             memcpy(e->key, key, sizeof e->key);
+            m->n_entries++;
         }
         /* the top nf frames, bottom first, over an unknown context */
         if (!cache_compute(m, e, fr + 2 * (len - nf), nf)) return false;
-        m->n_entries++;
+        if (!e->done) { /* cut short: what it proved, without the context-dependent tokens */
+            for (int32_t w = 0; w < m->v->nw; w++) bits[w] |= e->acc[w];
+            return true;
+        }
     } else {
         m->hits++;
     }
     for (int32_t w = 0; w < m->v->nw; w++) bits[w] |= e->acc[w];
-    if (e->n_cd == 0) return true;
+    if (e->n_cd == 0 || spent(m)) return true;
     if (!gram_state_from_frames(m->g, &m->memo, fr, len, false, &m->dfs[0])) return false;
+    charge(m, NULL, &m->dfs[0]);
     if (!ok_reserve(m, e->n_cd)) return false;
     struct strs s = {m->v, e->cd, NULL, NULL, e->cd_lcp};
     if (!walk_strings(m, &s, e->n_cd, m->ok)) return false;
@@ -647,13 +688,14 @@ __attribute__((noinline)) static bool mask_jstr(struct gmatcher *m, const int32_
             for (int32_t w = 0; w < nw; w++) bits[w] |= m->tmp[w];
         }
     }
-    if (j->n_exit == 0) return true;
+    if (j->n_exit == 0 || spent(m)) return true;
     /* closing tokens: suffixes checked from the continuation */
     int32_t work[2 * GRAM_MAX_DEPTH];
     memcpy(work, fr, sizeof *work * 2 * (size_t)len);
     work[2 * (len - 1)] = pos + 1;
     work[2 * (len - 1) + 1] = 0;
     if (!gram_state_from_frames(m->g, &m->memo, work, len, false, &m->dfs[0])) return false;
+    charge(m, NULL, &m->dfs[0]);
     if (!ok_reserve(m, j->n_suf)) return false;
     struct strs s = {v, j->suf_tok, j->suf_off, j->suf_len, j->suf_lcp};
     if (!walk_strings(m, &s, j->n_suf, m->ok)) return false;
@@ -679,6 +721,10 @@ static int32_t popcount_bits(const uint64_t *b, int32_t nw) {
     return c;
 }
 
+/* Tokens that begin the shortest completion (EOG when complete). Each one is checked by the
+ * automaton itself as the completion is walked: in a state past GRAM_MAX_STACKS the completion
+ * read off the kept stacks can need stacks that the next state drops, and such a token would be
+ * refused by gmatcher_accept. Returns the count, or NOMEM. */
 static int32_t mask_force(struct gmatcher *m, uint64_t *bits) {
     const struct gvocab *v = m->v;
     int32_t n = gram_completion(m->g, &m->cur, m->comp, m->comp_cap);
@@ -687,12 +733,17 @@ static int32_t mask_force(struct gmatcher *m, uint64_t *bits) {
         for (int32_t w = 0; w < v->nw; w++) bits[w] = v->eog_bits[w];
         return popcount_bits(bits, v->nw);
     }
-    /* tokens that are prefixes of the completion: follow it down the trie */
+    if (!gstate_copy(&m->dfs[0], &m->cur)) return NX_STATUS_NOMEM;
+    /* follow the completion down the trie (at most max_len bytes: dfs has room) */
     int32_t k = 0, end = v->n_nodes, found = 0;
     for (int32_t d = 0; d < n && k < end; d++) {
         int32_t c = k;
         while (c < end && v->nodes[c].byte != (uint8_t)m->comp[d]) c = v->nodes[c].end;
         if (c >= end) break;
+        if (!gram_advance(m->g, &m->memo, &m->dfs[d], (unsigned char)m->comp[d], false,
+                          &m->dfs[d + 1]))
+            return NX_STATUS_NOMEM;
+        if (gstate_dead(&m->dfs[d + 1])) break;
         for (int32_t i = 0; i < v->nodes[c].tok_n; i++) {
             int32_t t = v->order[v->nodes[c].tok_first + i];
             bits[t >> 6] |= 1ull << (t & 63);
@@ -704,29 +755,74 @@ static int32_t mask_force(struct gmatcher *m, uint64_t *bits) {
     return found;
 }
 
+/* The mask by a walk of the whole trie from the current state: each token's bytes go through
+ * the automaton as gmatcher_accept feeds them (shared prefixes advanced once, dead prefixes
+ * skip their subtree), so the result is exact whatever the state lost. Returns false on
+ * allocation failure; stops when the budget is spent. */
+static bool mask_direct(struct gmatcher *m, uint64_t *bits) {
+    const struct gvocab *v = m->v;
+    if (!gstate_copy(&m->dfs[0], &m->cur)) return false;
+    for (int32_t k = 0; k < v->n_nodes;) {
+        if (spent(m)) return true;
+        const struct tnode *nd = &v->nodes[k];
+        int32_t d = nd->depth;
+        if (!gram_advance(m->g, &m->memo, &m->dfs[d - 1], nd->byte, false, &m->dfs[d]))
+            return false;
+        charge(m, &m->dfs[d - 1], &m->dfs[d]);
+        if (gstate_dead(&m->dfs[d])) {
+            k = nd->end;
+            continue;
+        }
+        for (int32_t i = 0; i < nd->tok_n; i++) {
+            int32_t t = v->order[nd->tok_first + i];
+            bits[t >> 6] |= 1ull << (t & 63);
+        }
+        k++;
+    }
+    return true;
+}
+
 int32_t gmatcher_mask(struct gmatcher *m, uint64_t *bits, bool force) {
     const struct gvocab *v = m->v;
     memset(bits, 0, sizeof *bits * (size_t)v->nw);
+    m->work = 0;
+    m->partial = false;
     if (m->finished) return 0;
     if (force) {
         int32_t n = mask_force(m, bits);
-        if (n > 0) return n;
+        if (n != 0) return n; /* the tokens, or NOMEM */
+    }
+    /* per stack, through the cache, while no state has been lossy; a state that was (before or
+       during this mask) makes the union over stacks unreliable: then the direct walk */
+    bool was_lossy = m->lossy;
+    if (!m->lossy) {
+        const int32_t *a = m->cur.a;
+        int32_t i = 2;
+        for (int32_t k = 0; k < a[1]; k++) {
+            int32_t len = a[i];
+            const int32_t *fr = a + i + 1;
+            i += 1 + 2 * len;
+            bool ok = m->g->el[fr[2 * (len - 1)]].type == GEL_JSTR ? mask_jstr(m, fr, len, bits)
+                                                                  : mask_term(m, fr, len, bits);
+            if (!ok) return NX_STATUS_NOMEM;
+            a = m->cur.a;
+        }
+    }
+    if (m->lossy) {
+        if (!was_lossy) memset(bits, 0, sizeof *bits * (size_t)v->nw);
+        if (!mask_direct(m, bits)) return NX_STATUS_NOMEM;
     }
     if (m->cur.a[0] & GS_ACCEPT)
         for (int32_t w = 0; w < v->nw; w++) bits[w] |= v->eog_bits[w];
-    const int32_t *a = m->cur.a;
-    int32_t i = 2;
-    for (int32_t k = 0; k < a[1]; k++) {
-        int32_t len = a[i];
-        const int32_t *fr = a + i + 1;
-        i += 1 + 2 * len;
-        bool ok = m->g->el[fr[2 * (len - 1)]].type == GEL_JSTR ? mask_jstr(m, fr, len, bits)
-                                                              : mask_term(m, fr, len, bits);
-        if (!ok) return NX_STATUS_NOMEM;
-        a = m->cur.a;
-    }
-    return popcount_bits(bits, v->nw);
+    if (m->work > m->max_work) m->max_work = m->work;
+    int32_t n = popcount_bits(bits, v->nw);
+    if (!m->partial) return n;
+    m->n_partial++;
+    return n > 0 ? n : mask_force(m, bits);
 }
+
+bool gmatcher_mask_partial(const struct gmatcher *m) { return m->partial; }
+void gmatcher_set_budget(struct gmatcher *m, int64_t work) { m->budget = work; }
 
 static void hist_push(struct gmatcher *m) {
     struct gstate *h = &m->hist[m->h_pos];
@@ -748,6 +844,7 @@ static int feed(struct gmatcher *m, const char *s, size_t n) {
         int nx = cur ^ 1;
         if (!gram_advance(m->g, &m->memo, &m->dfs[cur], (unsigned char)s[i], false, &m->dfs[nx]))
             return -2;
+        m->lossy |= m->dfs[nx].lossy;
         cur = nx;
         if (gstate_dead(&m->dfs[cur])) return -1;
     }
@@ -809,4 +906,8 @@ void gmatcher_stats(const struct gmatcher *m, struct gmatcher_stats *out) {
     out->cache_hits = m->hits;
     out->cache_misses = m->misses;
     out->cache_bytes = m->cache_bytes;
+    out->last_work = m->work;
+    out->max_work = m->max_work;
+    out->partial_masks = m->n_partial;
+    out->budget = m->budget;
 }

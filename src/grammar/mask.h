@@ -30,8 +30,19 @@ void gmatcher_free(struct gmatcher *m);
 void gmatcher_reset(struct gmatcher *m);
 /* The mask of the current state into bits (ceil(n_vocab / 64) words; bit t = allowed).
  * force: only tokens that are a prefix of the shortest completion (EOG when complete).
- * Returns the number of allowed tokens, or a negative status (NOMEM). */
+ * Returns the number of allowed tokens, or a negative status (NOMEM). A mask spends at most
+ * the matcher's work budget (gmatcher_set_budget); past it the mask is partial: a subset of
+ * the allowed tokens (never a token that gmatcher_accept refuses), and when that subset is
+ * empty, the tokens that begin the shortest completion. */
 int32_t gmatcher_mask(struct gmatcher *m, uint64_t *bits, bool force);
+/* Whether the last mask was partial (cut short by the work budget). */
+bool gmatcher_mask_partial(const struct gmatcher *m);
+/* The work one mask may spend (units: expansion steps plus stack frames read while building
+ * states; see gmatcher_stats' max_work). The default: GMATCHER_WORK_BASE plus
+ * GMATCHER_WORK_PER_NODE per node of the vocabulary's trie (an exact mask walks that trie). */
+void gmatcher_set_budget(struct gmatcher *m, int64_t work);
+#define GMATCHER_WORK_BASE ((int64_t)1 << 18)
+#define GMATCHER_WORK_PER_NODE 64
 /* Advance by a token (EOG: only when the grammar may end; the matcher is then finished).
  * INVALID_ARG when not allowed (state unchanged). */
 nx_status gmatcher_accept(struct gmatcher *m, int32_t t);
@@ -55,6 +66,9 @@ const struct gstate *gmatcher_state(const struct gmatcher *m);
 struct gmatcher_stats {
     int64_t cache_entries, cache_hits, cache_misses;
     size_t cache_bytes;
+    int64_t last_work, max_work; /* work of the last mask, the most one mask spent */
+    int64_t partial_masks;       /* masks cut short by the budget */
+    int64_t budget;              /* the work one mask may spend */
 };
 void gmatcher_stats(const struct gmatcher *m, struct gmatcher_stats *out);
 

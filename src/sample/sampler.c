@@ -351,7 +351,21 @@ nx_token nx_sampler_sample(nx_sampler *s, const float *logits) {
         return e;
     }
     nx_token out = pick(s, logits, true);
-    if (nx_grammar_matcher_accept(s->gm, out) != NX_STATUS_OK) {
+    nx_status ast = nx_grammar_matcher_accept(s->gm, out);
+    if (ast == NX_STATUS_INVALID_ARG) {
+        /* past 128 parses a mask can hold a token the automaton refuses; the refusal makes the
+           matcher check every token through the automaton from then on: mask and pick again */
+        k = nx_grammar_matcher_mask(s->gm, s->gbits, force);
+        if (k <= 0) {
+            s->g_failed = true;
+            nx_token e = grammar_vocab_first_eog(s->gv);
+            if (e >= 0) nx_sampler_accept(s, e);
+            return e;
+        }
+        out = pick(s, logits, true);
+        ast = nx_grammar_matcher_accept(s->gm, out);
+    }
+    if (ast != NX_STATUS_OK) {
         s->g_failed = true;
     } else if (s->g_max > 0 && !force) {
         /* a free token may open more than the budget left can close (an optional property

@@ -126,7 +126,8 @@ int bench_grammar_main(int argc, char **argv) {
     json_t *seen = json_object();
     struct dvec times = {0}, warm = {0}, fills = {0};
     long n_fn = 0, n_schema = 0, n_done = 0, n_gens = 0, n_parse_fail = 0, n_refused = 0;
-    long n_tokens = 0, n_forced_gens = 0, n_incomplete = 0;
+    long n_tokens = 0, n_forced_gens = 0, n_incomplete = 0, n_partial = 0;
+    int64_t max_work = 0, budget = 0;
     const char *files[] = {"BFCL_v4_multiple.json", "BFCL_v4_live_multiple.json"};
     double t_start = nx_time_s();
     for (int fi = 0; fi < 2; fi++) {
@@ -198,6 +199,9 @@ int bench_grammar_main(int argc, char **argv) {
                         nx_grammar_matcher_mask(gm, bits, force);
                         double us = ((cpu_time ? cpu_now() : nx_time_s()) - a) * 1e6;
                         gmatcher_stats((struct gmatcher *)gm, &st1);
+                        if (st1.last_work > max_work) max_work = st1.last_work;
+                        budget = st1.budget;
+                        n_partial += st1.partial_masks > st0.partial_masks;
                         dpush(&times, us);
                         dpush(st1.cache_misses > st0.cache_misses ? &fills : &warm, us);
                         if (tf) fprintf(tf, "%.3f\n", us);
@@ -269,6 +273,8 @@ int bench_grammar_main(int argc, char **argv) {
                warm.n, warm.v[warm.n / 2], warm.v[(size_t)(warm.n * 0.99)], fills.n,
                fills.n ? fills.v[fills.n / 2] : 0, fills.n ? fills.v[(size_t)(fills.n * 0.99)] : 0);
     printf("  times are %s\n", cpu_time ? "thread CPU time" : "wall time (include preemption)");
+    printf("  work per mask: max %lld units (budget %lld); %ld masks cut short by the budget\n",
+           (long long)max_work, (long long)budget, n_partial);
     printf("wall %.1f s\n", nx_time_s() - t_start);
     if (out) fclose(out);
     if (tf) fclose(tf);
