@@ -875,6 +875,22 @@ TEST(m2v_bad_models) {
     ASSERT_OK(write_model(test_tmpdir(), t3, 2));
     ASSERT_EQ(rt_embedder_open(test_tmpdir(), &e, err, sizeof err), NX_STATUS_FORMAT);
     ASSERT_TRUE(strstr(err, "not finite") != NULL);
+    /* a weight whose product with its row overflows a float (fuzz_model2vec: 7e295 on a row
+       holding 3e29 made every embedding NaN); 1e30 on a row of ones still fits */
+    static double wts[NV];
+    for (int i = 0; i < NV; i++) wts[i] = 1;
+    wts[5] = 1e300;
+    struct tspec t4[] = {{"embeddings", "F32", "[2,2]", emb, sizeof emb},
+                         {"weights", "F64", "[29524]", wts, sizeof wts},
+                         {"mapping", "I32", "[29524]", map, sizeof map}};
+    ASSERT_OK(write_model(test_tmpdir(), t4, 3));
+    ASSERT_EQ(rt_embedder_open(test_tmpdir(), &e, err, sizeof err), NX_STATUS_FORMAT);
+    if (!strstr(err, "'weights': element 5") || !strstr(err, "overflows a float")) FAILF("%s", err);
+    wts[5] = 1e30;
+    ASSERT_OK(write_model(test_tmpdir(), t4, 3));
+    ASSERT_OK(rt_embedder_open(test_tmpdir(), &e, err, sizeof err));
+    rt_embedder_free(e);
+    e = NULL;
     /* config.json that is not an object, then a missing model.safetensors */
     ASSERT_OK(setup_model_dir("[true]"));
     ASSERT_EQ(rt_embedder_open(test_tmpdir(), &e, err, sizeof err), NX_STATUS_FORMAT);

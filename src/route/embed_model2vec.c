@@ -8,6 +8,7 @@
  * - The safetensors file is closed after conversion (the fixture is 380 KB; real potion models
  *   are a few tens of MB in float).
  */
+#include <float.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdbool.h>
@@ -112,6 +113,29 @@ static nx_status m2v_embed(rt_embedder *e, const char *text, enum rt_text_kind k
     for (int d = 0; d < m->dim; d++) out[d] = (float)(acc[d] * inv);
     nx_free(acc);
     return NX_STATUS_OK;
+}
+
+/* Each token's weighted row (weight x embedding) must fit in a float, as the output does: then
+ * no sum of them overflows the double accumulators (a weight of 7e295 on a row holding 3e29 made
+ * every embedding NaN). */
+static nx_status check_weighted_rows(const struct m2v *m, char *err, size_t errlen) {
+    float *row_max = nx_malloc((size_t)m->rows * sizeof(*row_max));
+    if (!row_max) return nx_errf(err, errlen, NX_STATUS_NOMEM, "out of memory");
+    for (int32_t r = 0; r < m->rows; r++) {
+        float x = 0;
+        for (int d = 0; d < m->dim; d++) x = fmaxf(x, fabsf(m->emb[(size_t)r * (size_t)m->dim + d]));
+        row_max[r] = x;
+    }
+    nx_status rc = NX_STATUS_OK;
+    for (int32_t i = 0; i < m->n_vocab && rc == NX_STATUS_OK; i++) {
+        double v = fabs(m->w[i]) * row_max[m->map ? m->map[i] : i];
+        if (v > FLT_MAX)
+            rc = nx_errf(err, errlen, NX_STATUS_FORMAT,
+                         "tensor 'weights': element %d (%g) times its embedding row (max |x| %g) "
+                         "overflows a float", i, m->w[i], (double)row_max[m->map ? m->map[i] : i]);
+    }
+    nx_free(row_max);
+    return rc;
 }
 
 /* config.json -> normalize (absent file: false). */
@@ -253,6 +277,7 @@ nx_status rt_embedder_model2vec_open(const char *dir, rt_embedder **out, char *e
                     "%d embedding rows for %d tokens and no 'mapping' tensor", m->rows, m->n_vocab);
         goto fail;
     }
+    if (m->w && (rc = check_weighted_rows(m, e2, sizeof e2)) != NX_STATUS_OK) goto fail;
     st_close(st);
     *out = &m->base;
     return NX_STATUS_OK;
