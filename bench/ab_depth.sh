@@ -3,6 +3,8 @@
 # order flipped each round): tg and pp at depth 0 and at depth DEPTH, one `nexus bench` per
 # binary, depth and round. Prints one line per run (binary, depth, pp t/s, tg t/s) and the
 # medians; raw JSON lines in $OUT (default bench/results/ab_depth).
+# OLD_ENV / NEW_ENV: environment assignments for each side, so one binary can be compared with
+# itself under two kernel sets: OLD_ENV=NX_KERNELS=avx2 bench/ab_depth.sh build/nexus build/nexus M
 set -euo pipefail
 OLD=$1 NEW=$2 M=${3:-/tmp/models/llama1b-q4km.gguf}
 ROUNDS=${ROUNDS:-2} DEPTH=${DEPTH:-4096} PP=${PP:-512} TG=${TG:-64} T=${THREADS:-2}
@@ -13,8 +15,10 @@ for r in $(seq 1 "$ROUNDS"); do
     if [ $((r % 2)) -eq 1 ]; then order="old new"; else order="new old"; fi
     for d in 0 "$DEPTH"; do
         for w in $order; do
-            bin=$OLD; [ "$w" = new ] && bin=$NEW
-            j=$("$bin" bench -m "$M" -t "$T" -p "$PP" -n "$TG" --depth "$d" -r 1 --json --no-bandwidth 2>/dev/null | grep '^{')
+            bin=$OLD; envs=${OLD_ENV:-}
+            if [ "$w" = new ]; then bin=$NEW; envs=${NEW_ENV:-}; fi
+            # shellcheck disable=SC2086
+            j=$(env $envs "$bin" bench -m "$M" -t "$T" -p "$PP" -n "$TG" --depth "$d" -r 1 --json --no-bandwidth 2>/dev/null | grep '^{')
             echo "{\"bin\":\"$w\",\"round\":$r,\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\",\"run\":$j}" >> "$OUT/runs.jsonl"
             echo "$w d$d: $(echo "$j" | /usr/bin/python3 -c 'import json,sys; j=json.load(sys.stdin); print("pp %.1f tg %.1f" % (j["pp_tps"], j["tg_tps"]))')" >&2
         done
