@@ -454,12 +454,12 @@ nx_status gmatcher_init(const struct gram *g, const struct gvocab *v, struct gma
     m->comp_cap = v->max_len + 8;
     m->comp = nx_malloc((size_t)m->comp_cap);
     m->budget = GMATCHER_WORK_BASE + GMATCHER_WORK_PER_NODE * (int64_t)v->n_nodes;
-    m->lossy = m->cur.lossy;
     if (!m->cache || !m->dfs || !m->cdp || !m->tmp || !m->comp ||
         !gram_init_state(g, &m->memo, &m->cur)) {
         gmatcher_free(m);
         return NX_STATUS_NOMEM;
     }
+    m->lossy = m->cur.lossy;
     *out = m;
     return NX_STATUS_OK;
 }
