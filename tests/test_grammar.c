@@ -309,6 +309,20 @@ TEST(mask_work_bound) {
     }
     ASSERT_TRUE(n_proper > 0);
     gram_free(g);
+
+    /* a grammar whose first state is already lossy (128 stacks): the first mask is exact too */
+    g = compile_gbnf("root ::= [a-z]*{900} \"!\" [0-9]\n", false, &e);
+    if (!g) FAILF("%s", e.msg);
+    ASSERT_OK(gmatcher_init(g, word_vocab(), &m));
+    int32_t n = gmatcher_mask(m, bits, false), seen = 0;
+    for (int t = 0; t < WV_N; t++)
+        if ((bits[t >> 6] >> (t & 63)) & 1) {
+            seen++;
+            if (!gmatcher_allows_slow(m, t)) FAILF("first state: token %d allowed, refused", t);
+        }
+    ASSERT_TRUE(n == seen && n >= 26);
+    gmatcher_free(m);
+    gram_free(g);
 }
 
 TEST(gbnf_errors) {
