@@ -646,15 +646,12 @@ static bool mask_term(struct gmatcher *m, const int32_t *fr, int32_t len, uint64
         }
         /* the top nf frames, bottom first, over an unknown context */
         if (!cache_compute(m, e, fr + 2 * (len - nf), nf)) return false;
-        if (!e->done) { /* cut short: what it proved, without the context-dependent tokens */
-            for (int32_t w = 0; w < m->v->nw; w++) bits[w] |= e->acc[w];
-            return true;
-        }
     } else {
         m->hits++;
     }
     for (int32_t w = 0; w < m->v->nw; w++) bits[w] |= e->acc[w];
-    if (e->n_cd == 0 || spent(m)) return true;
+    /* an entry cut short gives what it proved, without the context-dependent tokens */
+    if (!e->done || e->n_cd == 0 || spent(m)) return true;
     if (!gram_state_from_frames(m->g, &m->memo, fr, len, false, &m->dfs[0])) return false;
     charge(m, NULL, &m->dfs[0]);
     if (!ok_reserve(m, e->n_cd)) return false;
@@ -721,6 +718,15 @@ static int32_t popcount_bits(const uint64_t *b, int32_t nw) {
     return c;
 }
 
+/* Set the bits of the tokens that end at trie node nd; returns how many. */
+static int32_t set_node_tokens(const struct gvocab *v, const struct tnode *nd, uint64_t *bits) {
+    for (int32_t i = 0; i < nd->tok_n; i++) {
+        int32_t t = v->order[nd->tok_first + i];
+        bits[t >> 6] |= 1ull << (t & 63);
+    }
+    return nd->tok_n;
+}
+
 /* Tokens that begin the shortest completion (EOG when complete). Each one is checked by the
  * automaton itself as the completion is walked: in a state past GRAM_MAX_STACKS the completion
  * read off the kept stacks can need stacks that the next state drops, and such a token would be
@@ -744,11 +750,7 @@ static int32_t mask_force(struct gmatcher *m, uint64_t *bits) {
                           &m->dfs[d + 1]))
             return NX_STATUS_NOMEM;
         if (gstate_dead(&m->dfs[d + 1])) break;
-        for (int32_t i = 0; i < v->nodes[c].tok_n; i++) {
-            int32_t t = v->order[v->nodes[c].tok_first + i];
-            bits[t >> 6] |= 1ull << (t & 63);
-            found++;
-        }
+        found += set_node_tokens(v, &v->nodes[c], bits);
         end = v->nodes[c].end;
         k = c + 1;
     }
@@ -773,10 +775,7 @@ static bool mask_direct(struct gmatcher *m, uint64_t *bits) {
             k = nd->end;
             continue;
         }
-        for (int32_t i = 0; i < nd->tok_n; i++) {
-            int32_t t = v->order[nd->tok_first + i];
-            bits[t >> 6] |= 1ull << (t & 63);
-        }
+        set_node_tokens(v, nd, bits);
         k++;
     }
     return true;
@@ -794,7 +793,6 @@ int32_t gmatcher_mask(struct gmatcher *m, uint64_t *bits, bool force) {
     }
     /* per stack, through the cache, while no state has been lossy; a state that was (before or
        during this mask) makes the union over stacks unreliable: then the direct walk */
-    bool was_lossy = m->lossy;
     if (!m->lossy) {
         const int32_t *a = m->cur.a;
         int32_t i = 2;
@@ -808,8 +806,8 @@ int32_t gmatcher_mask(struct gmatcher *m, uint64_t *bits, bool force) {
             a = m->cur.a;
         }
     }
-    if (m->lossy) {
-        if (!was_lossy) memset(bits, 0, sizeof *bits * (size_t)v->nw);
+    if (m->lossy) { /* what the stacks gave (if anything) is not to be trusted */
+        memset(bits, 0, sizeof *bits * (size_t)v->nw);
         if (!mask_direct(m, bits)) return NX_STATUS_NOMEM;
     }
     if (m->cur.a[0] & GS_ACCEPT)

@@ -128,11 +128,11 @@ static nx_status check_weighted_rows(const struct m2v *m, char *err, size_t errl
     }
     nx_status rc = NX_STATUS_OK;
     for (int32_t i = 0; i < m->n_vocab && rc == NX_STATUS_OK; i++) {
-        double v = fabs(m->w[i]) * row_max[m->map ? m->map[i] : i];
-        if (v > FLT_MAX)
+        float rm = row_max[m->map ? m->map[i] : i];
+        if (fabs(m->w[i]) * rm > FLT_MAX)
             rc = nx_errf(err, errlen, NX_STATUS_FORMAT,
                          "tensor 'weights': element %d (%g) times its embedding row (max |x| %g) "
-                         "overflows a float", i, m->w[i], (double)row_max[m->map ? m->map[i] : i]);
+                         "overflows a float", i, m->w[i], (double)rm);
     }
     nx_free(row_max);
     return rc;

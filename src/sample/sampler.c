@@ -331,6 +331,13 @@ static nx_token pick(nx_sampler *s, const float *logits, bool masked) {
     return out;
 }
 
+/* No token is allowed: the vocabulary's first end-of-generation token (-1 when it has none). */
+static nx_token end_of_generation(nx_sampler *s) {
+    nx_token e = grammar_vocab_first_eog(s->gv);
+    if (e >= 0) nx_sampler_accept(s, e);
+    return e;
+}
+
 nx_token nx_sampler_sample(nx_sampler *s, const float *logits) {
     bool masked = s->gm && s->g_active;
     if (!masked) {
@@ -345,22 +352,15 @@ nx_token nx_sampler_sample(nx_sampler *s, const float *logits) {
         force = need >= 0 && (int64_t)(s->g_max - s->g_used) <= need + 1;
     }
     int32_t k = s->g_failed ? 0 : nx_grammar_matcher_mask(s->gm, s->gbits, force);
-    if (k <= 0) {
-        nx_token e = grammar_vocab_first_eog(s->gv);
-        if (e >= 0) nx_sampler_accept(s, e);
-        return e;
-    }
+    if (k <= 0) return end_of_generation(s);
     nx_token out = pick(s, logits, true);
     nx_status ast = nx_grammar_matcher_accept(s->gm, out);
     if (ast == NX_STATUS_INVALID_ARG) {
         /* past 128 parses a mask can hold a token the automaton refuses; the refusal makes the
            matcher check every token through the automaton from then on: mask and pick again */
-        k = nx_grammar_matcher_mask(s->gm, s->gbits, force);
-        if (k <= 0) {
+        if (nx_grammar_matcher_mask(s->gm, s->gbits, force) <= 0) {
             s->g_failed = true;
-            nx_token e = grammar_vocab_first_eog(s->gv);
-            if (e >= 0) nx_sampler_accept(s, e);
-            return e;
+            return end_of_generation(s);
         }
         out = pick(s, logits, true);
         ast = nx_grammar_matcher_accept(s->gm, out);
