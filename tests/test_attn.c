@@ -133,6 +133,22 @@ static bool have_avx2(void) {
     return false;
 }
 
+/*
+ * Whether the AVX-512 kernels (attn_avx512.c) may run here. NX_TEST_AVX512_EMULATED: this
+ * binary was linked with an attn_avx512.o built on the plain-C emulation of the intrinsics
+ * (src/kern/avx512_emu.h), which runs wherever AVX2 does. The command, from the project root:
+ *   make build/libnexus.a && mkdir -p build/emu512 && cc -std=c11 -D_GNU_SOURCE -O1 -Iinclude -Isrc -mavx2 -mfma -mf16c -DNX_AVX512_EMULATE -c src/kern/attn_avx512.c -o build/emu512/attn_avx512.o && cc -std=c11 -D_GNU_SOURCE -O1 -Iinclude -Isrc -DNX_TEST_AVX512_EMULATED -c tests/test_attn.c -o build/emu512/test_attn.o && cp build/libnexus.a build/emu512/lib_attn.a && ar d build/emu512/lib_attn.a attn_avx512.o && cc -o build/emu512/test_attn build/emu512/test_attn.o build/emu512/attn_avx512.o build/emu512/lib_attn.a -lm -lpthread && ./build/emu512/test_attn
+ */
+static bool have_avx512(void) {
+#ifdef NX_TEST_AVX512_EMULATED
+    if (kern_cpu_supports("avx2")) return true;
+#else
+    if (kern_cpu_supports("avx512")) return true;
+#endif
+    printf("  skipped: no AVX-512\n");
+    return false;
+}
+
 static bool same_bits(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
 
 /* ---- scores ------------------------------------------------------------------------------- */
@@ -199,6 +215,11 @@ TEST(scores_ref_vs_double) { check_scores(kern_ref_attn_scores, NULL, "ref"); }
 TEST(scores_avx2_vs_ref_and_double) {
     if (!have_avx2()) return;
     check_scores(kern_avx2_attn_scores, kern_ref_attn_scores, "avx2");
+}
+
+TEST(scores_avx512_vs_ref_and_double) {
+    if (!have_avx512()) return;
+    check_scores(kern_avx512_attn_scores, kern_ref_attn_scores, "avx512");
 }
 
 /* kern_attn_scores (whatever set this CPU picked) and the forced reference, vs double. */
@@ -397,6 +418,11 @@ TEST(split_invariance_avx2) {
     check_split(kern_avx2_attn_scores, kern_avx2_attn_values, "avx2");
 }
 
+TEST(split_invariance_avx512) {
+    if (!have_avx512()) return;
+    check_split(kern_avx512_attn_scores, kern_avx2_attn_values, "avx512");
+}
+
 /* ---- edge cases --------------------------------------------------------------------------- */
 
 /* npos = 0: values are all zero, scores untouched; ng = 0: nothing written. */
@@ -524,6 +550,13 @@ TEST(fused_avx2_vs_unfused_and_double) {
     check_fused(kern_avx2_attn_block, kern_avx2_attn_merge, kern_avx2_attn_scores, kern_avx2_softmax, kern_avx2_attn_values, "avx2");
 }
 
+/* The AVX-512 set: its own scores, the shared AVX2 softmax, values and merge. */
+TEST(fused_avx512_vs_unfused_and_double) {
+    if (!have_avx512()) return;
+    check_fused(kern_avx512_attn_block, kern_avx2_attn_merge, kern_avx512_attn_scores, kern_avx2_softmax,
+                kern_avx2_attn_values, "avx512");
+}
+
 /*
  * Split invariance: with fixed part boundaries, the merged output is a pure function of the
  * inputs: parts computed for all heads at once or one head at a time (ng = 9 spans two head
@@ -615,6 +648,11 @@ TEST(blocks_match_per_block_ref) { check_blocks(kern_ref_attn_blocks, kern_ref_a
 TEST(blocks_match_per_block_avx2) {
     if (!have_avx2()) return;
     check_blocks(kern_avx2_attn_blocks, kern_avx2_attn_block, "avx2");
+}
+
+TEST(blocks_match_per_block_avx512) {
+    if (!have_avx512()) return;
+    check_blocks(kern_avx512_attn_blocks, kern_avx512_attn_block, "avx512");
 }
 
 TEST(blocks_match_per_block_dispatch) { check_blocks(kern_attn_blocks, kern_attn_block, kern_name()); }

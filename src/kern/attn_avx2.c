@@ -49,7 +49,7 @@
 #include <string.h>
 
 #include "core/nx_base.h"
-#include "kern/exp_avx2.h"
+#include "kern/attn_simd.h"
 #include "kern/kern_impl.h"
 
 #define AI static inline __attribute__((always_inline))
@@ -77,12 +77,6 @@ AI __m256 kv_load_part(enum nx_type kvt, const char *row, int64_t i, int r) {
     nx_half h[8] = {0};
     memcpy(h, (const nx_half *)row + i, (size_t)r * sizeof(nx_half));
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
-}
-
-/* Prefetch the cache lines of bytes [p, p + n). */
-AI void prefetch_span(const char *p, size_t n) {
-    uintptr_t a = (uintptr_t)p & ~(uintptr_t)63, e = (uintptr_t)p + n;
-    for (; a < e; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
 }
 
 /*
@@ -374,13 +368,6 @@ void kern_avx2_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v
  */
 enum { FUSED_HEADS = 8 };
 
-AI float hsum8(__m256 v) {
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-}
-
 /* nk / nv / nn: the caller's next rows (the next KV block it reduces), prefetched during the
  * last chunk (NULL: none); pre: prefetch this call's first chunk up front (false when an
  * earlier call prefetched it as its next rows). */
@@ -413,32 +400,7 @@ AI void fused_group(enum nx_type kvt, int64_t hd, const char *k, size_t ks, cons
         }
         sc_all(kvt, hd, k + (size_t)j0 * ks, ks, n, q, ng, scale, sbuf, KERN_ATTN_CHUNK, pk, pn);
         for (int64_t g = 0; g < ng; g++) {
-            float *s = sbuf + g * KERN_ATTN_CHUNK;
-            float mc = s[0];
-            int64_t j = 0;
-            if (n >= 8) {
-                __m256 mv = _mm256_loadu_ps(s);
-                for (j = 8; j + 8 <= n; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + j));
-                __m128 h = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
-                h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-                mc = _mm_cvtss_f32(_mm_max_ss(h, _mm_movehdup_ps(h)));
-            }
-            for (; j < n; j++) mc = s[j] > mc ? s[j] : mc;
-            float mn = mc > m[g] ? mc : m[g];
-            float alpha = m[g] == -INFINITY ? 0.0f : exp1(m[g] - mn);
-            __m256 vm = _mm256_set1_ps(mn), vs8 = _mm256_setzero_ps();
-            for (j = 0; j + 8 <= n; j += 8) {
-                __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vm));
-                _mm256_storeu_ps(s + j, e);
-                vs8 = _mm256_add_ps(vs8, e);
-            }
-            float lsum = hsum8(vs8);
-            for (; j < n; j++) {
-                s[j] = exp1(s[j] - mn);
-                lsum += s[j];
-            }
-            l[g] = l[g] * alpha + lsum;
-            m[g] = mn;
+            float alpha = softmax_chunk(sbuf + g * KERN_ATTN_CHUNK, n, &m[g], &l[g]);
             if (j0 > 0) {
                 float *o = obuf + g * hd;
                 __m256 va = _mm256_set1_ps(alpha);
@@ -499,12 +461,14 @@ void kern_avx2_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k, c
                            int64_t ng, float scale, float *parts) {
     NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
     const int64_t rec = ng * (hd + 2);
+    const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
     for (int64_t b = 0; b < nblk; b++) {
         int64_t n = NX_MIN(brows, npos - b * brows);
         if (hd > KERN_ATTN_MAX_HD) {
             kern_ref_attn_block(kvt, hd, k[b], stride, v[b], stride, n, q, ng, scale, parts + b * rec);
             continue;
         }
+        if (b + 2 < nblk) prefetch_rows_l2(k[b + 2], v[b + 2], stride, NX_MIN(brows, npos - (b + 2) * brows), slice);
         int64_t nn = b + 1 < nblk ? NX_MIN(brows, npos - (b + 1) * brows) : 0;
         const char *nk = nn > 0 ? k[b + 1] : NULL, *nv = nn > 0 ? v[b + 1] : NULL;
         fused_heads(kvt, hd, k[b], stride, v[b], stride, n, q, ng, scale, parts + b * rec, nk, nv,

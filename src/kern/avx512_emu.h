@@ -1,8 +1,9 @@
 /*
- * avx512_emu.h - test-only plain-C emulation of the AVX-512 intrinsics kern_avx512.c uses, so
- * that its kernels can be checked against the reference on a machine without AVX-512. Each
- * emulation follows the instruction's definition in Intel's SDM (lane by lane); it is slow and
- * never part of the library build. kern_avx512.c includes it only with -DNX_AVX512_EMULATE.
+ * avx512_emu.h - test-only plain-C emulation of the AVX-512 intrinsics kern_avx512.c and
+ * attn_avx512.c use, so that their kernels can be checked against the reference on a machine
+ * without AVX-512. Each emulation follows the instruction's definition in Intel's SDM (lane by
+ * lane); it is slow and never part of the library build. Those files include it only with
+ * -DNX_AVX512_EMULATE (the attention tests' command is in tests/test_attn.c).
  *
  * Run the kernel tests with the emulated AVX-512 set (one line, from the project root):
  *   make build/libnexus.a && mkdir -p build/emu512 && cc -std=c11 -D_GNU_SOURCE -O1 -Iinclude -Isrc -mavx2 -mfma -mf16c -DNX_AVX512_EMULATE -c src/kern/kern_avx512.c -o build/emu512/kern_avx512.o && cc -std=c11 -D_GNU_SOURCE -O1 -Iinclude -Isrc -DNX_TEST_AVX512_EMULATED -c tests/test_kern.c -o build/emu512/test_kern.o && cp build/libnexus.a build/emu512/lib.a && ar d build/emu512/lib.a kern_avx512.o && cc -o build/emu512/test_kern build/emu512/test_kern.o build/emu512/kern_avx512.o build/emu512/lib.a -lm -lpthread && ./build/emu512/test_kern
@@ -238,5 +239,49 @@ EMU emu512 emu_fnmadd_ps(emu512 a, emu512 b, emu512 c) {
     return c;
 }
 #define _mm512_fnmadd_ps emu_fnmadd_ps
+
+/* attn_avx512.c: stores, adds and the shuffles of the score reduction tree */
+EMU void emu_storeu_ps(float *p, emu512 v) { memcpy(p, v.f, 64); }
+#define _mm512_storeu_ps(p, v) emu_storeu_ps((p), (v))
+EMU emu512 emu_add_ps(emu512 a, emu512 b) {
+    for (int i = 0; i < 16; i++) a.f[i] += b.f[i];
+    return a;
+}
+#define _mm512_add_ps emu_add_ps
+/* vunpcklps / vunpckhps: per 128-bit lane, [a0 b0 a1 b1] / [a2 b2 a3 b3] */
+EMU emu512 emu_unpack_ps(emu512 a, emu512 b, int hi) {
+    emu512 r;
+    for (int l = 0; l < 4; l++) {
+        for (int i = 0; i < 2; i++) {
+            r.f[4 * l + 2 * i] = a.f[4 * l + 2 * hi + i];
+            r.f[4 * l + 2 * i + 1] = b.f[4 * l + 2 * hi + i];
+        }
+    }
+    return r;
+}
+#define _mm512_unpacklo_ps(a, b) emu_unpack_ps((a), (b), 0)
+#define _mm512_unpackhi_ps(a, b) emu_unpack_ps((a), (b), 1)
+/* vshufps: per 128-bit lane, [a[i0] a[i1] b[i2] b[i3]], i_k = imm bits 2k+1..2k */
+EMU emu512 emu_shuffle_ps(emu512 a, emu512 b, int imm) {
+    emu512 r;
+    for (int l = 0; l < 4; l++) {
+        r.f[4 * l + 0] = a.f[4 * l + (imm & 3)];
+        r.f[4 * l + 1] = a.f[4 * l + (imm >> 2 & 3)];
+        r.f[4 * l + 2] = b.f[4 * l + (imm >> 4 & 3)];
+        r.f[4 * l + 3] = b.f[4 * l + (imm >> 6 & 3)];
+    }
+    return r;
+}
+#define _mm512_shuffle_ps(a, b, imm) emu_shuffle_ps((a), (b), (imm))
+/* vshuff32x4: 128-bit lanes [a[i0] a[i1] b[i2] b[i3]] */
+EMU emu512 emu_shuffle_f32x4(emu512 a, emu512 b, int imm) {
+    emu512 r;
+    for (int l = 0; l < 4; l++) {
+        const emu512 *src = l < 2 ? &a : &b;
+        memcpy(&r.f[4 * l], &src->f[4 * (imm >> (2 * l) & 3)], 16);
+    }
+    return r;
+}
+#define _mm512_shuffle_f32x4(a, b, imm) emu_shuffle_f32x4((a), (b), (imm))
 
 #endif

@@ -18,9 +18,11 @@
  *   the AVX2 ones). Raw Q4_K is routed to the AVX2 set (dispatch.c); this set's own Q4_K tiles
  *   below then only run when the table is called directly.
  * - Float weights: 16-wide FMA tiles, 6 x 4 for prefill (24 accumulators + 6 weight rows + one
- *   activation vector: 31 of the 32 registers) and 8 x 1 for decode; 16 lanes folded to 8 then
- *   summed like AVX2, k % 16 tail in order.
- * - Activation quantization and the attention helpers are the AVX2 ones (not the bottleneck).
+ *   activation vector: 31 of the 32 registers) and 8 x 1 for decode; the accumulators of a
+ *   tile are summed together by the transposing trees of tree512.h (one fixed order per sum,
+ *   whichever tile), then the k % 16 tail in order.
+ * - Activation quantization, the values kernel, softmax and SwiGLU are the AVX2 ones (not the
+ *   bottleneck); attention scores and fused attention are attn_avx512.c's.
  * - Testing without AVX-512 hardware: with -DNX_AVX512_EMULATE this file includes
  *   kern/avx512_emu.h, which emulates the few AVX-512 intrinsics used here in plain C, so the
  *   tests can run this code on an AVX2-only machine (see that header for the command).
@@ -35,11 +37,26 @@
 #include "core/nx_base.h"
 #include "kern/kern_impl.h"
 #include "kern/kern_simd.h"
+#include "kern/tree512.h"
 
-/* 16 float lanes -> 8 (lo + hi), then hsum8: the fixed reduction of every float tile. */
-AI float hsum16(__m512 v) {
-    __m256 lo = _mm512_castps512_ps256(v), hi = _mm512_extractf32x8_ps(v, 1);
-    return hsum8(_mm256_add_ps(lo, hi));
+/* The 16-lane sums of n float accumulators (n <= 24) into out[0..n), each in tree512.h's
+ * order: 16 at a time through tree16, 8 or fewer through tree8 (unused inputs zero). */
+AI void tree_sums(const __m512 *acc, const int n, float *out) {
+    int t = 0;
+    for (; t + 8 < n; t += 16) {
+        __m512 a[16];
+        UNROLL for (int i = 0; i < 16; i++) a[i] = t + i < n ? acc[t + i] : _mm512_setzero_ps();
+        float o[16];
+        _mm512_storeu_ps(o, tree16(a));
+        for (int i = 0; i < 16 && t + i < n; i++) out[t + i] = o[i];
+    }
+    if (t < n) {
+        __m512 a[8];
+        UNROLL for (int i = 0; i < 8; i++) a[i] = t + i < n ? acc[t + i] : _mm512_setzero_ps();
+        float o[16];
+        _mm512_storeu_ps(o, tree8(a));
+        for (int i = 0; i < 8 && t + i < n; i++) out[t + i] = o[i];
+    }
 }
 
 /* 16 i32 lanes -> 8. */
@@ -74,7 +91,7 @@ AI void fl_tile(enum nx_type wt, const int R, const int C, int64_t k, const uint
         }
     }
     float out[MAXT];
-    UNROLL for (int t = 0; t < R * C; t++) out[t] = hsum16(acc[t]);
+    tree_sums(acc, R * C, out);
     for (int r = 0; r < R; r++) {
         for (int c = 0; c < C; c++) {
             const float *xr = (const float *)(x + (size_t)c * xs);
@@ -86,7 +103,7 @@ AI void fl_tile(enum nx_type wt, const int R, const int C, int64_t k, const uint
 }
 
 /* Decode tile: R rows x 1 column, the per-element operations of fl_tile (one 16-lane FMA chain
- * per row in order, hsum16, tail), 64 elements per step, each row prefetched PF_DIST ahead and
+ * per row in order, tree_sums, tail), 64 elements per step, each row prefetched PF_DIST ahead and
  * on into the same row of the next group of R rows (pf_row_ahead). */
 AI void fl_dec_tile(enum nx_type wt, const int R, int64_t k, const uint8_t *w, size_t ws,
                     const uint8_t *x, float *y) {
@@ -111,8 +128,10 @@ AI void fl_dec_tile(enum nx_type wt, const int R, int64_t k, const uint8_t *w, s
         __m512 xv = _mm512_loadu_ps(xf + i);
         UNROLL for (int r = 0; r < R; r++) acc[r] = _mm512_fmadd_ps(load_w16(wt, w + (size_t)r * ws, i), xv, acc[r]);
     }
+    float out[8];
+    tree_sums(acc, R, out);
     UNROLL for (int r = 0; r < R; r++) {
-        float s = hsum16(acc[r]);
+        float s = out[r];
         for (int64_t t = k16; t < k; t++) s += load_w1(wt, w + (size_t)r * ws, t) * xf[t];
         y[r] = s;
     }
@@ -516,10 +535,10 @@ const struct kern_table kern_table_avx512 = {
     .dot_kv = kern_avx2_dot_kv,
     .axpy_kv = kern_avx2_axpy_kv,
     .store_kv = kern_avx2_store_kv,
-    .attn_scores = kern_avx2_attn_scores,
+    .attn_scores = kern_avx512_attn_scores,
     .attn_values = kern_avx2_attn_values,
-    .attn_block = kern_avx2_attn_block,
-    .attn_blocks = kern_avx2_attn_blocks,
+    .attn_block = kern_avx512_attn_block,
+    .attn_blocks = kern_avx512_attn_blocks,
     .attn_merge = kern_avx2_attn_merge,
     .softmax = kern_avx2_softmax,
     .load_kv = kern_avx2_load_kv,

@@ -140,6 +140,17 @@ void kern_avx2_test_fail_scratch(bool arm);
 float kern_avx2_dot_kv(enum nx_type kvt, int64_t n, const void *k, const float *q);
 void kern_avx2_axpy_kv(enum nx_type kvt, int64_t n, float a, const void *v, float *y);
 void kern_avx2_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst);
+/* attn_avx512.c */
+void kern_avx512_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                             int64_t npos, const float *q, int64_t ng, float scale, float *scores,
+                             int64_t ld);
+void kern_avx512_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                            const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
+                            float scale, float *part);
+void kern_avx512_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k,
+                             const void *const *v, size_t stride, int64_t nblk, int64_t brows,
+                             int64_t npos, const float *q, int64_t ng, float scale, float *parts);
+
 /* attn_avx2.c (also used by the AVX-512 set) */
 void kern_avx2_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
                            int64_t npos, const float *q, int64_t ng, float scale, float *scores,

@@ -1,0 +1,348 @@
+/*
+ * attn_avx512.c - the AVX-512 set's attention kernels: kern_attn_scores, kern_attn_block and
+ * kern_attn_blocks for F32 and F16 KV caches (16-lane FMA tiles). Compiled with the AVX-512
+ * flags; only called after dispatch.c has checked the CPU. kern_attn_values, the softmax and
+ * the merge are the AVX2 ones (values: the same FMA sequence per element either way).
+ *
+ * DESIGN
+ * - Scores: register tiles of 4 heads x 4 positions, one 16-lane accumulator per (head,
+ *   position), hd in 16-element chunks: per chunk 4 query loads, 4 K loads (F16 converted
+ *   once for the 4 heads with vcvtph2ps), 16 FMAs. The 16 accumulators are reduced together by
+ *   a transposing tree (unpack, shuffle, 128-bit lane shuffles: 45 instructions for 16 dot
+ *   products, against ~8 per product for separate horizontal sums) into one vector holding
+ *   the 16 dots, scaled by one multiply. A tile always runs 4 x 4: a group with fewer heads or
+ *   positions repeats its last one (the repeated results are not stored), so every dot goes
+ *   through the same instructions wherever it sits.
+ * - Fixed per-element arithmetic (results do not depend on ng, npos, ld, tiling or thread):
+ *   lane l of a dot's accumulator sums K[16c+l]*q[16c+l] over chunks c = 0, 1, .. in order
+ *   (one FMA each; a partial last chunk is zero-padded), then tree512.h's order
+ *   (((l0+l2)+(l1+l3)) + ((l4+l6)+(l5+l7))) + (((l8+l10)+(l9+l11)) + ((l12+l14)+(l13+l15))),
+ *   then one multiply by scale. Float accumulation: differs from the double-accumulating
+ *   reference by rounding (~hd/16 + 4 float roundings relative to sum |terms|) and from the
+ *   AVX2 set's scores in rounding only.
+ * - Values (fused): tiles of up to 4 heads x 4 chunks of 16 (16 accumulators) over the chunk's
+ *   positions: per position 4 broadcasts of p, 4 V loads (converted once for all heads), 16
+ *   FMAs. Each output element starts at 0 and takes one FMA per position in order, exactly the
+ *   reference's sequence. The running state is kept in a buffer whose rows are padded to a
+ *   multiple of 16, so the partial last chunk (hd % 16, a zero-padded V load) stores whole
+ *   vectors there.
+ * - Fused attention (kern_attn_block): the AVX2 kernel's structure (see attn_avx2.c): chunks
+ *   of KERN_ATTN_CHUNK positions, scores into an L1 stack buffer, the shared online-softmax
+ *   step (attn_simd.h), values accumulated; the queries are first copied into a zero-padded
+ *   buffer (so every chunk, the partial one included, is a whole-vector load). Prefetch as in
+ *   the AVX2 kernel: the first chunk's rows up front (unless the previous block's call did),
+ *   each chunk's successor (the last chunk: the caller's next block) during the first head
+ *   group's pass.
+ * - Testing without AVX-512 hardware: with -DNX_AVX512_EMULATE this file includes
+ *   kern/avx512_emu.h (see that header; tests/test_attn.c has the command).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#ifdef NX_AVX512_EMULATE
+#include "kern/avx512_emu.h"
+#endif
+
+#include "core/nx_base.h"
+#include "kern/attn_simd.h"
+#include "kern/kern_impl.h"
+#include "kern/tree512.h"
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+enum {
+    HG = 4,          /* heads per score / value tile */
+    PT = 4,          /* positions per score tile */
+    CT = 4,          /* 16-element chunks per value tile */
+    FUSED_HEADS = 8, /* heads per fused pass (stack buffers) */
+    HDP_MAX = KERN_ATTN_MAX_HD,
+};
+
+/* ---- loads -------------------------------------------------------------------------------- */
+
+/* Elements i .. i+15 of a KV row as floats. */
+AI __m512 kv16(enum nx_type kvt, const char *row, int64_t i) {
+    if (kvt == NX_TYPE_F32) return _mm512_loadu_ps((const float *)row + i);
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const nx_half *)row + i)));
+}
+
+/* Elements i .. i+r-1 (r in 1..15) of a KV row as floats, upper lanes zero; reads nothing past
+ * element i+r-1. */
+AI __m512 kv16_part(enum nx_type kvt, const char *row, int64_t i, int r) {
+    if (kvt == NX_TYPE_F32) {
+        float f[16] = {0};
+        memcpy(f, (const float *)row + i, (size_t)r * sizeof(float));
+        return _mm512_loadu_ps(f);
+    }
+    nx_half h[16] = {0};
+    memcpy(h, (const nx_half *)row + i, (size_t)r * sizeof(nx_half));
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+}
+
+/* ---- scores ------------------------------------------------------------------------------- */
+
+/*
+ * s[g*ld + p] = scale * dot(q + g*qs, row p) for g < ngv, p < npv (both 1..4), rows k + p*ks;
+ * q rows zero-padded to a multiple of 16 elements. Accumulator of (g, p) is a[g*PT + p].
+ */
+AI void sc_tile(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int npv, const float *q,
+                int64_t qs, int ngv, float scale, float *s, int64_t ld) {
+    const char *row[PT];
+    const float *qr[HG];
+    UNROLL for (int p = 0; p < PT; p++) row[p] = k + (size_t)(p < npv ? p : npv - 1) * ks;
+    UNROLL for (int g = 0; g < HG; g++) qr[g] = q + (g < ngv ? g : ngv - 1) * qs;
+    __m512 a[HG * PT];
+    UNROLL for (int t = 0; t < HG * PT; t++) a[t] = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= hd; i += 16) {
+        __m512 qv[HG];
+        UNROLL for (int g = 0; g < HG; g++) qv[g] = _mm512_loadu_ps(qr[g] + i);
+        UNROLL for (int p = 0; p < PT; p++) {
+            __m512 kv = kv16(kvt, row[p], i);
+            UNROLL for (int g = 0; g < HG; g++) a[g * PT + p] = _mm512_fmadd_ps(kv, qv[g], a[g * PT + p]);
+        }
+    }
+    if (i < hd) {
+        __m512 qv[HG];
+        UNROLL for (int g = 0; g < HG; g++) qv[g] = _mm512_loadu_ps(qr[g] + i);
+        UNROLL for (int p = 0; p < PT; p++) {
+            __m512 kv = kv16_part(kvt, row[p], i, (int)(hd - i));
+            UNROLL for (int g = 0; g < HG; g++) a[g * PT + p] = _mm512_fmadd_ps(kv, qv[g], a[g * PT + p]);
+        }
+    }
+    float o[HG * PT];
+    _mm512_storeu_ps(o, _mm512_mul_ps(tree16(a), _mm512_set1_ps(scale)));
+    for (int g = 0; g < ngv; g++)
+        for (int p = 0; p < npv; p++) s[g * ld + p] = o[g * PT + p];
+}
+
+/*
+ * Scores of n positions (rows k + j*ks) for ng heads (q: rows qs apart, zero-padded to a
+ * multiple of 16) into s (row g at s + g*ld). When pf is not NULL, the slices of rows
+ * pf + j*ks (j < npf) are prefetched as the first head group reaches positions j.
+ */
+AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n, const float *q,
+               int64_t qs, int64_t ng, float scale, float *s, int64_t ld, const char *pf,
+               int64_t npf) {
+    const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
+    for (int64_t g0 = 0; g0 < ng; g0 += HG) {
+        int ngv = (int)NX_MIN(ng - g0, (int64_t)HG);
+        for (int64_t j = 0; j < n; j += PT) {
+            if (g0 == 0 && pf) {
+                for (int64_t p = j; p < j + PT && p < npf; p++) prefetch_span(pf + (size_t)p * ks, slice);
+            }
+            sc_tile(kvt, hd, k + (size_t)j * ks, ks, (int)NX_MIN(n - j, (int64_t)PT), q + g0 * qs, qs, ngv,
+                    scale, s + g0 * ld + j, ld);
+        }
+    }
+}
+
+/* Copies ng query rows (hd apart) into rows of hdp floats, zero past hd. */
+static void pad_queries(int64_t hd, int64_t hdp, const float *q, int64_t ng, float *qp) {
+    for (int64_t g = 0; g < ng; g++) {
+        memcpy(qp + g * hdp, q + g * hd, sizeof(float) * (size_t)hd);
+        memset(qp + g * hdp + hd, 0, sizeof(float) * (size_t)(hdp - hd));
+    }
+}
+
+static void scores_f(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t npos,
+                     const float *q, int64_t ng, float scale, float *scores, int64_t ld) {
+    const int64_t hdp = (hd + 15) & ~(int64_t)15;
+    float qp[HG * HDP_MAX];
+    for (int64_t g0 = 0; g0 < ng; g0 += HG) {
+        int64_t n = NX_MIN(ng - g0, (int64_t)HG);
+        pad_queries(hd, hdp, q + g0 * hd, n, qp);
+        sc_all(kvt, hd, k, ks, npos, qp, hdp, n, scale, scores + g0 * ld, ld, NULL, 0);
+    }
+}
+
+void kern_avx512_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                             int64_t npos, const float *q, int64_t ng, float scale, float *scores,
+                             int64_t ld) {
+    NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
+    if (ng <= 0 || npos <= 0 || hd <= 0) return;
+    if (hd > KERN_ATTN_MAX_HD) {
+        kern_ref_attn_scores(kvt, hd, k, k_stride, npos, q, ng, scale, scores, ld);
+        return;
+    }
+    if (kvt == NX_TYPE_F32) scores_f(NX_TYPE_F32, hd, k, k_stride, npos, q, ng, scale, scores, ld);
+    else scores_f(NX_TYPE_F16, hd, k, k_stride, npos, q, ng, scale, scores, ld);
+}
+
+/* ---- values ------------------------------------------------------------------------------- */
+
+/*
+ * NG heads x NC chunks of 16 (v, o already offset to the first chunk), over n positions (rows
+ * v + j*vs): o[g*os + 16c + l] += sum_j p[g*ld + j] * row_j[16c + l]; r > 0: one partial chunk
+ * of r elements (NC == 1, zero-padded; o has room for the whole vector). When pf is not NULL,
+ * the slice (slice bytes) of row pf + j*vs is prefetched at position j < npf.
+ */
+AI void va_tile(enum nx_type kvt, const int NG, const int NC, int r, const char *v, size_t vs,
+                int64_t n, const float *p, int64_t ld, float *o, int64_t os, const char *pf,
+                int64_t npf, size_t slice) {
+    __m512 a[HG][CT];
+    UNROLL for (int g = 0; g < NG; g++) {
+        UNROLL for (int c = 0; c < NC; c++) a[g][c] = _mm512_loadu_ps(o + g * os + 16 * c);
+    }
+    for (int64_t j = 0; j < n; j++) {
+        const char *row = v + (size_t)j * vs;
+        if (j < npf) prefetch_span(pf + (size_t)j * vs, slice);
+        __m512 b[HG];
+        UNROLL for (int g = 0; g < NG; g++) b[g] = _mm512_set1_ps(p[g * ld + j]);
+        UNROLL for (int c = 0; c < NC; c++) {
+            __m512 x = r ? kv16_part(kvt, row, 0, r) : kv16(kvt, row, 16 * c);
+            UNROLL for (int g = 0; g < NG; g++) a[g][c] = _mm512_fmadd_ps(b[g], x, a[g][c]);
+        }
+    }
+    UNROLL for (int g = 0; g < NG; g++) {
+        UNROLL for (int c = 0; c < NC; c++) _mm512_storeu_ps(o + g * os + 16 * c, a[g][c]);
+    }
+}
+
+/* All of hd for NG heads: CT chunks at a time, then the leftover whole chunks, then the partial
+ * one. The first tile carries the prefetch (pf, npf). */
+AI void va_run(enum nx_type kvt, const int NG, int64_t hd, const char *v, size_t vs, int64_t n,
+               const float *p, int64_t ld, float *o, int64_t os, const char *pf, int64_t npf) {
+    const int64_t elt = kvt == NX_TYPE_F32 ? 4 : 2;
+    const size_t slice = (size_t)(hd * elt);
+    int64_t i = 0;
+#define VA(nc_, r_) \
+    do { \
+        va_tile(kvt, NG, nc_, r_, v + i * elt, vs, n, p, ld, o + i, os, i == 0 ? pf : NULL, \
+                i == 0 ? npf : 0, slice); \
+    } while (0)
+    for (; i + 16 * CT <= hd; i += 16 * CT) VA(CT, 0);
+    switch ((hd - i) / 16) {
+    case 3: VA(3, 0); i += 48; break;
+    case 2: VA(2, 0); i += 32; break;
+    case 1: VA(1, 0); i += 16; break;
+    default: break;
+    }
+    if (i < hd) VA(1, (int)(hd - i));
+#undef VA
+}
+
+/* Values of n positions for ng heads added to o (row g at o + g*os). */
+AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n, const float *p,
+               int64_t ld, int64_t ng, float *o, int64_t os, const char *pf, int64_t npf) {
+    for (int64_t g0 = 0; g0 < ng; g0 += HG) {
+        const float *pg = p + g0 * ld;
+        float *og = o + g0 * os;
+        const char *f = g0 == 0 ? pf : NULL;
+        int64_t nf = g0 == 0 ? npf : 0;
+        switch (NX_MIN(ng - g0, (int64_t)HG)) {
+        case 4: va_run(kvt, 4, hd, v, vs, n, pg, ld, og, os, f, nf); break;
+        case 3: va_run(kvt, 3, hd, v, vs, n, pg, ld, og, os, f, nf); break;
+        case 2: va_run(kvt, 2, hd, v, vs, n, pg, ld, og, os, f, nf); break;
+        default: va_run(kvt, 1, hd, v, vs, n, pg, ld, og, os, f, nf); break;
+        }
+    }
+}
+
+/* ---- fused attention over one KV block ---------------------------------------------------- */
+
+/* ng <= FUSED_HEADS heads. nk / nv / nn: the caller's next rows, prefetched during the last
+ * chunk (NULL: none); pre: prefetch this call's first chunk up front. */
+AI void fused_group(enum nx_type kvt, int64_t hd, const char *k, size_t ks, const char *v,
+                    size_t vs, int64_t npos, const float *q, int64_t ng, float scale, float *part,
+                    const char *nk, const char *nv, int64_t nn, bool pre) {
+    const int64_t hdp = (hd + 15) & ~(int64_t)15;
+    float sbuf[FUSED_HEADS * KERN_ATTN_CHUNK];
+    float qbuf[FUSED_HEADS * HDP_MAX], obuf[FUSED_HEADS * HDP_MAX];
+    float m[FUSED_HEADS], l[FUSED_HEADS];
+    for (int64_t g = 0; g < ng; g++) m[g] = -INFINITY, l[g] = 0.0f;
+    pad_queries(hd, hdp, q, ng, qbuf);
+    memset(obuf, 0, sizeof(float) * (size_t)(ng * hdp));
+    const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
+    for (int64_t j0 = 0; j0 < npos; j0 += KERN_ATTN_CHUNK) {
+        int64_t n = NX_MIN(npos - j0, (int64_t)KERN_ATTN_CHUNK);
+        if (j0 == 0 && pre) {
+            for (int64_t j = 0; j < n; j++) {
+                prefetch_span(k + (size_t)j * ks, slice);
+                prefetch_span(v + (size_t)j * vs, slice);
+            }
+        }
+        const char *pk = nk, *pv = nv;
+        int64_t pn = nk ? nn : 0;
+        if (j0 + n < npos) {
+            pk = k + (size_t)(j0 + n) * ks, pv = v + (size_t)(j0 + n) * vs;
+            pn = NX_MIN(npos - j0 - n, (int64_t)KERN_ATTN_CHUNK);
+        }
+        sc_all(kvt, hd, k + (size_t)j0 * ks, ks, n, qbuf, hdp, ng, scale, sbuf, KERN_ATTN_CHUNK, pk, pn);
+        for (int64_t g = 0; g < ng; g++) {
+            float alpha = softmax_chunk(sbuf + g * KERN_ATTN_CHUNK, n, &m[g], &l[g]);
+            if (j0 > 0) {
+                __m512 va = _mm512_set1_ps(alpha);
+                float *o = obuf + g * hdp;
+                for (int64_t i = 0; i < hdp; i += 16) _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_loadu_ps(o + i), va));
+            }
+        }
+        va_all(kvt, hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, obuf, hdp, pv, pn);
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        float *pg = part + g * (hd + 2);
+        pg[0] = m[g], pg[1] = l[g];
+        memcpy(pg + 2, obuf + g * hdp, sizeof(float) * (size_t)hd);
+    }
+}
+
+static void fused_f32(int64_t hd, const char *k, size_t ks, const char *v, size_t vs, int64_t npos,
+                      const float *q, int64_t ng, float scale, float *part, const char *nk,
+                      const char *nv, int64_t nn, bool pre) {
+    fused_group(NX_TYPE_F32, hd, k, ks, v, vs, npos, q, ng, scale, part, nk, nv, nn, pre);
+}
+
+static void fused_f16(int64_t hd, const char *k, size_t ks, const char *v, size_t vs, int64_t npos,
+                      const float *q, int64_t ng, float scale, float *part, const char *nk,
+                      const char *nv, int64_t nn, bool pre) {
+    fused_group(NX_TYPE_F16, hd, k, ks, v, vs, npos, q, ng, scale, part, nk, nv, nn, pre);
+}
+
+/* One KV range, all head groups; the next rows are prefetched by the last head group's pass. */
+static void fused_heads(enum nx_type kvt, int64_t hd, const char *k, size_t ks, const char *v,
+                        size_t vs, int64_t npos, const float *q, int64_t ng, float scale,
+                        float *part, const char *nk, const char *nv, int64_t nn, bool pre) {
+    for (int64_t g0 = 0; g0 < ng; g0 += FUSED_HEADS) {
+        int64_t n = NX_MIN(ng - g0, (int64_t)FUSED_HEADS);
+        bool last = g0 + FUSED_HEADS >= ng;
+        const char *gk = last ? nk : NULL, *gv = last ? nv : NULL;
+        bool gpre = g0 == 0 && pre;
+        if (kvt == NX_TYPE_F32)
+            fused_f32(hd, k, ks, v, vs, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2), gk, gv, nn, gpre);
+        else fused_f16(hd, k, ks, v, vs, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2), gk, gv, nn, gpre);
+    }
+}
+
+void kern_avx512_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
+                            const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
+                            float scale, float *part) {
+    NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
+    if (hd > KERN_ATTN_MAX_HD) {
+        kern_ref_attn_block(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part);
+        return;
+    }
+    fused_heads(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part, NULL, NULL, 0, true);
+}
+
+void kern_avx512_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k,
+                             const void *const *v, size_t stride, int64_t nblk, int64_t brows,
+                             int64_t npos, const float *q, int64_t ng, float scale, float *parts) {
+    NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
+    const int64_t rec = ng * (hd + 2);
+    const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t n = NX_MIN(brows, npos - b * brows);
+        if (hd > KERN_ATTN_MAX_HD) {
+            kern_ref_attn_block(kvt, hd, k[b], stride, v[b], stride, n, q, ng, scale, parts + b * rec);
+            continue;
+        }
+        if (b + 2 < nblk) prefetch_rows_l2(k[b + 2], v[b + 2], stride, NX_MIN(brows, npos - (b + 2) * brows), slice);
+        int64_t nn = b + 1 < nblk ? NX_MIN(brows, npos - (b + 1) * brows) : 0;
+        const char *nk = nn > 0 ? k[b + 1] : NULL, *nv = nn > 0 ? v[b + 1] : NULL;
+        fused_heads(kvt, hd, k[b], stride, v[b], stride, n, q, ng, scale, parts + b * rec, nk, nv,
+                    nn, b == 0);
+    }
+}
