@@ -39,23 +39,23 @@
 #include "kern/kern_simd.h"
 #include "kern/tree512.h"
 
-/* The 16-lane sums of n float accumulators (n <= 24) into out[0..n), each in tree512.h's
- * order: 16 at a time through tree16, 8 or fewer through tree8 (unused inputs zero). */
+/* The 16-lane sums of n float accumulators (n <= 24, a constant) into out[0..n), each in
+ * tree512.h's order: the first 16 through tree16, the rest (or all of n <= 8) through tree8,
+ * unused inputs zero. */
 AI void tree_sums(const __m512 *acc, const int n, float *out) {
-    int t = 0;
-    for (; t + 8 < n; t += 16) {
+    float o[16];
+    if (n > 8) {
         __m512 a[16];
-        UNROLL for (int i = 0; i < 16; i++) a[i] = t + i < n ? acc[t + i] : _mm512_setzero_ps();
-        float o[16];
-        _mm512_storeu_ps(o, tree16(a));
-        for (int i = 0; i < 16 && t + i < n; i++) out[t + i] = o[i];
+        UNROLL for (int i = 0; i < 16; i++) a[i] = i < n ? acc[i] : _mm512_setzero_ps();
+        if (n >= 16) _mm512_storeu_ps(out, tree16(a));
+        else _mm512_storeu_ps(o, tree16(a)), memcpy(out, o, sizeof(float) * (size_t)n);
     }
-    if (t < n) {
+    if (n <= 8 || n > 16) {
+        const int t = n > 16 ? 16 : 0;
         __m512 a[8];
         UNROLL for (int i = 0; i < 8; i++) a[i] = t + i < n ? acc[t + i] : _mm512_setzero_ps();
-        float o[16];
         _mm512_storeu_ps(o, tree8(a));
-        for (int i = 0; i < 8 && t + i < n; i++) out[t + i] = o[i];
+        memcpy(out + t, o, sizeof(float) * (size_t)(n - t));
     }
 }
 
@@ -90,15 +90,19 @@ AI void fl_tile(enum nx_type wt, const int R, const int C, int64_t k, const uint
             UNROLL for (int r = 0; r < R; r++) acc[r * C + c] = _mm512_fmadd_ps(wv[r], xv, acc[r * C + c]);
         }
     }
+    /* sums column by column (out[c*R + r]), so a column's R results are one copy into y */
+    __m512 a[MAXT];
+    UNROLL for (int r = 0; r < R; r++) {
+        UNROLL for (int c = 0; c < C; c++) a[c * R + r] = acc[r * C + c];
+    }
     float out[MAXT];
-    tree_sums(acc, R * C, out);
-    for (int r = 0; r < R; r++) {
-        for (int c = 0; c < C; c++) {
-            const float *xr = (const float *)(x + (size_t)c * xs);
-            float s = out[r * C + c];
-            for (int64_t i = k16; i < k; i++) s += load_w1(wt, w + (size_t)r * ws, i) * xr[i];
-            y[c * ys + r] = s;
+    tree_sums(a, R * C, out);
+    for (int c = 0; c < C; c++) {
+        const float *xr = (const float *)(x + (size_t)c * xs);
+        for (int r = 0; r < R; r++) {
+            for (int64_t i = k16; i < k; i++) out[c * R + r] += load_w1(wt, w + (size_t)r * ws, i) * xr[i];
         }
+        memcpy(y + c * ys, out + c * R, sizeof(float) * (size_t)R);
     }
 }
 
