@@ -25,8 +25,8 @@ static inline __attribute__((always_inline)) void prefetch_span(const char *p, s
  * (block b+1's rows are prefetched into L1 during block b). A paged cache's blocks are a few
  * KiB at scattered places, which the hardware prefetchers do not follow. One prefetch per
  * 128 bytes (the L2's adjacent-line prefetcher brings the pair): measured on Zen 5
- * (bench_attn_blocks, cold, interleaved): ~7 ns per position x head without this stage, ~6.9
- * with a prefetch per line, ~5.5 with one per 128 bytes. (The L1 stage needs every line: one
+ * (bench_attn_blocks, cold, interleaved): ~8.2 ns per position x head without this stage,
+ * ~6.9 with a prefetch per line, ~5.5 with one per 128 bytes. (The L1 stage needs every line: one
  * per 128 bytes there doubled the time.)
  */
 static inline __attribute__((always_inline)) void prefetch_rows_l2(const void *k, const void *v,
