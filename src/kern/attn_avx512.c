@@ -5,6 +5,8 @@
  * the merge are the AVX2 ones (values: the same FMA sequence per element either way).
  *
  * DESIGN
+ * - Head dims: multiples of 16 up to KERN_ATTN_MAX_HD (64 and 128 in the models served);
+ *   others go to the AVX2 kernels (own_hd), so no chunk here is partial.
  * - Scores: register tiles of 4 heads x 4 positions, one 16-lane accumulator per (head,
  *   position), hd in 16-element chunks: per chunk 4 query loads, 4 K loads (F16 converted
  *   once for the 4 heads with vcvtph2ps), 16 FMAs. The 16 accumulators are reduced together by
@@ -15,7 +17,7 @@
  *   through the same instructions wherever it sits.
  * - Fixed per-element arithmetic (results do not depend on ng, npos, ld, tiling or thread):
  *   lane l of a dot's accumulator sums K[16c+l]*q[16c+l] over chunks c = 0, 1, .. in order
- *   (one FMA each; a partial last chunk is zero-padded), then tree512.h's order
+ *   (one FMA each), then tree512.h's order
  *   (((l0+l2)+(l1+l3)) + ((l4+l6)+(l5+l7))) + (((l8+l10)+(l9+l11)) + ((l12+l14)+(l13+l15))),
  *   then one multiply by scale. Float accumulation: differs from the double-accumulating
  *   reference by rounding (~hd/16 + 4 float roundings relative to sum |terms|) and from the
@@ -23,13 +25,10 @@
  * - Values (fused): tiles of up to 4 heads x 4 chunks of 16 (16 accumulators) over the chunk's
  *   positions: per position 4 broadcasts of p, 4 V loads (converted once for all heads), 16
  *   FMAs. Each output element starts at 0 and takes one FMA per position in order, exactly the
- *   reference's sequence. The running state is kept in a buffer whose rows are padded to a
- *   multiple of 16, so the partial last chunk (hd % 16, a zero-padded V load) stores whole
- *   vectors there.
+ *   reference's sequence.
  * - Fused attention (kern_attn_block): the AVX2 kernel's structure (see attn_avx2.c): chunks
  *   of KERN_ATTN_CHUNK positions, scores into an L1 stack buffer, the shared online-softmax
- *   step (attn_simd.h), values accumulated; the queries are first copied into a zero-padded
- *   buffer (so every chunk, the partial one included, is a whole-vector load). Prefetch as in
+ *   step (attn_simd.h), values accumulated. Prefetch as in
  *   the AVX2 kernel: the first chunk's rows up front (unless the previous block's call did),
  *   each chunk's successor (the last chunk: the caller's next block) during the first head
  *   group's pass.
@@ -58,8 +57,12 @@ enum {
     PT = 4,          /* positions per score tile */
     CT = 4,          /* 16-element chunks per value tile */
     FUSED_HEADS = 8, /* heads per fused pass (stack buffers) */
-    HDP_MAX = KERN_ATTN_MAX_HD,
 };
+
+/* Head dims this file's kernels take: whole 16-element chunks up to KERN_ATTN_MAX_HD. Others
+ * (hd 8: stories260K; odd sizes) go to the AVX2 kernels, whose 8-lane chunks suit them better
+ * than 16-lane ones half empty, and those send hd > KERN_ATTN_MAX_HD to the reference. */
+static inline bool own_hd(int64_t hd) { return hd > 0 && hd % 16 == 0 && hd <= KERN_ATTN_MAX_HD; }
 
 /* ---- loads -------------------------------------------------------------------------------- */
 
@@ -69,24 +72,11 @@ AI __m512 kv16(enum nx_type kvt, const char *row, int64_t i) {
     return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const nx_half *)row + i)));
 }
 
-/* Elements i .. i+r-1 (r in 1..15) of a KV row as floats, upper lanes zero; reads nothing past
- * element i+r-1. */
-AI __m512 kv16_part(enum nx_type kvt, const char *row, int64_t i, int r) {
-    if (kvt == NX_TYPE_F32) {
-        float f[16] = {0};
-        memcpy(f, (const float *)row + i, (size_t)r * sizeof(float));
-        return _mm512_loadu_ps(f);
-    }
-    nx_half h[16] = {0};
-    memcpy(h, (const nx_half *)row + i, (size_t)r * sizeof(nx_half));
-    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
-}
-
 /* ---- scores ------------------------------------------------------------------------------- */
 
 /*
- * s[g*ld + p] = scale * dot(q + g*qs, row p) for g < ngv, p < npv (both 1..4), rows k + p*ks;
- * q rows zero-padded to a multiple of 16 elements. Accumulator of (g, p) is a[g*PT + p].
+ * s[g*ld + p] = scale * dot(q + g*qs, row p) for g < ngv, p < npv (both 1..4), rows k + p*ks.
+ * Accumulator of (g, p) is a[g*PT + p].
  */
 AI void sc_tile(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int npv, const float *q,
                 int64_t qs, int ngv, float scale, float *s, int64_t ld) {
@@ -96,20 +86,11 @@ AI void sc_tile(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int npv,
     UNROLL for (int g = 0; g < HG; g++) qr[g] = q + (g < ngv ? g : ngv - 1) * qs;
     __m512 a[HG * PT];
     UNROLL for (int t = 0; t < HG * PT; t++) a[t] = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= hd; i += 16) {
+    for (int64_t i = 0; i < hd; i += 16) {
         __m512 qv[HG];
         UNROLL for (int g = 0; g < HG; g++) qv[g] = _mm512_loadu_ps(qr[g] + i);
         UNROLL for (int p = 0; p < PT; p++) {
             __m512 kv = kv16(kvt, row[p], i);
-            UNROLL for (int g = 0; g < HG; g++) a[g * PT + p] = _mm512_fmadd_ps(kv, qv[g], a[g * PT + p]);
-        }
-    }
-    if (i < hd) {
-        __m512 qv[HG];
-        UNROLL for (int g = 0; g < HG; g++) qv[g] = _mm512_loadu_ps(qr[g] + i);
-        UNROLL for (int p = 0; p < PT; p++) {
-            __m512 kv = kv16_part(kvt, row[p], i, (int)(hd - i));
             UNROLL for (int g = 0; g < HG; g++) a[g * PT + p] = _mm512_fmadd_ps(kv, qv[g], a[g * PT + p]);
         }
     }
@@ -120,8 +101,8 @@ AI void sc_tile(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int npv,
 }
 
 /*
- * Scores of n positions (rows k + j*ks) for ng heads (q: rows qs apart, zero-padded to a
- * multiple of 16) into s (row g at s + g*ld). When pf is not NULL, the slices of rows
+ * Scores of n positions (rows k + j*ks) for ng heads (q: rows qs apart) into s (row g at
+ * s + g*ld). When pf is not NULL, the slices of rows
  * pf + j*ks (j < npf) are prefetched as the first head group reaches positions j.
  */
 AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n, const float *q,
@@ -140,34 +121,20 @@ AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n
     }
 }
 
-/* Copies ng query rows (hd apart) into rows of hdp floats, zero past hd. */
-static void pad_queries(int64_t hd, int64_t hdp, const float *q, int64_t ng, float *qp) {
-    for (int64_t g = 0; g < ng; g++) {
-        memcpy(qp + g * hdp, q + g * hd, sizeof(float) * (size_t)hd);
-        memset(qp + g * hdp + hd, 0, sizeof(float) * (size_t)(hdp - hd));
-    }
-}
-
 static void scores_f(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t npos,
                      const float *q, int64_t ng, float scale, float *scores, int64_t ld) {
-    const int64_t hdp = (hd + 15) & ~(int64_t)15;
-    float qp[HG * HDP_MAX];
-    for (int64_t g0 = 0; g0 < ng; g0 += HG) {
-        int64_t n = NX_MIN(ng - g0, (int64_t)HG);
-        pad_queries(hd, hdp, q + g0 * hd, n, qp);
-        sc_all(kvt, hd, k, ks, npos, qp, hdp, n, scale, scores + g0 * ld, ld, NULL, 0);
-    }
+    sc_all(kvt, hd, k, ks, npos, q, hd, ng, scale, scores, ld, NULL, 0);
 }
 
 void kern_avx512_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
                              int64_t npos, const float *q, int64_t ng, float scale, float *scores,
                              int64_t ld) {
     NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
-    if (ng <= 0 || npos <= 0 || hd <= 0) return;
-    if (hd > KERN_ATTN_MAX_HD) {
-        kern_ref_attn_scores(kvt, hd, k, k_stride, npos, q, ng, scale, scores, ld);
+    if (!own_hd(hd)) {
+        kern_avx2_attn_scores(kvt, hd, k, k_stride, npos, q, ng, scale, scores, ld);
         return;
     }
+    if (ng <= 0 || npos <= 0) return;
     if (kvt == NX_TYPE_F32) scores_f(NX_TYPE_F32, hd, k, k_stride, npos, q, ng, scale, scores, ld);
     else scores_f(NX_TYPE_F16, hd, k, k_stride, npos, q, ng, scale, scores, ld);
 }
@@ -176,11 +143,10 @@ void kern_avx512_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t
 
 /*
  * NG heads x NC chunks of 16 (v, o already offset to the first chunk), over n positions (rows
- * v + j*vs): o[g*os + 16c + l] += sum_j p[g*ld + j] * row_j[16c + l]; r > 0: one partial chunk
- * of r elements (NC == 1, zero-padded; o has room for the whole vector). When pf is not NULL,
+ * v + j*vs): o[g*os + 16c + l] += sum_j p[g*ld + j] * row_j[16c + l]. When pf is not NULL,
  * the slice (slice bytes) of row pf + j*vs is prefetched at position j < npf.
  */
-AI void va_tile(enum nx_type kvt, const int NG, const int NC, int r, const char *v, size_t vs,
+AI void va_tile(enum nx_type kvt, const int NG, const int NC, const char *v, size_t vs,
                 int64_t n, const float *p, int64_t ld, float *o, int64_t os, const char *pf,
                 int64_t npf, size_t slice) {
     __m512 a[HG][CT];
@@ -193,7 +159,7 @@ AI void va_tile(enum nx_type kvt, const int NG, const int NC, int r, const char 
         __m512 b[HG];
         UNROLL for (int g = 0; g < NG; g++) b[g] = _mm512_set1_ps(p[g * ld + j]);
         UNROLL for (int c = 0; c < NC; c++) {
-            __m512 x = r ? kv16_part(kvt, row, 0, r) : kv16(kvt, row, 16 * c);
+            __m512 x = kv16(kvt, row, 16 * c);
             UNROLL for (int g = 0; g < NG; g++) a[g][c] = _mm512_fmadd_ps(b[g], x, a[g][c]);
         }
     }
@@ -202,26 +168,22 @@ AI void va_tile(enum nx_type kvt, const int NG, const int NC, int r, const char 
     }
 }
 
-/* All of hd for NG heads: CT chunks at a time, then the leftover whole chunks, then the partial
- * one. The first tile carries the prefetch (pf, npf). */
+/* All of hd for NG heads: CT chunks at a time, then the leftover chunks. The first tile
+ * carries the prefetch (pf, npf). */
 AI void va_run(enum nx_type kvt, const int NG, int64_t hd, const char *v, size_t vs, int64_t n,
                const float *p, int64_t ld, float *o, int64_t os, const char *pf, int64_t npf) {
     const int64_t elt = kvt == NX_TYPE_F32 ? 4 : 2;
     const size_t slice = (size_t)(hd * elt);
     int64_t i = 0;
-#define VA(nc_, r_) \
-    do { \
-        va_tile(kvt, NG, nc_, r_, v + i * elt, vs, n, p, ld, o + i, os, i == 0 ? pf : NULL, \
-                i == 0 ? npf : 0, slice); \
-    } while (0)
-    for (; i + 16 * CT <= hd; i += 16 * CT) VA(CT, 0);
+#define VA(nc_) \
+    va_tile(kvt, NG, nc_, v + i * elt, vs, n, p, ld, o + i, os, i == 0 ? pf : NULL, i == 0 ? npf : 0, slice)
+    for (; i + 16 * CT <= hd; i += 16 * CT) VA(CT);
     switch ((hd - i) / 16) {
-    case 3: VA(3, 0); i += 48; break;
-    case 2: VA(2, 0); i += 32; break;
-    case 1: VA(1, 0); i += 16; break;
+    case 3: VA(3); break;
+    case 2: VA(2); break;
+    case 1: VA(1); break;
     default: break;
     }
-    if (i < hd) VA(1, (int)(hd - i));
 #undef VA
 }
 
@@ -249,13 +211,10 @@ AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n
 AI void fused_group(enum nx_type kvt, int64_t hd, const char *k, size_t ks, const char *v,
                     size_t vs, int64_t npos, const float *q, int64_t ng, float scale, float *part,
                     const char *nk, const char *nv, int64_t nn, bool pre) {
-    const int64_t hdp = (hd + 15) & ~(int64_t)15;
-    float sbuf[FUSED_HEADS * KERN_ATTN_CHUNK];
-    float qbuf[FUSED_HEADS * HDP_MAX], obuf[FUSED_HEADS * HDP_MAX];
+    float sbuf[FUSED_HEADS * KERN_ATTN_CHUNK], obuf[FUSED_HEADS * KERN_ATTN_MAX_HD];
     float m[FUSED_HEADS], l[FUSED_HEADS];
     for (int64_t g = 0; g < ng; g++) m[g] = -INFINITY, l[g] = 0.0f;
-    pad_queries(hd, hdp, q, ng, qbuf);
-    memset(obuf, 0, sizeof(float) * (size_t)(ng * hdp));
+    memset(obuf, 0, sizeof(float) * (size_t)(ng * hd));
     const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
     for (int64_t j0 = 0; j0 < npos; j0 += KERN_ATTN_CHUNK) {
         int64_t n = NX_MIN(npos - j0, (int64_t)KERN_ATTN_CHUNK);
@@ -271,21 +230,21 @@ AI void fused_group(enum nx_type kvt, int64_t hd, const char *k, size_t ks, cons
             pk = k + (size_t)(j0 + n) * ks, pv = v + (size_t)(j0 + n) * vs;
             pn = NX_MIN(npos - j0 - n, (int64_t)KERN_ATTN_CHUNK);
         }
-        sc_all(kvt, hd, k + (size_t)j0 * ks, ks, n, qbuf, hdp, ng, scale, sbuf, KERN_ATTN_CHUNK, pk, pn);
+        sc_all(kvt, hd, k + (size_t)j0 * ks, ks, n, q, hd, ng, scale, sbuf, KERN_ATTN_CHUNK, pk, pn);
         for (int64_t g = 0; g < ng; g++) {
             float alpha = softmax_chunk(sbuf + g * KERN_ATTN_CHUNK, n, &m[g], &l[g]);
             if (j0 > 0) {
                 __m512 va = _mm512_set1_ps(alpha);
-                float *o = obuf + g * hdp;
-                for (int64_t i = 0; i < hdp; i += 16) _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_loadu_ps(o + i), va));
+                float *o = obuf + g * hd;
+                for (int64_t i = 0; i < hd; i += 16) _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_loadu_ps(o + i), va));
             }
         }
-        va_all(kvt, hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, obuf, hdp, pv, pn);
+        va_all(kvt, hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, obuf, hd, pv, pn);
     }
     for (int64_t g = 0; g < ng; g++) {
         float *pg = part + g * (hd + 2);
         pg[0] = m[g], pg[1] = l[g];
-        memcpy(pg + 2, obuf + g * hdp, sizeof(float) * (size_t)hd);
+        memcpy(pg + 2, obuf + g * hd, sizeof(float) * (size_t)hd);
     }
 }
 
@@ -320,8 +279,8 @@ void kern_avx512_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t 
                             const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
                             float scale, float *part) {
     NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
-    if (hd > KERN_ATTN_MAX_HD) {
-        kern_ref_attn_block(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part);
+    if (!own_hd(hd)) {
+        kern_avx2_attn_block(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part);
         return;
     }
     fused_heads(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part, NULL, NULL, 0, true);
@@ -331,14 +290,14 @@ void kern_avx512_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k,
                              const void *const *v, size_t stride, int64_t nblk, int64_t brows,
                              int64_t npos, const float *q, int64_t ng, float scale, float *parts) {
     NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
+    if (!own_hd(hd)) {
+        kern_avx2_attn_blocks(kvt, hd, k, v, stride, nblk, brows, npos, q, ng, scale, parts);
+        return;
+    }
     const int64_t rec = ng * (hd + 2);
     const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
     for (int64_t b = 0; b < nblk; b++) {
         int64_t n = NX_MIN(brows, npos - b * brows);
-        if (hd > KERN_ATTN_MAX_HD) {
-            kern_ref_attn_block(kvt, hd, k[b], stride, v[b], stride, n, q, ng, scale, parts + b * rec);
-            continue;
-        }
         if (b + 2 < nblk) prefetch_rows_l2(k[b + 2], v[b + 2], stride, NX_MIN(brows, npos - (b + 2) * brows), slice);
         int64_t nn = b + 1 < nblk ? NX_MIN(brows, npos - (b + 1) * brows) : 0;
         const char *nk = nn > 0 ? k[b + 1] : NULL, *nv = nn > 0 ? v[b + 1] : NULL;
