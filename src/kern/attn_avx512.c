@@ -102,8 +102,8 @@ AI void sc_tile(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int npv,
 
 /*
  * Scores of n positions (rows k + j*ks) for ng heads (q: rows qs apart) into s (row g at
- * s + g*ld). When pf is not NULL, the slices of rows
- * pf + j*ks (j < npf) are prefetched as the first head group reaches positions j.
+ * s + g*ld). When pf is not NULL, the slices of rows pf + j*ks (j < npf) are prefetched as the
+ * first head group reaches positions j.
  */
 AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n, const float *q,
                int64_t qs, int64_t ng, float scale, float *s, int64_t ld, const char *pf,
