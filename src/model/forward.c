@@ -63,10 +63,6 @@ struct mm_job {
     float *y2;
 };
 
-static bool w_is_float(enum nx_type t) {
-    return t == NX_TYPE_F32 || t == NX_TYPE_F16 || t == NX_TYPE_BF16;
-}
-
 static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs, int nj, int64_t n,
                      int ith, int nth) {
     int64_t chunk[4], count[4], total = 0;
@@ -85,8 +81,8 @@ static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs,
            activation panel (a cost per call that grows with the columns), ~8 for float
            weights (no such cost); prefill chunks are multiples of 48 rows, a whole number of
            every prefill tile's height, so no chunk ends in a narrower leftover tile */
-        bool fl = w_is_float(jobs[j].w->type);
-        int64_t per_thread = n > 16 && !fl ? 3 : 8, align = n > 16 ? 48 : 16;
+        bool quantized = nx_type_info_get(jobs[j].w->type)->quantized;
+        int64_t per_thread = n > 16 && quantized ? 3 : 8, align = n > 16 ? 48 : 16;
         int64_t ch = nx_align_up((size_t)(rows / ((int64_t)nth * per_thread) + 1), (size_t)align);
         chunk[j] = ch;
         count[j] = (rows + ch - 1) / ch;
