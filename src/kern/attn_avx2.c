@@ -1,7 +1,9 @@
 /*
- * attn_avx2.c - AVX2 + FMA + F16C grouped attention kernels (kern_attn_scores and
- * kern_attn_values for the "avx2" set, reused by the "avx512" set). Compiled with -mavx2 -mfma
- * -mf16c; only called after dispatch.c has checked the CPU.
+ * attn_avx2.c - AVX2 + FMA + F16C grouped attention kernels (kern_attn_scores,
+ * kern_attn_values and, through attn_simd.h's fused driver, kern_attn_block(s) for the "avx2"
+ * set; the "avx512" set reuses the values kernel, and all of them for head dims that are not
+ * multiples of 16). Compiled with -mavx2 -mfma -mf16c; only called after dispatch.c has checked
+ * the CPU.
  *
  * DESIGN
  * - One call covers the ng query heads that share a KV head, so each K/V row slice is loaded
@@ -203,22 +205,23 @@ AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n
     }
 }
 
+/* sc_all per KV type (also the fused driver's scores kernels, struct att_chunk_fns) */
 static void sc_f32(int64_t hd, const char *k, size_t ks, int64_t npos, const float *q, int64_t ng,
-                   float scale, float *scores, int64_t ld) {
-    sc_all(NX_TYPE_F32, hd, k, ks, npos, q, ng, scale, scores, ld, NULL, 0);
+                   float scale, float *scores, int64_t ld, const char *nk, int64_t nn) {
+    sc_all(NX_TYPE_F32, hd, k, ks, npos, q, ng, scale, scores, ld, nk, nn);
 }
 
 static void sc_f16(int64_t hd, const char *k, size_t ks, int64_t npos, const float *q, int64_t ng,
-                   float scale, float *scores, int64_t ld) {
-    sc_all(NX_TYPE_F16, hd, k, ks, npos, q, ng, scale, scores, ld, NULL, 0);
+                   float scale, float *scores, int64_t ld, const char *nk, int64_t nn) {
+    sc_all(NX_TYPE_F16, hd, k, ks, npos, q, ng, scale, scores, ld, nk, nn);
 }
 
 void kern_avx2_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
                            int64_t npos, const float *q, int64_t ng, float scale, float *scores,
                            int64_t ld) {
     NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
-    if (kvt == NX_TYPE_F32) sc_f32(hd, k, k_stride, npos, q, ng, scale, scores, ld);
-    else sc_f16(hd, k, k_stride, npos, q, ng, scale, scores, ld);
+    if (kvt == NX_TYPE_F32) sc_f32(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0);
+    else sc_f16(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0);
 }
 
 /* ---- values ------------------------------------------------------------------------------- */
@@ -355,95 +358,23 @@ void kern_avx2_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v
     else va_f16(hd, v, v_stride, npos, p, ld, ng, out);
 }
 
-/* ---- fused attention over one KV block (kern_attn_block) ----------------------------------- */
+/* ---- fused attention (kern_attn_block, kern_attn_blocks) ----------------------------------- */
 
-/*
- * Chunks of KERN_ATTN_CHUNK positions: scores for all heads of the group (sc_all, into a
- * stack buffer that stays in L1), then per head the chunk max, the rescale of the running
- * state by exp(m_old - m_new) (0 for the first chunk), p = exp(s - m_new) in place (exp8;
- * scalar exp1 for the last n % 8), l = l * alpha + sum(p) (8 lanes in order, a fixed tree,
- * then the tail in order), then the values of the chunk added to o (va_all, accumulating).
- * Each K and V row slice is read once. Heads go in groups of up to 8 (the buffers are on the
- * stack); hd > KERN_ATTN_MAX_HD runs the reference.
- */
-enum { FUSED_HEADS = 8 };
-
-/* nk / nv / nn: the caller's next rows (the next KV block it reduces), prefetched during the
- * last chunk (NULL: none); pre: prefetch this call's first chunk up front (false when an
- * earlier call prefetched it as its next rows). */
-AI void fused_group(enum nx_type kvt, int64_t hd, const char *k, size_t ks, const char *v,
-                    size_t vs, int64_t npos, const float *q, int64_t ng, float scale, float *part,
-                    const char *nk, const char *nv, int64_t nn, bool pre) {
-    float sbuf[FUSED_HEADS * KERN_ATTN_CHUNK];
-    float obuf[FUSED_HEADS * KERN_ATTN_MAX_HD];
-    float m[FUSED_HEADS], l[FUSED_HEADS];
-    for (int64_t g = 0; g < ng; g++) m[g] = -INFINITY, l[g] = 0.0f;
-    memset(obuf, 0, sizeof(float) * (size_t)(ng * hd));
-    const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
-    for (int64_t j0 = 0; j0 < npos; j0 += KERN_ATTN_CHUNK) {
-        int64_t n = NX_MIN(npos - j0, (int64_t)KERN_ATTN_CHUNK);
-        /* memory-level parallelism: the first chunk's K and V slices are asked for at once
-         * unless the previous call prefetched them (a paged KV block is a few KiB the hardware
-         * prefetchers have no time to ramp up on); each chunk prefetches the next one's (the
-         * last chunk: the caller's next rows) as its scores and values run */
-        if (j0 == 0 && pre) {
-            for (int64_t j = 0; j < n; j++) {
-                prefetch_span(k + (size_t)j * ks, slice);
-                prefetch_span(v + (size_t)j * vs, slice);
-            }
-        }
-        const char *pk = nk, *pv = nv;
-        int64_t pn = nk ? nn : 0;
-        if (j0 + n < npos) {
-            pk = k + (size_t)(j0 + n) * ks, pv = v + (size_t)(j0 + n) * vs;
-            pn = NX_MIN(npos - j0 - n, (int64_t)KERN_ATTN_CHUNK);
-        }
-        sc_all(kvt, hd, k + (size_t)j0 * ks, ks, n, q, ng, scale, sbuf, KERN_ATTN_CHUNK, pk, pn);
-        for (int64_t g = 0; g < ng; g++) {
-            float alpha = softmax_chunk(sbuf + g * KERN_ATTN_CHUNK, n, &m[g], &l[g]);
-            if (j0 > 0) {
-                float *o = obuf + g * hd;
-                __m256 va = _mm256_set1_ps(alpha);
-                int64_t i = 0;
-                for (; i + 8 <= hd; i += 8) _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), va));
-                for (; i < hd; i++) o[i] *= alpha;
-            }
-        }
-        va_all(kvt, hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, obuf, true, pv, pn);
-    }
-    for (int64_t g = 0; g < ng; g++) {
-        float *pg = part + g * (hd + 2);
-        pg[0] = m[g], pg[1] = l[g];
-        memcpy(pg + 2, obuf + g * hd, sizeof(float) * (size_t)hd);
-    }
+/* The values added to the running state (the fused driver's values kernels). */
+static void va_add_f32(int64_t hd, const char *v, size_t vs, int64_t n, const float *p, int64_t ld,
+                       int64_t ng, float *o, const char *nv, int64_t nn) {
+    va_all(NX_TYPE_F32, hd, v, vs, n, p, ld, ng, o, true, nv, nn);
 }
 
-static void fused_f32(int64_t hd, const char *k, size_t ks, const char *v, size_t vs, int64_t npos,
-                      const float *q, int64_t ng, float scale, float *part, const char *nk,
-                      const char *nv, int64_t nn, bool pre) {
-    fused_group(NX_TYPE_F32, hd, k, ks, v, vs, npos, q, ng, scale, part, nk, nv, nn, pre);
+static void va_add_f16(int64_t hd, const char *v, size_t vs, int64_t n, const float *p, int64_t ld,
+                       int64_t ng, float *o, const char *nv, int64_t nn) {
+    va_all(NX_TYPE_F16, hd, v, vs, n, p, ld, ng, o, true, nv, nn);
 }
 
-static void fused_f16(int64_t hd, const char *k, size_t ks, const char *v, size_t vs, int64_t npos,
-                      const float *q, int64_t ng, float scale, float *part, const char *nk,
-                      const char *nv, int64_t nn, bool pre) {
-    fused_group(NX_TYPE_F16, hd, k, ks, v, vs, npos, q, ng, scale, part, nk, nv, nn, pre);
-}
-
-/* One KV range, all head groups; the next rows are prefetched by the last head group's pass
- * only (the earlier groups' passes bring this range's rows back from L1/L2). */
-static void fused_heads(enum nx_type kvt, int64_t hd, const char *k, size_t ks, const char *v,
-                        size_t vs, int64_t npos, const float *q, int64_t ng, float scale,
-                        float *part, const char *nk, const char *nv, int64_t nn, bool pre) {
-    for (int64_t g0 = 0; g0 < ng; g0 += FUSED_HEADS) {
-        int64_t n = NX_MIN(ng - g0, (int64_t)FUSED_HEADS);
-        bool last = g0 + FUSED_HEADS >= ng;
-        const char *gk = last ? nk : NULL, *gv = last ? nv : NULL;
-        bool gpre = g0 == 0 && pre;
-        if (kvt == NX_TYPE_F32) fused_f32(hd, k, ks, v, vs, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2), gk, gv, nn, gpre);
-        else fused_f16(hd, k, ks, v, vs, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2), gk, gv, nn, gpre);
-    }
-}
+/* attn_simd.h's driver (chunks, online softmax, head groups, block prefetch) around sc_all and
+ * va_all; hd > KERN_ATTN_MAX_HD runs the reference. */
+static const struct att_chunk_fns g_fused_f32 = {sc_f32, va_add_f32, 4};
+static const struct att_chunk_fns g_fused_f16 = {sc_f16, va_add_f16, 2};
 
 void kern_avx2_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
                           const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
@@ -453,27 +384,20 @@ void kern_avx2_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_
         kern_ref_attn_block(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part);
         return;
     }
-    fused_heads(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part, NULL, NULL, 0, true);
+    att_fused_heads(kvt == NX_TYPE_F32 ? &g_fused_f32 : &g_fused_f16, hd, k, k_stride, v, v_stride,
+                    npos, q, ng, scale, part, NULL, NULL, 0, true);
 }
 
 void kern_avx2_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k, const void *const *v,
                            size_t stride, int64_t nblk, int64_t brows, int64_t npos, const float *q,
                            int64_t ng, float scale, float *parts) {
     NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
-    const int64_t rec = ng * (hd + 2);
-    const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t n = NX_MIN(brows, npos - b * brows);
-        if (hd > KERN_ATTN_MAX_HD) {
-            kern_ref_attn_block(kvt, hd, k[b], stride, v[b], stride, n, q, ng, scale, parts + b * rec);
-            continue;
-        }
-        if (b + 2 < nblk) prefetch_rows_l2(k[b + 2], v[b + 2], stride, NX_MIN(brows, npos - (b + 2) * brows), slice);
-        int64_t nn = b + 1 < nblk ? NX_MIN(brows, npos - (b + 1) * brows) : 0;
-        const char *nk = nn > 0 ? k[b + 1] : NULL, *nv = nn > 0 ? v[b + 1] : NULL;
-        fused_heads(kvt, hd, k[b], stride, v[b], stride, n, q, ng, scale, parts + b * rec, nk, nv,
-                    nn, b == 0);
+    if (hd > KERN_ATTN_MAX_HD) {
+        kern_ref_attn_blocks(kvt, hd, k, v, stride, nblk, brows, npos, q, ng, scale, parts);
+        return;
     }
+    att_fused_blocks(kvt == NX_TYPE_F32 ? &g_fused_f32 : &g_fused_f16, hd, k, v, stride, nblk, brows,
+                     npos, q, ng, scale, parts);
 }
 
 /* kern_attn_merge for the SIMD sets: exp1 for the part weights, FMA for the sums. */

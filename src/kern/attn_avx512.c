@@ -26,12 +26,9 @@
  *   positions: per position 4 broadcasts of p, 4 V loads (converted once for all heads), 16
  *   FMAs. Each output element starts at 0 and takes one FMA per position in order, exactly the
  *   reference's sequence.
- * - Fused attention (kern_attn_block): the AVX2 kernel's structure (see attn_avx2.c): chunks
- *   of KERN_ATTN_CHUNK positions, scores into an L1 stack buffer, the shared online-softmax
- *   step (attn_simd.h), values accumulated. Prefetch as in
- *   the AVX2 kernel: the first chunk's rows up front (unless the previous block's call did),
- *   each chunk's successor (the last chunk: the caller's next block) during the first head
- *   group's pass.
+ * - Fused attention (kern_attn_block(s)): attn_simd.h's driver, the AVX2 set's too (chunks of
+ *   KERN_ATTN_CHUNK positions, the online-softmax step, head groups, block prefetch), around
+ *   this file's scores and values.
  * - Testing without AVX-512 hardware: with -DNX_AVX512_EMULATE this file includes
  *   kern/avx512_emu.h (see that header; tests/test_attn.c has the command).
  */
@@ -56,7 +53,6 @@ enum {
     HG = 4,          /* heads per score / value tile */
     PT = 4,          /* positions per score tile */
     CT = 4,          /* 16-element chunks per value tile */
-    FUSED_HEADS = 8, /* heads per fused pass (stack buffers) */
 };
 
 /* Head dims this file's kernels take: whole 16-element chunks up to KERN_ATTN_MAX_HD. Others
@@ -121,9 +117,15 @@ AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n
     }
 }
 
-static void scores_f(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t npos,
-                     const float *q, int64_t ng, float scale, float *scores, int64_t ld) {
-    sc_all(kvt, hd, k, ks, npos, q, hd, ng, scale, scores, ld, NULL, 0);
+/* sc_all per KV type, query rows hd apart (also the fused driver's scores kernels) */
+static void sc_f32(int64_t hd, const char *k, size_t ks, int64_t n, const float *q, int64_t ng,
+                   float scale, float *s, int64_t ld, const char *pf, int64_t npf) {
+    sc_all(NX_TYPE_F32, hd, k, ks, n, q, hd, ng, scale, s, ld, pf, npf);
+}
+
+static void sc_f16(int64_t hd, const char *k, size_t ks, int64_t n, const float *q, int64_t ng,
+                   float scale, float *s, int64_t ld, const char *pf, int64_t npf) {
+    sc_all(NX_TYPE_F16, hd, k, ks, n, q, hd, ng, scale, s, ld, pf, npf);
 }
 
 void kern_avx512_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
@@ -135,8 +137,8 @@ void kern_avx512_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t
         return;
     }
     if (ng <= 0 || npos <= 0) return;
-    if (kvt == NX_TYPE_F32) scores_f(NX_TYPE_F32, hd, k, k_stride, npos, q, ng, scale, scores, ld);
-    else scores_f(NX_TYPE_F16, hd, k, k_stride, npos, q, ng, scale, scores, ld);
+    if (kvt == NX_TYPE_F32) sc_f32(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0);
+    else sc_f16(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0);
 }
 
 /* ---- values ------------------------------------------------------------------------------- */
@@ -204,76 +206,22 @@ AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n
     }
 }
 
-/* ---- fused attention over one KV block ---------------------------------------------------- */
+/* ---- fused attention (kern_attn_block, kern_attn_blocks) ----------------------------------- */
 
-/* ng <= FUSED_HEADS heads. nk / nv / nn: the caller's next rows, prefetched during the last
- * chunk (NULL: none); pre: prefetch this call's first chunk up front. */
-AI void fused_group(enum nx_type kvt, int64_t hd, const char *k, size_t ks, const char *v,
-                    size_t vs, int64_t npos, const float *q, int64_t ng, float scale, float *part,
-                    const char *nk, const char *nv, int64_t nn, bool pre) {
-    float sbuf[FUSED_HEADS * KERN_ATTN_CHUNK], obuf[FUSED_HEADS * KERN_ATTN_MAX_HD];
-    float m[FUSED_HEADS], l[FUSED_HEADS];
-    for (int64_t g = 0; g < ng; g++) m[g] = -INFINITY, l[g] = 0.0f;
-    memset(obuf, 0, sizeof(float) * (size_t)(ng * hd));
-    const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
-    for (int64_t j0 = 0; j0 < npos; j0 += KERN_ATTN_CHUNK) {
-        int64_t n = NX_MIN(npos - j0, (int64_t)KERN_ATTN_CHUNK);
-        if (j0 == 0 && pre) {
-            for (int64_t j = 0; j < n; j++) {
-                prefetch_span(k + (size_t)j * ks, slice);
-                prefetch_span(v + (size_t)j * vs, slice);
-            }
-        }
-        const char *pk = nk, *pv = nv;
-        int64_t pn = nk ? nn : 0;
-        if (j0 + n < npos) {
-            pk = k + (size_t)(j0 + n) * ks, pv = v + (size_t)(j0 + n) * vs;
-            pn = NX_MIN(npos - j0 - n, (int64_t)KERN_ATTN_CHUNK);
-        }
-        sc_all(kvt, hd, k + (size_t)j0 * ks, ks, n, q, hd, ng, scale, sbuf, KERN_ATTN_CHUNK, pk, pn);
-        for (int64_t g = 0; g < ng; g++) {
-            float alpha = softmax_chunk(sbuf + g * KERN_ATTN_CHUNK, n, &m[g], &l[g]);
-            if (j0 > 0) {
-                __m512 va = _mm512_set1_ps(alpha);
-                float *o = obuf + g * hd;
-                for (int64_t i = 0; i < hd; i += 16) _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_loadu_ps(o + i), va));
-            }
-        }
-        va_all(kvt, hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, obuf, hd, pv, pn);
-    }
-    for (int64_t g = 0; g < ng; g++) {
-        float *pg = part + g * (hd + 2);
-        pg[0] = m[g], pg[1] = l[g];
-        memcpy(pg + 2, obuf + g * hd, sizeof(float) * (size_t)hd);
-    }
+/* va_all per KV type, state rows hd apart (the fused driver's values kernels) */
+static void va_add_f32(int64_t hd, const char *v, size_t vs, int64_t n, const float *p, int64_t ld,
+                       int64_t ng, float *o, const char *pf, int64_t npf) {
+    va_all(NX_TYPE_F32, hd, v, vs, n, p, ld, ng, o, hd, pf, npf);
 }
 
-static void fused_f32(int64_t hd, const char *k, size_t ks, const char *v, size_t vs, int64_t npos,
-                      const float *q, int64_t ng, float scale, float *part, const char *nk,
-                      const char *nv, int64_t nn, bool pre) {
-    fused_group(NX_TYPE_F32, hd, k, ks, v, vs, npos, q, ng, scale, part, nk, nv, nn, pre);
+static void va_add_f16(int64_t hd, const char *v, size_t vs, int64_t n, const float *p, int64_t ld,
+                       int64_t ng, float *o, const char *pf, int64_t npf) {
+    va_all(NX_TYPE_F16, hd, v, vs, n, p, ld, ng, o, hd, pf, npf);
 }
 
-static void fused_f16(int64_t hd, const char *k, size_t ks, const char *v, size_t vs, int64_t npos,
-                      const float *q, int64_t ng, float scale, float *part, const char *nk,
-                      const char *nv, int64_t nn, bool pre) {
-    fused_group(NX_TYPE_F16, hd, k, ks, v, vs, npos, q, ng, scale, part, nk, nv, nn, pre);
-}
-
-/* One KV range, all head groups; the next rows are prefetched by the last head group's pass. */
-static void fused_heads(enum nx_type kvt, int64_t hd, const char *k, size_t ks, const char *v,
-                        size_t vs, int64_t npos, const float *q, int64_t ng, float scale,
-                        float *part, const char *nk, const char *nv, int64_t nn, bool pre) {
-    for (int64_t g0 = 0; g0 < ng; g0 += FUSED_HEADS) {
-        int64_t n = NX_MIN(ng - g0, (int64_t)FUSED_HEADS);
-        bool last = g0 + FUSED_HEADS >= ng;
-        const char *gk = last ? nk : NULL, *gv = last ? nv : NULL;
-        bool gpre = g0 == 0 && pre;
-        if (kvt == NX_TYPE_F32)
-            fused_f32(hd, k, ks, v, vs, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2), gk, gv, nn, gpre);
-        else fused_f16(hd, k, ks, v, vs, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2), gk, gv, nn, gpre);
-    }
-}
+/* attn_simd.h's driver (the AVX2 set's) around this file's scores and values */
+static const struct att_chunk_fns g_fused_f32 = {sc_f32, va_add_f32, 4};
+static const struct att_chunk_fns g_fused_f16 = {sc_f16, va_add_f16, 2};
 
 void kern_avx512_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
                             const void *v, size_t v_stride, int64_t npos, const float *q, int64_t ng,
@@ -283,7 +231,8 @@ void kern_avx512_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t 
         kern_avx2_attn_block(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part);
         return;
     }
-    fused_heads(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part, NULL, NULL, 0, true);
+    att_fused_heads(kvt == NX_TYPE_F32 ? &g_fused_f32 : &g_fused_f16, hd, k, k_stride, v, v_stride,
+                    npos, q, ng, scale, part, NULL, NULL, 0, true);
 }
 
 void kern_avx512_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k,
@@ -294,14 +243,6 @@ void kern_avx512_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k,
         kern_avx2_attn_blocks(kvt, hd, k, v, stride, nblk, brows, npos, q, ng, scale, parts);
         return;
     }
-    const int64_t rec = ng * (hd + 2);
-    const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
-    for (int64_t b = 0; b < nblk; b++) {
-        int64_t n = NX_MIN(brows, npos - b * brows);
-        if (b + 2 < nblk) prefetch_rows_l2(k[b + 2], v[b + 2], stride, NX_MIN(brows, npos - (b + 2) * brows), slice);
-        int64_t nn = b + 1 < nblk ? NX_MIN(brows, npos - (b + 1) * brows) : 0;
-        const char *nk = nn > 0 ? k[b + 1] : NULL, *nv = nn > 0 ? v[b + 1] : NULL;
-        fused_heads(kvt, hd, k[b], stride, v[b], stride, n, q, ng, scale, parts + b * rec, nk, nv,
-                    nn, b == 0);
-    }
+    att_fused_blocks(kvt == NX_TYPE_F32 ? &g_fused_f32 : &g_fused_f16, hd, k, v, stride, nblk, brows,
+                     npos, q, ng, scale, parts);
 }

@@ -1,17 +1,22 @@
 /*
- * attn_simd.h - pieces the AVX2 and AVX-512 fused attention kernels share (attn_avx2.c,
- * attn_avx512.c): prefetching a row slice and the online-softmax step of one chunk. Sharing
- * the step keeps the two sets' softmax arithmetic identical, so their fused results differ only
- * in how the scores are rounded. Include only from files compiled with -mavx2 -mfma.
+ * attn_simd.h - what the AVX2 and AVX-512 fused attention kernels share (attn_avx2.c,
+ * attn_avx512.c): row prefetching, the online-softmax step of one chunk and the fused driver
+ * (chunks, blocks, head groups) around a set's own score and value kernels. Sharing the step
+ * and the driver keeps the two sets' softmax arithmetic identical, so their fused results
+ * differ only in how the scores are rounded. Include only from files compiled with -mavx2 -mfma.
  */
 #ifndef NX_ATTN_SIMD_H
 #define NX_ATTN_SIMD_H
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "core/nx_base.h"
 #include "kern/exp_avx2.h"
+#include "kern/kern.h"
 
 /* Prefetch the cache lines of bytes [p, p + n). */
 static inline __attribute__((always_inline)) void prefetch_span(const char *p, size_t n) {
@@ -84,6 +89,113 @@ static inline __attribute__((always_inline)) float softmax_chunk(float *s, int64
     *l = *l * alpha + lsum;
     *m = mn;
     return alpha;
+}
+
+/* ---- the fused driver (kern_attn_block / kern_attn_blocks) ----------------------------------- */
+
+enum { ATT_FUSED_HEADS = 8 }; /* heads per fused pass (the driver's buffers are on the stack) */
+
+/*
+ * A set's chunk kernels for one KV type, for the fused driver:
+ *   scores: s[g*ld + j] = scale * dot(q + g*hd, K_j) for the n rows K_j = k + j*ks and
+ *           ng <= ATT_FUSED_HEADS heads;
+ *   values: o[g*hd + i] += sum_j p[g*ld + j] * V_j[i] for the n rows V_j = v + j*vs;
+ * each also prefetches the slices of the rows pf + j*stride, j < npf (pf NULL: none) as it goes.
+ * elt: bytes per KV element.
+ */
+struct att_chunk_fns {
+    void (*scores)(int64_t hd, const char *k, size_t ks, int64_t n, const float *q, int64_t ng,
+                   float scale, float *s, int64_t ld, const char *pf, int64_t npf);
+    void (*values)(int64_t hd, const char *v, size_t vs, int64_t n, const float *p, int64_t ld,
+                   int64_t ng, float *o, const char *pf, int64_t npf);
+    size_t elt;
+};
+
+/*
+ * One KV range for ng <= ATT_FUSED_HEADS heads, into part (see kern_attn_block): chunks of
+ * KERN_ATTN_CHUNK positions, each its scores (into a stack buffer that stays in L1), per head
+ * softmax_chunk and the rescale of the running values by alpha, then its values added. Each K
+ * and V row slice is read once. nk / nv / nn: the caller's next rows (its next KV block),
+ * prefetched during the last chunk (NULL: none); pre: prefetch this call's first chunk up front
+ * (false when an earlier call prefetched it as its next rows).
+ */
+static inline void att_fused_group(const struct att_chunk_fns *f, int64_t hd, const char *k,
+                                   size_t ks, const char *v, size_t vs, int64_t npos,
+                                   const float *q, int64_t ng, float scale, float *part,
+                                   const char *nk, const char *nv, int64_t nn, bool pre) {
+    float sbuf[ATT_FUSED_HEADS * KERN_ATTN_CHUNK], obuf[ATT_FUSED_HEADS * KERN_ATTN_MAX_HD];
+    float m[ATT_FUSED_HEADS], l[ATT_FUSED_HEADS];
+    for (int64_t g = 0; g < ng; g++) m[g] = -INFINITY, l[g] = 0.0f;
+    memset(obuf, 0, sizeof(float) * (size_t)(ng * hd));
+    const size_t slice = (size_t)hd * f->elt;
+    for (int64_t j0 = 0; j0 < npos; j0 += KERN_ATTN_CHUNK) {
+        int64_t n = NX_MIN(npos - j0, (int64_t)KERN_ATTN_CHUNK);
+        /* memory-level parallelism: the first chunk's K and V slices are asked for at once
+         * unless the previous call prefetched them (a paged KV block is a few KiB the hardware
+         * prefetchers have no time to ramp up on); each chunk prefetches the next one's (the
+         * last chunk: the caller's next rows) as its scores and values run */
+        if (j0 == 0 && pre) {
+            for (int64_t j = 0; j < n; j++) {
+                prefetch_span(k + (size_t)j * ks, slice);
+                prefetch_span(v + (size_t)j * vs, slice);
+            }
+        }
+        const char *pk = nk, *pv = nv;
+        int64_t pn = nk ? nn : 0;
+        if (j0 + n < npos) {
+            pk = k + (size_t)(j0 + n) * ks, pv = v + (size_t)(j0 + n) * vs;
+            pn = NX_MIN(npos - j0 - n, (int64_t)KERN_ATTN_CHUNK);
+        }
+        f->scores(hd, k + (size_t)j0 * ks, ks, n, q, ng, scale, sbuf, KERN_ATTN_CHUNK, pk, pn);
+        for (int64_t g = 0; g < ng; g++) {
+            float alpha = softmax_chunk(sbuf + g * KERN_ATTN_CHUNK, n, &m[g], &l[g]);
+            if (j0 > 0) {
+                float *o = obuf + g * hd;
+                __m256 va = _mm256_set1_ps(alpha);
+                int64_t i = 0;
+                for (; i + 8 <= hd; i += 8) _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), va));
+                for (; i < hd; i++) o[i] *= alpha;
+            }
+        }
+        f->values(hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, obuf, pv, pn);
+    }
+    for (int64_t g = 0; g < ng; g++) {
+        float *pg = part + g * (hd + 2);
+        pg[0] = m[g], pg[1] = l[g];
+        memcpy(pg + 2, obuf + g * hd, sizeof(float) * (size_t)hd);
+    }
+}
+
+/* One KV range, all heads in groups of ATT_FUSED_HEADS; the next rows are prefetched by the
+ * last group's pass only (the earlier groups' passes bring this range's rows back from L1/L2). */
+static inline void att_fused_heads(const struct att_chunk_fns *f, int64_t hd, const char *k,
+                                   size_t ks, const char *v, size_t vs, int64_t npos,
+                                   const float *q, int64_t ng, float scale, float *part,
+                                   const char *nk, const char *nv, int64_t nn, bool pre) {
+    for (int64_t g0 = 0; g0 < ng; g0 += ATT_FUSED_HEADS) {
+        int64_t n = NX_MIN(ng - g0, (int64_t)ATT_FUSED_HEADS);
+        bool last = g0 + ATT_FUSED_HEADS >= ng;
+        att_fused_group(f, hd, k, ks, v, vs, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2),
+                        last ? nk : NULL, last ? nv : NULL, nn, g0 == 0 && pre);
+    }
+}
+
+/* kern_attn_blocks: block b's rows k[b] / v[b], its part at parts + b*ng*(hd + 2); block b+1 is
+ * prefetched into L1 during block b, block b+2 into L2 when block b starts. */
+static inline void att_fused_blocks(const struct att_chunk_fns *f, int64_t hd,
+                                    const void *const *k, const void *const *v, size_t stride,
+                                    int64_t nblk, int64_t brows, int64_t npos, const float *q,
+                                    int64_t ng, float scale, float *parts) {
+    const int64_t rec = ng * (hd + 2);
+    const size_t slice = (size_t)hd * f->elt;
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t n = NX_MIN(brows, npos - b * brows);
+        if (b + 2 < nblk) prefetch_rows_l2(k[b + 2], v[b + 2], stride, NX_MIN(brows, npos - (b + 2) * brows), slice);
+        int64_t nn = b + 1 < nblk ? NX_MIN(brows, npos - (b + 1) * brows) : 0;
+        const char *nk = nn > 0 ? k[b + 1] : NULL, *nv = nn > 0 ? v[b + 1] : NULL;
+        att_fused_heads(f, hd, k[b], stride, v[b], stride, n, q, ng, scale, parts + b * rec, nk, nv,
+                        nn, b == 0);
+    }
 }
 
 #endif
