@@ -87,16 +87,13 @@ AI void fl_tile(enum nx_type wt, const int R, const int C, int64_t k, const uint
         UNROLL for (int r = 0; r < R; r++) wv[r] = load_w16(wt, w + (size_t)r * ws, i);
         UNROLL for (int c = 0; c < C; c++) {
             __m512 xv = _mm512_loadu_ps((const float *)(x + (size_t)c * xs) + i);
-            UNROLL for (int r = 0; r < R; r++) acc[r * C + c] = _mm512_fmadd_ps(wv[r], xv, acc[r * C + c]);
+            UNROLL for (int r = 0; r < R; r++) acc[c * R + r] = _mm512_fmadd_ps(wv[r], xv, acc[c * R + r]);
         }
     }
-    /* sums column by column (out[c*R + r]), so a column's R results are one copy into y */
-    __m512 a[MAXT];
-    UNROLL for (int r = 0; r < R; r++) {
-        UNROLL for (int c = 0; c < C; c++) a[c * R + r] = acc[r * C + c];
-    }
+    /* accumulators and sums column by column (c*R + r), so a column's R results are one copy
+       into y */
     float out[MAXT];
-    tree_sums(a, R * C, out);
+    tree_sums(acc, R * C, out);
     for (int c = 0; c < C; c++) {
         const float *xr = (const float *)(x + (size_t)c * xs);
         for (int r = 0; r < R; r++) {
