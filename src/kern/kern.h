@@ -66,6 +66,9 @@ void kern_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k);
 void kern_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                  int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                  int64_t y_stride);
+/* Rows of every set's prefill tiles divide this: splitting a many-column product into row
+ * ranges of multiples of it leaves no range with narrower leftover tiles (only the last one). */
+#define KERN_MATMUL_ROW_QUANTUM 48
 
 /* ---- attention helpers over a KV cache row of type kvt (F32 or F16) ---- */
 /* sum_i k[i]*q[i] */

@@ -79,10 +79,11 @@ static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs,
         /* decode (and small batches of decode steps): ~8 chunks per thread for balance;
            prefill: ~3 for quantized weights, since each kernel call re-arranges its
            activation panel (a cost per call that grows with the columns), ~8 for float
-           weights (no such cost); prefill chunks are multiples of 48 rows, a whole number of
-           every prefill tile's height, so no chunk ends in a narrower leftover tile */
+           weights (no such cost); prefill chunks are multiples of KERN_MATMUL_ROW_QUANTUM
+           rows, so no chunk ends in a narrower leftover tile */
         bool quantized = nx_type_info_get(jobs[j].w->type)->quantized;
-        int64_t per_thread = n > 16 && quantized ? 3 : 8, align = n > 16 ? 48 : 16;
+        int64_t per_thread = n > 16 && quantized ? 3 : 8;
+        int64_t align = n > 16 ? KERN_MATMUL_ROW_QUANTUM : 16;
         int64_t ch = nx_align_up((size_t)(rows / ((int64_t)nth * per_thread) + 1), (size_t)align);
         chunk[j] = ch;
         count[j] = (rows + ch - 1) / ch;
