@@ -1145,6 +1145,46 @@ TEST(dispatch) {
     free(wq), free(xq);
 }
 
+/* The decode prefetch levels (dispatch.c's per-CPU table, NX_PREFETCH) only move data earlier:
+ * every SIMD set's decode and prefill give the same bits under each level of each kind of
+ * stream; kern_pf_name names the levels in force. */
+TEST(prefetch_levels_same_bits) {
+    const struct kern_table *sets[2];
+    int ns = simd_sets(sets);
+    kern_init();
+    const enum kern_pf saved[2] = {kern_pf_level[0], kern_pf_level[1]};
+    const char *name = kern_pf_name();
+    ASSERT_TRUE(strchr(name, ',') != NULL);
+    for (int s = 0; s < ns; s++) {
+        for (int t = 0; t < N_WTYPES; t++) {
+            enum nx_type wt = g_wtypes[t];
+            int64_t k = blck(wt) == 1 ? 2051 : (blck(wt) == QK_K ? 12 : 72) * blck(wt);
+            const int64_t rows = 37, nc = 6;
+            struct mm_problem p;
+            mm_setup(&p, wt, k, rows, nc, W_RANDOM, X_RANDOM);
+            float *y0 = malloc(nc * rows * sizeof(float)), *y1 = malloc(nc * rows * sizeof(float));
+            for (int l = 0; l < 9; l++) {
+                kern_pf_level[KERN_PF_GROUPED] = (enum kern_pf)(l % 3);
+                kern_pf_level[KERN_PF_SINGLE] = (enum kern_pf)(l / 3);
+                float *y = l == 0 ? y0 : y1;
+                for (int64_t c = 0; c < nc; c++) /* decode, one column at a time */
+                    sets[s]->matmul(wt, k, p.w, p.ws, 0, rows, p.xq + c * p.xs, p.xs, 1, y + c * rows, rows);
+                if (l > 0 && memcmp(y0, y1, nc * rows * sizeof(float)) != 0)
+                    FAILF("%s %s: decode bits change with prefetch levels %d,%d", sets[s]->name,
+                          nx_type_name(wt), l % 3, l / 3);
+                sets[s]->matmul(wt, k, p.w, p.ws, 0, rows, p.xq, p.xs, nc, y1, rows);
+                if (memcmp(y0, y1, nc * rows * sizeof(float)) != 0)
+                    FAILF("%s %s: prefill bits differ from decode under prefetch levels %d,%d",
+                          sets[s]->name, nx_type_name(wt), l % 3, l / 3);
+            }
+            free(y0), free(y1);
+            mm_free(&p);
+        }
+    }
+    kern_pf_level[0] = saved[0], kern_pf_level[1] = saved[1];
+    ASSERT_STR_EQ(kern_pf_name(), name);
+}
+
 /* Minimum work per thread: tiny operations (stories260K's, ~0.2-1.5 us) get one thread, the 1B
  * model's decode matmuls (0.1-1.5 ms) every thread; monotonic in the cost, within [1, nth]. */
 TEST(threads_for_minimum_work) {

@@ -23,18 +23,24 @@
  *   could otherwise mix sets, whose roundings differ).
  * - The activation format is shared by all sets (kern_impl.h), so kern_act_row_bytes does not
  *   depend on the set.
+ * - Prefetch levels of the decode weight streams (kern_pf_level, kern_simd.h's pf_stream),
+ *   per kind of stream: L1 for both kinds except on the CPUs of g_pf_cpus, where other levels
+ *   measured faster. A static table like the routes (a start-up stream measurement on a shared
+ *   machine would flip between runs), though here nothing else depends on it: the levels never
+ *   change a result bit. NX_PREFETCH (read at the first choice) overrides it, to measure a new
+ *   CPU: "l1", "l2" or "off" for both kinds, or "GROUPED,SINGLE" such as "l2,off".
  * - A set whose table leaves attn_scores / attn_values / attn_block NULL gets the AVX2 versions: only SIMD
  *   sets may do so (the reference table always sets them), and every SIMD set requires AVX2,
  *   FMA and F16C.
  */
-#if defined(__clang__)
 #include <cpuid.h>
-#endif
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/log.h"
 #include "core/nx_base.h"
 #include "kern/kern_impl.h"
 
@@ -92,7 +98,77 @@ static void select_routes(void) {
     }
 }
 
+enum kern_pf kern_pf_level[2] = {KERN_PF_L1, KERN_PF_L1};
+
+static const char *const g_pf_names[] = {"l1", "l2", "off"};
+
+const char *kern_pf_name(void) {
+    static char name[16];
+    kern_init();
+    snprintf(name, sizeof name, "%s,%s", g_pf_names[kern_pf_level[KERN_PF_GROUPED]],
+             g_pf_names[kern_pf_level[KERN_PF_SINGLE]]);
+    return name;
+}
+
+/* CPUs whose decode streams run fastest with other prefetch levels than L1: vendor, family,
+ * model range (CPUID's displayed family and model), the levels for grouped and single rows. */
+static const struct {
+    const char *vendor;
+    unsigned family, model_lo, model_hi;
+    enum kern_pf grouped, single;
+} g_pf_cpus[] = {
+    /* AMD Zen 4 (EPYC 9004 Genoa), measured on family 25 model 17 with 2 vCPUs (README
+       "Zen 4"): nexus bench tg48 on the Llama-3.2-1B-shaped files, 2 threads, three
+       interleaved rounds of l1 / l2 / off: F16 8.6-9.9 / 10.8-14.4 / 11.2-13.6 t/s, Q8_0
+       16.1-16.9 / 26.9-29.6 / 11.7-15.1, Q4_K_M 35.8-38.8 / 29.3-35.6 / 38.4-48.7 */
+    {"AuthenticAMD", 0x19, 0x10, 0x1f, KERN_PF_L2, KERN_PF_OFF},
+};
+
+static void cpu_id(char vendor[13], unsigned *family, unsigned *model) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    vendor[0] = 0, *family = *model = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return;
+    memcpy(vendor, &b, 4), memcpy(vendor + 4, &d, 4), memcpy(vendor + 8, &c, 4), vendor[12] = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    unsigned fam = (a >> 8) & 0xf, mod = (a >> 4) & 0xf;
+    if (fam == 0xf) fam += (a >> 20) & 0xff;
+    if (fam == 0x6 || fam >= 0xf) mod |= ((a >> 16) & 0xf) << 4;
+    *family = fam, *model = mod;
+}
+
+static bool pf_parse(const char *s, size_t n, enum kern_pf *out) {
+    for (int l = 0; l < 3; l++) {
+        if (strlen(g_pf_names[l]) == n && strncmp(s, g_pf_names[l], n) == 0) {
+            *out = (enum kern_pf)l;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void select_prefetch(void) {
+    char vendor[13];
+    unsigned family, model;
+    cpu_id(vendor, &family, &model);
+    for (size_t i = 0; i < sizeof g_pf_cpus / sizeof g_pf_cpus[0]; i++) {
+        if (strcmp(vendor, g_pf_cpus[i].vendor) == 0 && family == g_pf_cpus[i].family &&
+            model >= g_pf_cpus[i].model_lo && model <= g_pf_cpus[i].model_hi) {
+            kern_pf_level[KERN_PF_GROUPED] = g_pf_cpus[i].grouped;
+            kern_pf_level[KERN_PF_SINGLE] = g_pf_cpus[i].single;
+        }
+    }
+    const char *env = getenv("NX_PREFETCH");
+    if (!env) return;
+    const char *comma = strchr(env, ',');
+    enum kern_pf g, s;
+    bool ok = comma ? pf_parse(env, (size_t)(comma - env), &g) && pf_parse(comma + 1, strlen(comma + 1), &s)
+                    : pf_parse(env, strlen(env), &g) && (s = g, true);
+    if (ok) kern_pf_level[KERN_PF_GROUPED] = g, kern_pf_level[KERN_PF_SINGLE] = s;
+    else nx_log(NX_LOG_WARN, "kernels: NX_PREFETCH='%s' ignored: expected l1, l2, off or GROUPED,SINGLE", env);
+}
+
 static void select_table(void) {
+    select_prefetch();
     const char *env = getenv("NX_KERNELS");
     bool allow512 = !(env && (strcmp(env, "ref") == 0 || strcmp(env, "avx2") == 0));
     bool allow2 = !(env && strcmp(env, "ref") == 0);
