@@ -606,6 +606,10 @@ TEST(fused_split_invariance) {
  * KERN_ATTN_CHUNK, a short last block, a trailing empty one, head counts across the fused
  * head groups; for the reference and AVX2 tables and through the dispatcher.
  */
+/* The KV prefetch level (kern_pf_level) the blocks call runs under: a speed choice that must
+ * not change a bit, so every level must match the per-block calls under L1. */
+static enum kern_pf g_kv_pf = KERN_PF_L1;
+
 typedef void (*blocks_fn)(enum nx_type, int64_t, const void *const *, const void *const *, size_t,
                           int64_t, int64_t, int64_t, const float *, int64_t, float, float *);
 static void check_blocks(blocks_fn mfn, block_fn bfn, const char *what) {
@@ -631,15 +635,19 @@ static void check_blocks(blocks_fn mfn, block_fn bfn, const char *what) {
             int64_t slot = (3 * i + 2) % nblk; /* 2 0 3 1 4 */
             kp[i] = k.base + (size_t)(slot * br) * k.stride, vp[i] = v.base + (size_t)(slot * br) * v.stride;
         }
+        const enum kern_pf saved = kern_pf_level[KERN_PF_KV];
+        kern_pf_level[KERN_PF_KV] = g_kv_pf; /* the blocks call under the level tested, */
         mfn(kvt, hd, kp, vp, k.stride, nblk, br, npos, q, ng, scale, pa);
+        kern_pf_level[KERN_PF_KV] = KERN_PF_L1; /* the per-block calls under L1 */
         for (int64_t i = 0; i < nblk; i++)
             bfn(kvt, hd, kp[i], k.stride, vp[i], v.stride, NX_MIN(br, npos - i * br), q, ng, scale, pb + i * rec);
         int64_t diff = 0;
         for (int64_t x = 0; x < nblk * rec; x++) diff += !same_bits(pa[x], pb[x]);
+        kern_pf_level[KERN_PF_KV] = saved;
         free(q), free(pa), free(pb);
         kv_free(&k), kv_free(&v);
-        if (diff) FAILF("%s: type %d hd %lld ng %lld block %lld: %lld part elements differ from per-block calls", what,
-                        (int)kvt, (long long)hd, (long long)ng, (long long)br, (long long)diff);
+        if (diff) FAILF("%s: type %d hd %lld ng %lld block %lld prefetch %d: %lld part elements differ from per-block calls",
+                        what, (int)kvt, (long long)hd, (long long)ng, (long long)br, (int)g_kv_pf, (long long)diff);
     }
 }
 
@@ -647,12 +655,16 @@ TEST(blocks_match_per_block_ref) { check_blocks(kern_ref_attn_blocks, kern_ref_a
 
 TEST(blocks_match_per_block_avx2) {
     if (!have_avx2()) return;
-    check_blocks(kern_avx2_attn_blocks, kern_avx2_attn_block, "avx2");
+    for (g_kv_pf = KERN_PF_L1; g_kv_pf <= KERN_PF_OFF; g_kv_pf++)
+        check_blocks(kern_avx2_attn_blocks, kern_avx2_attn_block, "avx2");
+    g_kv_pf = KERN_PF_L1;
 }
 
 TEST(blocks_match_per_block_avx512) {
     if (!have_avx512()) return;
-    check_blocks(kern_avx512_attn_blocks, kern_avx512_attn_block, "avx512");
+    for (g_kv_pf = KERN_PF_L1; g_kv_pf <= KERN_PF_OFF; g_kv_pf++)
+        check_blocks(kern_avx512_attn_blocks, kern_avx512_attn_block, "avx512");
+    g_kv_pf = KERN_PF_L1;
 }
 
 TEST(blocks_match_per_block_dispatch) { check_blocks(kern_attn_blocks, kern_attn_block, kern_name()); }

@@ -1163,7 +1163,7 @@ TEST(prefetch_levels_same_bits) {
             struct mm_problem p;
             mm_setup(&p, wt, k, rows, nc, W_RANDOM, X_RANDOM);
             float *y0 = malloc(nc * rows * sizeof(float)), *y1 = malloc(nc * rows * sizeof(float));
-            for (int l = 0; l < 9; l++) {
+            for (int l = 0; l < 9; l++) { /* grouped x single levels */
                 kern_pf_level[KERN_PF_GROUPED] = (enum kern_pf)(l % 3);
                 kern_pf_level[KERN_PF_SINGLE] = (enum kern_pf)(l / 3);
                 float *y = l == 0 ? y0 : y1;

@@ -23,12 +23,13 @@
  *   could otherwise mix sets, whose roundings differ).
  * - The activation format is shared by all sets (kern_impl.h), so kern_act_row_bytes does not
  *   depend on the set.
- * - Prefetch levels of the decode weight streams (kern_pf_level, kern_simd.h's pf_stream),
- *   per kind of stream: L1 for both kinds except on the CPUs of g_pf_cpus, where other levels
- *   measured faster. A static table like the routes (a start-up stream measurement on a shared
- *   machine would flip between runs), though here nothing else depends on it: the levels never
- *   change a result bit. NX_PREFETCH (read at the first choice) overrides it, to measure a new
- *   CPU: "l1", "l2" or "off" for both kinds, or "GROUPED,SINGLE" such as "l2,off".
+ * - Prefetch levels of the memory streams (kern_pf_level: decode weights of grouped rows and of
+ *   single rows, the next KV block in attention): L1 for every kind except on the CPUs of
+ *   g_pf_cpus, where other levels measured faster. A static table like the routes (a start-up
+ *   stream measurement on a shared machine would flip between runs), though here nothing else
+ *   depends on it: the levels never change a result bit. NX_PREFETCH (read at the first
+ *   choice) overrides it, to measure a new CPU: "l1", "l2" or "off" for every kind, or
+ *   "GROUPED,SINGLE,KV" such as "l2,off,l2".
  * - A set whose table leaves attn_scores / attn_values / attn_block NULL gets the AVX2 versions: only SIMD
  *   sets may do so (the reference table always sets them), and every SIMD set requires AVX2,
  *   FMA and F16C.
@@ -98,30 +99,31 @@ static void select_routes(void) {
     }
 }
 
-enum kern_pf kern_pf_level[2] = {KERN_PF_L1, KERN_PF_L1};
+enum kern_pf kern_pf_level[KERN_PF_KINDS] = {KERN_PF_L1, KERN_PF_L1, KERN_PF_L1};
 
 static const char *const g_pf_names[] = {"l1", "l2", "off"};
 
 const char *kern_pf_name(void) {
     static char name[16];
     kern_init();
-    snprintf(name, sizeof name, "%s,%s", g_pf_names[kern_pf_level[KERN_PF_GROUPED]],
-             g_pf_names[kern_pf_level[KERN_PF_SINGLE]]);
+    snprintf(name, sizeof name, "%s,%s,%s", g_pf_names[kern_pf_level[KERN_PF_GROUPED]],
+             g_pf_names[kern_pf_level[KERN_PF_SINGLE]], g_pf_names[kern_pf_level[KERN_PF_KV]]);
     return name;
 }
 
-/* CPUs whose decode streams run fastest with other prefetch levels than L1: vendor, family,
- * model range (CPUID's displayed family and model), the levels for grouped and single rows. */
+/* CPUs whose streams run fastest with other prefetch levels than L1: vendor, family, model
+ * range (CPUID's displayed family and model), the levels of each kind of stream. */
 static const struct {
     const char *vendor;
     unsigned family, model_lo, model_hi;
-    enum kern_pf grouped, single;
+    enum kern_pf level[KERN_PF_KINDS];
 } g_pf_cpus[] = {
     /* AMD Zen 4 (EPYC 9004 Genoa), measured on family 25 model 17 with 2 vCPUs (README
-       "Zen 4"): nexus bench tg48 on the Llama-3.2-1B-shaped files, 2 threads, three
-       interleaved rounds of l1 / l2 / off: F16 8.6-9.9 / 10.8-14.4 / 11.2-13.6 t/s, Q8_0
-       16.1-16.9 / 26.9-29.6 / 11.7-15.1, Q4_K_M 35.8-38.8 / 29.3-35.6 / 38.4-48.7 */
-    {"AuthenticAMD", 0x19, 0x10, 0x1f, KERN_PF_L2, KERN_PF_OFF},
+       "Zen 4"), nexus bench on the Llama-3.2-1B-shaped files, 2 threads, interleaved rounds:
+       tg48 with l1 / l2 / off for the weights: F16 8.6-9.9 / 10.8-14.4 / 11.2-13.6 t/s, Q8_0
+       16.1-16.9 / 26.9-29.6 / 11.7-15.1, Q4_K_M 35.8-38.8 / 29.3-35.6 / 38.4-48.7; Q4_K_M tg64
+       at depth 4096 with the KV block at l1 / l2: 29.5, 28.6 / 35.6, 31.1 */
+    {"AuthenticAMD", 0x19, 0x10, 0x1f, {KERN_PF_L2, KERN_PF_OFF, KERN_PF_L2}},
 };
 
 static void cpu_id(char vendor[13], unsigned *family, unsigned *model) {
@@ -152,19 +154,27 @@ static void select_prefetch(void) {
     cpu_id(vendor, &family, &model);
     for (size_t i = 0; i < sizeof g_pf_cpus / sizeof g_pf_cpus[0]; i++) {
         if (strcmp(vendor, g_pf_cpus[i].vendor) == 0 && family == g_pf_cpus[i].family &&
-            model >= g_pf_cpus[i].model_lo && model <= g_pf_cpus[i].model_hi) {
-            kern_pf_level[KERN_PF_GROUPED] = g_pf_cpus[i].grouped;
-            kern_pf_level[KERN_PF_SINGLE] = g_pf_cpus[i].single;
-        }
+            model >= g_pf_cpus[i].model_lo && model <= g_pf_cpus[i].model_hi)
+            memcpy(kern_pf_level, g_pf_cpus[i].level, sizeof kern_pf_level);
     }
     const char *env = getenv("NX_PREFETCH");
     if (!env) return;
-    const char *comma = strchr(env, ',');
-    enum kern_pf g, s;
-    bool ok = comma ? pf_parse(env, (size_t)(comma - env), &g) && pf_parse(comma + 1, strlen(comma + 1), &s)
-                    : pf_parse(env, strlen(env), &g) && (s = g, true);
-    if (ok) kern_pf_level[KERN_PF_GROUPED] = g, kern_pf_level[KERN_PF_SINGLE] = s;
-    else nx_log(NX_LOG_WARN, "kernels: NX_PREFETCH='%s' ignored: expected l1, l2, off or GROUPED,SINGLE", env);
+    int commas = 0;
+    for (const char *c = env; *c; c++) commas += *c == ',';
+    enum kern_pf lv[KERN_PF_KINDS];
+    bool ok = commas == 0 || commas == KERN_PF_KINDS - 1; /* one name for all, or one per kind */
+    const char *p = env;
+    for (int i = 0; ok && i <= commas; i++) {
+        const char *comma = strchr(p, ',');
+        ok = pf_parse(p, comma ? (size_t)(comma - p) : strlen(p), &lv[i]);
+        p = comma ? comma + 1 : p;
+    }
+    if (ok && commas == 0) for (int i = 1; i < KERN_PF_KINDS; i++) lv[i] = lv[0];
+    if (ok)
+        memcpy(kern_pf_level, lv, sizeof kern_pf_level);
+    else
+        nx_log(NX_LOG_WARN, "kernels: NX_PREFETCH='%s' ignored: expected l1, l2, off or "
+                            "GROUPED,SINGLE,KV (each l1, l2 or off)", env);
 }
 
 static void select_table(void) {

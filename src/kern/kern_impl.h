@@ -63,16 +63,17 @@ void kern_ref_swiglu(float *g, const float *u, int64_t n);
 void kern_avx2_softmax(float *x, int64_t n);
 void kern_avx2_swiglu(float *g, const float *u, int64_t n);
 
-/* Where the decode kernels' software prefetches of weight streams land (pf_stream in
- * kern_simd.h), per kind of stream: KERN_PF_GROUPED, a group of rows read side by side (float
- * and Q8_0 / Q4_0 decode, 8 rows), and KERN_PF_SINGLE, one row at a time (K-quant decode).
- * Set once by kern_init from a table of measured CPUs (dispatch.c), or from NX_PREFETCH
- * ("l1", "l2", "off" for both kinds, or "GROUPED,SINGLE" such as "l2,off"). It only moves data
- * earlier: no result bit depends on it. */
+/* Where the kernels' software prefetches of memory streams land, per kind of stream:
+ * KERN_PF_GROUPED, decode weights of a group of rows read side by side (float and Q8_0 / Q4_0,
+ * 8 rows; pf_stream in kern_simd.h), KERN_PF_SINGLE, decode weights one row at a time (K-quant
+ * decode), KERN_PF_KV, the next KV-cache block's rows in attention (prefetch_span in
+ * attn_simd.h). Set once by kern_init from a table of measured CPUs (dispatch.c), or from
+ * NX_PREFETCH ("l1", "l2" or "off" for every kind, or "GROUPED,SINGLE,KV" such as
+ * "l2,off,l2"). It only moves data earlier: no result bit depends on it. */
 enum kern_pf { KERN_PF_L1, KERN_PF_L2, KERN_PF_OFF };
-enum kern_pf_kind { KERN_PF_GROUPED, KERN_PF_SINGLE };
-extern enum kern_pf kern_pf_level[2];
-/* The levels' names, "GROUPED,SINGLE" (such as "l1,l1"). */
+enum kern_pf_kind { KERN_PF_GROUPED, KERN_PF_SINGLE, KERN_PF_KV, KERN_PF_KINDS };
+extern enum kern_pf kern_pf_level[KERN_PF_KINDS];
+/* The levels' names, "GROUPED,SINGLE,KV" (such as "l1,l1,l1"). */
 const char *kern_pf_name(void);
 
 /* The kernel sets. Only call a SIMD set's functions when kern_cpu_supports(name) is true. */
