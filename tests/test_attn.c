@@ -600,16 +600,16 @@ TEST(fused_split_invariance) {
     }
 }
 
+/* The KV prefetch level (kern_pf_level) the blocks call runs under: a speed choice that must
+ * not change a bit, so every level must match the per-block calls under L1. */
+static enum kern_pf g_kv_pf = KERN_PF_L1;
+
 /*
  * kern_attn_blocks = one kern_attn_block per block, bit for bit: blocks taken from a buffer in
  * a scrambled order (as a paged cache's are), block sizes below, at and above
  * KERN_ATTN_CHUNK, a short last block, a trailing empty one, head counts across the fused
  * head groups; for the reference and AVX2 tables and through the dispatcher.
  */
-/* The KV prefetch level (kern_pf_level) the blocks call runs under: a speed choice that must
- * not change a bit, so every level must match the per-block calls under L1. */
-static enum kern_pf g_kv_pf = KERN_PF_L1;
-
 typedef void (*blocks_fn)(enum nx_type, int64_t, const void *const *, const void *const *, size_t,
                           int64_t, int64_t, int64_t, const float *, int64_t, float, float *);
 static void check_blocks(blocks_fn mfn, block_fn bfn, const char *what) {

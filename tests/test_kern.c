@@ -1153,8 +1153,9 @@ TEST(prefetch_levels_same_bits) {
     int ns = simd_sets(sets);
     kern_init();
     const enum kern_pf saved[2] = {kern_pf_level[0], kern_pf_level[1]};
-    const char *name = kern_pf_name();
-    ASSERT_TRUE(strchr(name, ',') != NULL);
+    char name[16];
+    snprintf(name, sizeof name, "%s", kern_pf_name());
+    ASSERT_TRUE(strchr(name, ',') != NULL && strchr(strchr(name, ',') + 1, ',') != NULL);
     for (int s = 0; s < ns; s++) {
         for (int t = 0; t < N_WTYPES; t++) {
             enum nx_type wt = g_wtypes[t];
@@ -1181,6 +1182,8 @@ TEST(prefetch_levels_same_bits) {
             mm_free(&p);
         }
     }
+    kern_pf_level[KERN_PF_GROUPED] = KERN_PF_OFF, kern_pf_level[KERN_PF_SINGLE] = KERN_PF_L2;
+    ASSERT_TRUE(strncmp(kern_pf_name(), "off,l2,", 7) == 0);
     kern_pf_level[0] = saved[0], kern_pf_level[1] = saved[1];
     ASSERT_STR_EQ(kern_pf_name(), name);
 }

@@ -73,7 +73,8 @@ void kern_avx2_swiglu(float *g, const float *u, int64_t n);
 enum kern_pf { KERN_PF_L1, KERN_PF_L2, KERN_PF_OFF };
 enum kern_pf_kind { KERN_PF_GROUPED, KERN_PF_SINGLE, KERN_PF_KV, KERN_PF_KINDS };
 extern enum kern_pf kern_pf_level[KERN_PF_KINDS];
-/* The levels' names, "GROUPED,SINGLE,KV" (such as "l1,l1,l1"). */
+/* The levels' names, "GROUPED,SINGLE,KV" (such as "l1,l1,l1"), in a static buffer that each
+ * call rewrites (for diagnostics and tests). */
 const char *kern_pf_name(void);
 
 /* The kernel sets. Only call a SIMD set's functions when kern_cpu_supports(name) is true. */
