@@ -119,13 +119,14 @@ static const struct {
     enum kern_pf level[KERN_PF_KINDS];
 } g_pf_cpus[] = {
     /* AMD Zen 4 (EPYC 9004 Genoa), measured on family 25 model 17 with 2 vCPUs (README
-       "Zen 4"), nexus bench on the Llama-3.2-1B-shaped files, 2 threads, interleaved rounds:
+       "Eighteenth session"), nexus bench on the Llama-3.2-1B-shaped files, 2 threads, interleaved rounds:
        tg48 with l1 / l2 / off for the weights: F16 8.6-9.9 / 10.8-14.4 / 11.2-13.6 t/s, Q8_0
        16.1-16.9 / 26.9-29.6 / 11.7-15.1, Q4_K_M 35.8-38.8 / 29.3-35.6 / 38.4-48.7; Q4_K_M tg64
        at depth 4096 with the KV block at l1 / l2: 29.5, 28.6 / 35.6, 31.1 */
     {"AuthenticAMD", 0x19, 0x10, 0x1f, {KERN_PF_L2, KERN_PF_OFF, KERN_PF_L2}},
 };
 
+/* The CPU's vendor string and displayed family and model (CPUID leaves 0 and 1). */
 static void cpu_id(char vendor[13], unsigned *family, unsigned *model) {
     unsigned a = 0, b = 0, c = 0, d = 0;
     vendor[0] = 0, *family = *model = 0;
@@ -138,6 +139,7 @@ static void cpu_id(char vendor[13], unsigned *family, unsigned *model) {
     *family = fam, *model = mod;
 }
 
+/* The level named by the n bytes at s ("l1", "l2", "off"); false for any other name. */
 static bool pf_parse(const char *s, size_t n, enum kern_pf *out) {
     for (int l = 0; l < 3; l++) {
         if (strlen(g_pf_names[l]) == n && strncmp(s, g_pf_names[l], n) == 0) {
