@@ -119,10 +119,11 @@ static const struct {
     enum kern_pf level[KERN_PF_KINDS];
 } g_pf_cpus[] = {
     /* AMD Zen 4 (EPYC 9004 Genoa), measured on family 25 model 17 with 2 vCPUs (README
-       "Eighteenth session"), nexus bench on the Llama-3.2-1B-shaped files, 2 threads, interleaved rounds:
-       tg48 with l1 / l2 / off for the weights: F16 8.6-9.9 / 10.8-14.4 / 11.2-13.6 t/s, Q8_0
-       16.1-16.9 / 26.9-29.6 / 11.7-15.1, Q4_K_M 35.8-38.8 / 29.3-35.6 / 38.4-48.7; Q4_K_M tg64
-       at depth 4096 with the KV block at l1 / l2: 29.5, 28.6 / 35.6, 31.1 */
+       "Eighteenth session"), nexus bench on the Llama-3.2-1B-shaped files, 2 threads,
+       interleaved rounds, tg48 with l1 / l2 / off for the weights: F16 8.6-9.9 / 10.8-14.4 /
+       11.2-13.6 t/s, Q8_0 16.1-16.9 / 26.9-29.6 / 11.7-15.1, Q4_K_M 35.8-38.8 / 29.3-35.6 /
+       38.4-48.7; Q4_K_M tg64 at depth 4096 with the KV block at l1 / l2: 29.5, 28.6 / 35.6,
+       31.1 */
     {"AuthenticAMD", 0x19, 0x10, 0x1f, {KERN_PF_L2, KERN_PF_OFF, KERN_PF_L2}},
 };
 
