@@ -22,10 +22,8 @@
 /* Prefetch the cache lines of bytes [p, p + n) of the next KV block, to this CPU's level for
  * KV streams (kern_pf_level: L1, except L2 on a Zen 4, see dispatch.c). */
 static inline __attribute__((always_inline)) void prefetch_span(const char *p, size_t n) {
-    const enum kern_pf l = kern_pf_level[KERN_PF_KV];
     uintptr_t a = (uintptr_t)p & ~(uintptr_t)63, e = (uintptr_t)p + n;
-    if (l == KERN_PF_L1) for (; a < e; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
-    else if (l == KERN_PF_L2) for (; a < e; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T1);
+    for (; a < e; a += 64) kern_prefetch(KERN_PF_KV, (const void *)a);
 }
 
 /*

@@ -142,7 +142,7 @@ static void cpu_id(char vendor[13], unsigned *family, unsigned *model) {
 
 /* The level named by the n bytes at s ("l1", "l2", "off"); false for any other name. */
 static bool pf_parse(const char *s, size_t n, enum kern_pf *out) {
-    for (int l = 0; l < 3; l++) {
+    for (int l = 0; l < (int)NX_ARRAY_LEN(g_pf_names); l++) {
         if (strlen(g_pf_names[l]) == n && strncmp(s, g_pf_names[l], n) == 0) {
             *out = (enum kern_pf)l;
             return true;

@@ -173,8 +173,8 @@ AI void fl_dec_tile(enum nx_type wt, const int R, int64_t k, const uint8_t *w, s
     for (; i < k32; i += 32) {
         UNROLL for (int r = 0; r < R; r++) {
             const char *pf = pf_row_ahead(w + (size_t)r * ws, (size_t)i * esz, rowb, (size_t)R * ws);
-            pf_stream(KERN_PF_GROUPED, pf);
-            if (esz == 4) pf_stream(KERN_PF_GROUPED, pf + 64);
+            kern_prefetch(KERN_PF_GROUPED, pf);
+            if (esz == 4) kern_prefetch(KERN_PF_GROUPED, pf + 64);
         }
         UNROLL for (int j = 0; j < 32; j += 8) {
             __m256 xv = _mm256_loadu_ps(xf + i + j);

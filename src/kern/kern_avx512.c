@@ -116,9 +116,9 @@ AI void fl_dec_tile(enum nx_type wt, const int R, int64_t k, const uint8_t *w, s
     for (; i < k64; i += 64) {
         UNROLL for (int r = 0; r < R; r++) {
             const char *p = pf_row_ahead(w + (size_t)r * ws, (size_t)i * esz, rowb, (size_t)R * ws);
-            pf_stream(KERN_PF_GROUPED, p);
-            pf_stream(KERN_PF_GROUPED, p + 64);
-            if (esz == 4) pf_stream(KERN_PF_GROUPED, p + 128), pf_stream(KERN_PF_GROUPED, p + 192);
+            kern_prefetch(KERN_PF_GROUPED, p);
+            kern_prefetch(KERN_PF_GROUPED, p + 64);
+            if (esz == 4) kern_prefetch(KERN_PF_GROUPED, p + 128), kern_prefetch(KERN_PF_GROUPED, p + 192);
         }
         UNROLL for (int j = 0; j < 64; j += 16) {
             __m512 xv = _mm512_loadu_ps(xf + i + j);
@@ -400,7 +400,7 @@ static void q8t5_unpack_w(bool is_q4, int64_t nb, const uint8_t *w, size_t ws, i
                 int r = 8 * h + i;
                 if (r < n) {
                     const uint8_t *blk = w + (size_t)r * ws + (size_t)b * bs;
-                    pf_stream(KERN_PF_GROUPED, pf_row_ahead(w + (size_t)r * ws, (size_t)b * bs, (size_t)nb * bs, G5 * ws));
+                    kern_prefetch(KERN_PF_GROUPED, pf_row_ahead(w + (size_t)r * ws, (size_t)b * bs, (size_t)nb * bs, G5 * ws));
                     rw[i] = _mm256_xor_si256(w32(is_q4, blk), bias);
                     d16[r] = blk_d(blk);
                 } else {

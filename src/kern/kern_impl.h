@@ -64,15 +64,22 @@ void kern_avx2_softmax(float *x, int64_t n);
 void kern_avx2_swiglu(float *g, const float *u, int64_t n);
 
 /* Where the kernels' software prefetches of memory streams land, per kind of stream:
- * KERN_PF_GROUPED, decode weights of a group of rows read side by side (float and Q8_0 / Q4_0,
- * 8 rows; pf_stream in kern_simd.h), KERN_PF_SINGLE, decode weights one row at a time (K-quant
+ * KERN_PF_GROUPED, weights of a group of rows read side by side (float and Q8_0 / Q4_0 decode,
+ * 8 rows, and the Q8_0 / Q4_0 prefill's unpacking), KERN_PF_SINGLE, decode weights one row at a time (K-quant
  * decode), KERN_PF_KV, the next KV-cache block's rows in attention (prefetch_span in
- * attn_simd.h). Set once by kern_init from a table of measured CPUs (dispatch.c), or from
+ * attn_simd.h). Prefetches go through kern_prefetch. Set once by kern_init from a table of measured CPUs (dispatch.c), or from
  * NX_PREFETCH ("l1", "l2" or "off" for every kind, or "GROUPED,SINGLE,KV" such as
  * "l2,off,l2"). It only moves data earlier: no result bit depends on it. */
 enum kern_pf { KERN_PF_L1, KERN_PF_L2, KERN_PF_OFF };
 enum kern_pf_kind { KERN_PF_GROUPED, KERN_PF_SINGLE, KERN_PF_KV, KERN_PF_KINDS };
 extern enum kern_pf kern_pf_level[KERN_PF_KINDS];
+/* Prefetch of the line at p, a stream of the given kind, to that kind's level (the one place
+ * the level becomes a hint; __builtin_prefetch locality 3 = prefetcht0, 2 = prefetcht1). */
+static inline __attribute__((always_inline)) void kern_prefetch(enum kern_pf_kind kind, const void *p) {
+    const enum kern_pf l = kern_pf_level[kind];
+    if (l == KERN_PF_L1) __builtin_prefetch(p, 0, 3);
+    else if (l == KERN_PF_L2) __builtin_prefetch(p, 0, 2);
+}
 /* The levels' names, "GROUPED,SINGLE,KV" (such as "l1,l1,l1"), in a static buffer that each
  * call rewrites (for diagnostics and tests). */
 const char *kern_pf_name(void);

@@ -121,12 +121,6 @@ static inline void mm_drive(const struct tile_set *t, int64_t k, const void *w, 
  * long rows; on a Zen 4, grouped streams ran fastest with prefetches into L2 and single rows
  * with none. */
 #define PF_DIST 1024
-/* Prefetch of line p of a decode weight stream of the given kind (a speed choice only). */
-AI void pf_stream(enum kern_pf_kind kind, const void *p) {
-    const enum kern_pf l = kern_pf_level[kind];
-    if (l == KERN_PF_L1) _mm_prefetch((const char *)p, _MM_HINT_T0);
-    else if (l == KERN_PF_L2) _mm_prefetch((const char *)p, _MM_HINT_T1);
-}
 /* The line a decode kernel prefetches for a row it reads at byte off: PF_DIST ahead in the row
  * (rowb bytes long) or, past its end, in the same row of the next group of rows (group bytes
  * on), so the rows of the next group start prefetched (a short row would otherwise have its
@@ -136,7 +130,7 @@ AI const char *pf_row_ahead(const uint8_t *row, size_t off, size_t rowb, size_t 
     return (const char *)row + (off < rowb ? off : group + (off - rowb));
 }
 AI void prefetch_lines(const uint8_t *p, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) pf_stream(KERN_PF_SINGLE, p + PF_DIST + o);
+    for (size_t o = 0; o < bytes; o += 64) kern_prefetch(KERN_PF_SINGLE, p + PF_DIST + o);
 }
 #define UNROLL _Pragma("GCC unroll 16")
 

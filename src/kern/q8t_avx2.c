@@ -75,7 +75,7 @@ AI void dec_group(bool is_q4, int64_t nb, const uint8_t *w, size_t ws, int n, co
             const uint8_t *blk = row[r] + (size_t)b * bs;
             /* every block, though a line holds ~2: one per 2 blocks streamed 15-30% slower
                from DRAM with 2048-element rows on a Zen 4 (dev/bench_kern.c, one thread) */
-            pf_stream(KERN_PF_GROUPED, pf_row_ahead(row[r], (size_t)b * bs, rowb, (size_t)G * ws));
+            kern_prefetch(KERN_PF_GROUPED, pf_row_ahead(row[r], (size_t)b * bs, rowb, (size_t)G * ws));
             __m256i wq = w32(is_q4, blk);
             __m256i aw = _mm256_sign_epi8(wq, wq), sx = _mm256_sign_epi8(xq, wq);
             p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones16);
@@ -138,7 +138,7 @@ static void unpack_w(bool is_q4, int64_t nb, const uint8_t *w, size_t ws, int n,
         UNROLL for (int r = 0; r < G; r++) {
             if (r < n) {
                 const uint8_t *blk = w + (size_t)r * ws + (size_t)b * bs;
-                pf_stream(KERN_PF_GROUPED, pf_row_ahead(w + (size_t)r * ws, (size_t)b * bs, (size_t)nb * bs, G * ws));
+                kern_prefetch(KERN_PF_GROUPED, pf_row_ahead(w + (size_t)r * ws, (size_t)b * bs, (size_t)nb * bs, G * ws));
                 __m256i q = w32(is_q4, blk);
                 lo[r] = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
                 hi[r] = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));
