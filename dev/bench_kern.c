@@ -6,7 +6,8 @@
  * Arguments: optional type names (Q4_K Q6_K ...) to run only those; NX_KERNELS=ref|avx2 to
  * pick the kernel set; BENCH_SET=avx2|avx512|ref calls that set's table directly;
  * BENCH_THREADS=N (default 1) runs the cold decode on N threads splitting the rows, with a
- * barrier per call as in the forward pass (wall-clock time), reported as "cold xN".
+ * barrier per call as in the forward pass (wall-clock time), reported as "cold xN";
+ * BENCH_SHAPES=ROWSxK,... replaces the three default shapes.
  *
  * DESIGN
  * - Shapes (rows x k): 2048 x 2048 (attention), 8192 x 2048 (FFN up/gate), 2048 x 8192 (FFN
@@ -215,14 +216,30 @@ int main(int argc, char **argv) {
            read_bw());
     static const enum nx_type types[] = {NX_TYPE_Q4_K, NX_TYPE_Q6_K, NX_TYPE_Q5_K, NX_TYPE_Q4_0,
                                          NX_TYPE_Q8_0, NX_TYPE_F16,  NX_TYPE_BF16, NX_TYPE_F32};
-    static const int64_t shapes[3][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
+    int64_t shapes[16][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
+    int nshapes = 3;
+    const char *sh = getenv("BENCH_SHAPES");
+    if (sh) {
+        long long r, k;
+        int used;
+        for (nshapes = 0; nshapes < 16 && sscanf(sh, "%lldx%lld%n", &r, &k, &used) == 2; nshapes++) {
+            if (r < 1 || k < 1) break;
+            shapes[nshapes][0] = r, shapes[nshapes][1] = k;
+            sh += used;
+            if (*sh == ',') sh++;
+        }
+        if (nshapes == 0 || *sh) {
+            fprintf(stderr, "BENCH_SHAPES: expected ROWSxK[,ROWSxK...] (at most 16), at \"%s\"\n", sh);
+            return 1;
+        }
+    }
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         if (argc > 1) {
             int want = 0;
             for (int i = 1; i < argc; i++) want |= strcmp(argv[i], nx_type_name(types[t])) == 0;
             if (!want) continue;
         }
-        for (int s = 0; s < 3; s++) bench(types[t], shapes[s][0], shapes[s][1]);
+        for (int s = 0; s < nshapes; s++) bench(types[t], shapes[s][0], shapes[s][1]);
     }
     return 0;
 }
