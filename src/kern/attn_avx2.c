@@ -152,16 +152,17 @@ AI void sc_tile(enum nx_type kvt, const int NG, const int NP, int64_t hd, const 
 
 /* n positions (rows k + j*ks) for NG heads, NP at a time, leftovers 4, 2, 1 at a time. When
  * pf is not NULL, the slices (slice_bytes long) of rows pf + j*ks, j < npf, are prefetched as
- * positions j are reached. */
+ * positions j are reached, and so are the rows a0 + j of ahead into L2. */
 AI void sc_run(enum nx_type kvt, const int NG, const int NP, int64_t hd, const char *k, size_t ks,
                int64_t n, const float *q, float scale, float *s, int64_t ld, const char *pf,
-               int64_t npf, size_t slice_bytes) {
+               int64_t npf, size_t slice_bytes, const struct att_ahead *ahead, int64_t a0) {
     int64_t j = 0;
     for (; j + NP <= n; j += NP) {
         if (pf) {
             UNROLL for (int p = 0; p < NP; p++)
                 if (j + p < npf) prefetch_span(pf + (size_t)(j + p) * ks, slice_bytes);
         }
+        prefetch_ahead(ahead, a0 + j, NP, slice_bytes);
         sc_tile(kvt, NG, NP, hd, k + (size_t)j * ks, ks, q, scale, s + j, ld);
     }
     /* leftovers: only at the end of npos (blocks are multiples of 8), nothing to prefetch */
@@ -177,10 +178,11 @@ AI void sc_run(enum nx_type kvt, const int NG, const int NP, int64_t hd, const c
 }
 
 /* nk: when not NULL, the nn rows nk + j*ks (the next rows the caller will read) are prefetched
- * during the pass over the last block of positions. */
+ * during the pass over the last block of positions; ahead (NULL: none) into L2 during the first
+ * head group's passes, its row j with position j. */
 AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t npos,
                const float *q, int64_t ng, float scale, float *scores, int64_t ld, const char *nk,
-               int64_t nn) {
+               int64_t nn, const struct att_ahead *ahead) {
     const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
     const int64_t bl = att_block(ks);
     for (int64_t j0 = 0; j0 < npos; j0 += bl) {
@@ -195,11 +197,12 @@ AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n
             int64_t npf = 0;
             if (g0 == 0 && j0 + 2 * bl <= npos) pf = kj + (size_t)bl * ks, npf = bl;
             else if (g0 == 0 && j0 + bl >= npos && nk) pf = nk, npf = nn;
+            const struct att_ahead *ah = g0 == 0 ? ahead : NULL;
             switch (NX_MIN(ng - g0, (int64_t)ATT_HEADS)) {
-            case 4: sc_run(kvt, 4, 2, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice); break;
-            case 3: sc_run(kvt, 3, 2, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice); break;
-            case 2: sc_run(kvt, 2, 4, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice); break;
-            default: sc_run(kvt, 1, 8, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice); break;
+            case 4: sc_run(kvt, 4, 2, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice, ah, j0); break;
+            case 3: sc_run(kvt, 3, 2, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice, ah, j0); break;
+            case 2: sc_run(kvt, 2, 4, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice, ah, j0); break;
+            default: sc_run(kvt, 1, 8, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice, ah, j0); break;
             }
         }
     }
@@ -207,21 +210,23 @@ AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n
 
 /* sc_all per KV type (also the fused driver's scores kernels, struct att_chunk_fns) */
 static void sc_f32(int64_t hd, const char *k, size_t ks, int64_t npos, const float *q, int64_t ng,
-                   float scale, float *scores, int64_t ld, const char *nk, int64_t nn) {
-    sc_all(NX_TYPE_F32, hd, k, ks, npos, q, ng, scale, scores, ld, nk, nn);
+                   float scale, float *scores, int64_t ld, const char *nk, int64_t nn,
+                   const struct att_ahead *ahead) {
+    sc_all(NX_TYPE_F32, hd, k, ks, npos, q, ng, scale, scores, ld, nk, nn, ahead);
 }
 
 static void sc_f16(int64_t hd, const char *k, size_t ks, int64_t npos, const float *q, int64_t ng,
-                   float scale, float *scores, int64_t ld, const char *nk, int64_t nn) {
-    sc_all(NX_TYPE_F16, hd, k, ks, npos, q, ng, scale, scores, ld, nk, nn);
+                   float scale, float *scores, int64_t ld, const char *nk, int64_t nn,
+                   const struct att_ahead *ahead) {
+    sc_all(NX_TYPE_F16, hd, k, ks, npos, q, ng, scale, scores, ld, nk, nn, ahead);
 }
 
 void kern_avx2_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
                            int64_t npos, const float *q, int64_t ng, float scale, float *scores,
                            int64_t ld) {
     NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
-    if (kvt == NX_TYPE_F32) sc_f32(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0);
-    else sc_f16(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0);
+    if (kvt == NX_TYPE_F32) sc_f32(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0, NULL);
+    else sc_f16(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0, NULL);
 }
 
 /* ---- values ------------------------------------------------------------------------------- */
@@ -385,7 +390,7 @@ void kern_avx2_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t k_
         return;
     }
     att_fused_heads(kvt == NX_TYPE_F32 ? &g_fused_f32 : &g_fused_f16, hd, k, k_stride, v, v_stride,
-                    npos, q, ng, scale, part, NULL, NULL, 0, true);
+                    npos, q, ng, scale, part, NULL, NULL, 0, NULL, true);
 }
 
 void kern_avx2_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k, const void *const *v,

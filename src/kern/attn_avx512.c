@@ -99,11 +99,11 @@ AI void sc_tile(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int npv,
 /*
  * Scores of n positions (rows k + j*ks) for ng heads (q: rows qs apart) into s (row g at
  * s + g*ld). When pf is not NULL, the slices of rows pf + j*ks (j < npf) are prefetched as the
- * first head group reaches positions j.
+ * first head group reaches positions j, and so are the rows j of ahead into L2.
  */
 AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n, const float *q,
                int64_t qs, int64_t ng, float scale, float *s, int64_t ld, const char *pf,
-               int64_t npf) {
+               int64_t npf, const struct att_ahead *ahead) {
     const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
     for (int64_t g0 = 0; g0 < ng; g0 += HG) {
         int ngv = (int)NX_MIN(ng - g0, (int64_t)HG);
@@ -111,6 +111,7 @@ AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n
             if (g0 == 0 && pf) {
                 for (int64_t p = j; p < j + PT && p < npf; p++) prefetch_span(pf + (size_t)p * ks, slice);
             }
+            if (g0 == 0) prefetch_ahead(ahead, j, PT, slice);
             sc_tile(kvt, hd, k + (size_t)j * ks, ks, (int)NX_MIN(n - j, (int64_t)PT), q + g0 * qs, qs, ngv,
                     scale, s + g0 * ld + j, ld);
         }
@@ -119,13 +120,15 @@ AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n
 
 /* sc_all per KV type, query rows hd apart (also the fused driver's scores kernels) */
 static void sc_f32(int64_t hd, const char *k, size_t ks, int64_t n, const float *q, int64_t ng,
-                   float scale, float *s, int64_t ld, const char *pf, int64_t npf) {
-    sc_all(NX_TYPE_F32, hd, k, ks, n, q, hd, ng, scale, s, ld, pf, npf);
+                   float scale, float *s, int64_t ld, const char *pf, int64_t npf,
+                   const struct att_ahead *ahead) {
+    sc_all(NX_TYPE_F32, hd, k, ks, n, q, hd, ng, scale, s, ld, pf, npf, ahead);
 }
 
 static void sc_f16(int64_t hd, const char *k, size_t ks, int64_t n, const float *q, int64_t ng,
-                   float scale, float *s, int64_t ld, const char *pf, int64_t npf) {
-    sc_all(NX_TYPE_F16, hd, k, ks, n, q, hd, ng, scale, s, ld, pf, npf);
+                   float scale, float *s, int64_t ld, const char *pf, int64_t npf,
+                   const struct att_ahead *ahead) {
+    sc_all(NX_TYPE_F16, hd, k, ks, n, q, hd, ng, scale, s, ld, pf, npf, ahead);
 }
 
 void kern_avx512_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
@@ -137,8 +140,8 @@ void kern_avx512_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t
         return;
     }
     if (ng <= 0 || npos <= 0) return;
-    if (kvt == NX_TYPE_F32) sc_f32(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0);
-    else sc_f16(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0);
+    if (kvt == NX_TYPE_F32) sc_f32(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0, NULL);
+    else sc_f16(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0, NULL);
 }
 
 /* ---- values ------------------------------------------------------------------------------- */
@@ -232,7 +235,7 @@ void kern_avx512_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t 
         return;
     }
     att_fused_heads(kvt == NX_TYPE_F32 ? &g_fused_f32 : &g_fused_f16, hd, k, k_stride, v, v_stride,
-                    npos, q, ng, scale, part, NULL, NULL, 0, true);
+                    npos, q, ng, scale, part, NULL, NULL, 0, NULL, true);
 }
 
 void kern_avx512_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k,

@@ -27,23 +27,34 @@ static inline __attribute__((always_inline)) void prefetch_span(const char *p, s
 }
 
 /*
- * Prefetch into L2 the slices (slice bytes) of n rows (stride bytes apart) of a K block and a V
- * block, all at once: kern_attn_blocks asks for block b+2 this way when it starts block b
- * (block b+1's rows are prefetched into L1 during block b). A paged cache's blocks are a few
- * KiB at scattered places, which the hardware prefetchers do not follow. One prefetch per
- * 128 bytes (the L2's adjacent-line prefetcher brings the pair): measured on Zen 5
- * (bench_attn_blocks, cold, interleaved): ~8.2 ns per position x head without this stage,
- * ~6.9 with a prefetch per line, ~5.5 with one per 128 bytes. (The L1 stage needs every line: one
- * per 128 bytes there doubled the time.)
+ * The L2 stage of the KV prefetch: kern_attn_blocks asks for block b+2's K and V rows into L2
+ * during block b's scores pass (block b+1's rows go to L1 at the same time), n rows stride bytes
+ * apart from k and v, spread over the pass: the rows of position j when the pass reaches
+ * position j. A paged cache's blocks are a few KiB at scattered places, which the hardware
+ * prefetchers do not follow. One prefetch per 128 bytes of a row (the L2's adjacent-line
+ * prefetcher brings the pair): measured on Zen 5 with the whole block asked for at once (cold,
+ * bench_attn_blocks): ~8.2 ns per position x head without this stage, ~6.9 with a prefetch per
+ * line, ~5.5 with one per 128 bytes. On a Sapphire-Rapids-class Xeon that burst stalled the
+ * core (95% of the driver's own samples on the instruction after a prefetch, 10% of a decode
+ * step at depth 4096) and ran slower than no stage at all; spread over the pass it is 15-30%
+ * faster than either there. (The L1 stage needs every line: one per 128 bytes there doubled the
+ * time.)
  */
-static inline __attribute__((always_inline)) void prefetch_rows_l2(const void *k, const void *v,
-                                                                   size_t stride, int64_t n,
-                                                                   size_t slice) {
-    for (int64_t j = 0; j < n; j++) {
-        const char *rows[2] = {(const char *)k + (size_t)j * stride, (const char *)v + (size_t)j * stride};
+struct att_ahead {
+    const char *k, *v;
+    size_t stride;
+    int64_t n;
+};
+
+/* The L2 stage for positions [j, j + m) of a pass (a NULL: none). */
+static inline __attribute__((always_inline)) void prefetch_ahead(const struct att_ahead *a,
+                                                                 int64_t j, int64_t m, size_t slice) {
+    if (!a) return;
+    for (int64_t p = j; p < j + m && p < a->n; p++) {
+        const char *rows[2] = {a->k + (size_t)p * a->stride, a->v + (size_t)p * a->stride};
         for (int r = 0; r < 2; r++) {
-            uintptr_t a = (uintptr_t)rows[r] & ~(uintptr_t)63, e = (uintptr_t)rows[r] + slice;
-            for (; a < e; a += 128) _mm_prefetch((const char *)a, _MM_HINT_T1);
+            uintptr_t x = (uintptr_t)rows[r] & ~(uintptr_t)63, e = (uintptr_t)rows[r] + slice;
+            for (; x < e; x += 128) _mm_prefetch((const char *)x, _MM_HINT_T1);
         }
     }
 }
@@ -100,14 +111,15 @@ enum { ATT_FUSED_HEADS = 8 }; /* heads per fused pass (the driver's buffers are 
 /*
  * A set's chunk kernels for one KV type, for the fused driver:
  *   scores: s[g*ld + j] = scale * dot(q + g*hd, K_j) for the n rows K_j = k + j*ks and
- *           ng <= ATT_FUSED_HEADS heads;
+ *           ng <= ATT_FUSED_HEADS heads, running the L2 stage ahead (NULL: none) as it goes;
  *   values: o[g*hd + i] += sum_j p[g*ld + j] * V_j[i] for the n rows V_j = v + j*vs;
  * each also prefetches the slices of the rows pf + j*stride, j < npf (pf NULL: none) as it goes.
  * elt: bytes per KV element.
  */
 struct att_chunk_fns {
     void (*scores)(int64_t hd, const char *k, size_t ks, int64_t n, const float *q, int64_t ng,
-                   float scale, float *s, int64_t ld, const char *pf, int64_t npf);
+                   float scale, float *s, int64_t ld, const char *pf, int64_t npf,
+                   const struct att_ahead *ahead);
     void (*values)(int64_t hd, const char *v, size_t vs, int64_t n, const float *p, int64_t ld,
                    int64_t ng, float *o, const char *pf, int64_t npf);
     size_t elt;
@@ -118,13 +130,15 @@ struct att_chunk_fns {
  * KERN_ATTN_CHUNK positions, each its scores (into a stack buffer that stays in L1), per head
  * softmax_chunk and the rescale of the running values by alpha, then its values added. Each K
  * and V row slice is read once. nk / nv / nn: the caller's next rows (its next KV block),
- * prefetched during the last chunk (NULL: none); pre: prefetch this call's first chunk up front
- * (false when an earlier call prefetched it as its next rows).
+ * prefetched during the last chunk (NULL: none); ahead: the block after those, into L2 during
+ * the scores passes (NULL: none; its row j with this range's position j); pre: prefetch this
+ * call's first chunk up front (false when an earlier call prefetched it as its next rows).
  */
 static inline void att_fused_group(const struct att_chunk_fns *f, int64_t hd, const char *k,
                                    size_t ks, const char *v, size_t vs, int64_t npos,
                                    const float *q, int64_t ng, float scale, float *part,
-                                   const char *nk, const char *nv, int64_t nn, bool pre) {
+                                   const char *nk, const char *nv, int64_t nn,
+                                   const struct att_ahead *ahead, bool pre) {
     float sbuf[ATT_FUSED_HEADS * KERN_ATTN_CHUNK], obuf[ATT_FUSED_HEADS * KERN_ATTN_MAX_HD];
     float m[ATT_FUSED_HEADS], l[ATT_FUSED_HEADS];
     for (int64_t g = 0; g < ng; g++) m[g] = -INFINITY, l[g] = 0.0f;
@@ -148,7 +162,13 @@ static inline void att_fused_group(const struct att_chunk_fns *f, int64_t hd, co
             pk = k + (size_t)(j0 + n) * ks, pv = v + (size_t)(j0 + n) * vs;
             pn = NX_MIN(npos - j0 - n, (int64_t)KERN_ATTN_CHUNK);
         }
-        f->scores(hd, k + (size_t)j0 * ks, ks, n, q, ng, scale, sbuf, KERN_ATTN_CHUNK, pk, pn);
+        struct att_ahead ah = {0};
+        if (ahead) {
+            ah = *ahead;
+            ah.k += (size_t)j0 * ah.stride, ah.v += (size_t)j0 * ah.stride, ah.n -= j0;
+        }
+        f->scores(hd, k + (size_t)j0 * ks, ks, n, q, ng, scale, sbuf, KERN_ATTN_CHUNK, pk, pn,
+                  ahead && ah.n > 0 ? &ah : NULL);
         for (int64_t g = 0; g < ng; g++) {
             float alpha = softmax_chunk(sbuf + g * KERN_ATTN_CHUNK, n, &m[g], &l[g]);
             if (j0 > 0) {
@@ -173,30 +193,31 @@ static inline void att_fused_group(const struct att_chunk_fns *f, int64_t hd, co
 static inline void att_fused_heads(const struct att_chunk_fns *f, int64_t hd, const char *k,
                                    size_t ks, const char *v, size_t vs, int64_t npos,
                                    const float *q, int64_t ng, float scale, float *part,
-                                   const char *nk, const char *nv, int64_t nn, bool pre) {
+                                   const char *nk, const char *nv, int64_t nn,
+                                   const struct att_ahead *ahead, bool pre) {
     for (int64_t g0 = 0; g0 < ng; g0 += ATT_FUSED_HEADS) {
         int64_t n = NX_MIN(ng - g0, (int64_t)ATT_FUSED_HEADS);
         bool last = g0 + ATT_FUSED_HEADS >= ng;
         att_fused_group(f, hd, k, ks, v, vs, npos, q + g0 * hd, n, scale, part + g0 * (hd + 2),
-                        last ? nk : NULL, last ? nv : NULL, nn, g0 == 0 && pre);
+                        last ? nk : NULL, last ? nv : NULL, nn, last ? ahead : NULL, g0 == 0 && pre);
     }
 }
 
 /* kern_attn_blocks: block b's rows k[b] / v[b], its part at parts + b*ng*(hd + 2); block b+1 is
- * prefetched into L1 during block b, block b+2 into L2 when block b starts. */
+ * prefetched into L1 during block b, block b+2 into L2 during block b's scores pass. */
 static inline void att_fused_blocks(const struct att_chunk_fns *f, int64_t hd,
                                     const void *const *k, const void *const *v, size_t stride,
                                     int64_t nblk, int64_t brows, int64_t npos, const float *q,
                                     int64_t ng, float scale, float *parts) {
     const int64_t rec = ng * (hd + 2);
-    const size_t slice = (size_t)hd * f->elt;
     for (int64_t b = 0; b < nblk; b++) {
         int64_t n = NX_MIN(brows, npos - b * brows);
-        if (b + 2 < nblk) prefetch_rows_l2(k[b + 2], v[b + 2], stride, NX_MIN(brows, npos - (b + 2) * brows), slice);
+        struct att_ahead ahead = {0};
+        if (b + 2 < nblk) ahead = (struct att_ahead){k[b + 2], v[b + 2], stride, NX_MIN(brows, npos - (b + 2) * brows)};
         int64_t nn = b + 1 < nblk ? NX_MIN(brows, npos - (b + 1) * brows) : 0;
         const char *nk = nn > 0 ? k[b + 1] : NULL, *nv = nn > 0 ? v[b + 1] : NULL;
         att_fused_heads(f, hd, k[b], stride, v[b], stride, n, q, ng, scale, parts + b * rec, nk, nv,
-                        nn, b == 0);
+                        nn, ahead.n > 0 ? &ahead : NULL, b == 0);
     }
 }
 
