@@ -35,10 +35,10 @@ static inline __attribute__((always_inline)) void prefetch_span(const char *p, s
  * prefetcher brings the pair): measured on Zen 5 with the whole block asked for at once (cold,
  * bench_attn_blocks): ~8.2 ns per position x head without this stage, ~6.9 with a prefetch per
  * line, ~5.5 with one per 128 bytes. On a Sapphire-Rapids-class Xeon that burst stalled the
- * core (95% of the driver's own samples on the instruction after a prefetch, 10% of a decode
- * step at depth 4096) and ran slower than no stage at all; spread over the pass it is 15-30%
- * faster than either there. (The L1 stage needs every line: one per 128 bytes there doubled the
- * time.)
+ * core (95% of the driver's own samples on the instructions after its prefetches, 10% of a
+ * decode step at depth 4096) and ran slower than no stage at all; spread over the pass it ran
+ * ~10-20% faster than the burst there (cold, one and two processes) and decode at depth 4096
+ * gained ~4.6%. (The L1 stage needs every line: one per 128 bytes there doubled the time.)
  */
 struct att_ahead {
     const char *k, *v;
@@ -46,7 +46,7 @@ struct att_ahead {
     int64_t n;
 };
 
-/* The L2 stage for positions [j, j + m) of a pass (a NULL: none). */
+/* The L2 stage for positions [j, j + m) of a pass (a == NULL: none). */
 static inline __attribute__((always_inline)) void prefetch_ahead(const struct att_ahead *a,
                                                                  int64_t j, int64_t m, size_t slice) {
     if (!a) return;
