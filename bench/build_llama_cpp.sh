@@ -8,7 +8,9 @@
 # Writes DEST/bin/{llama-bench,llama-batched-bench,llama-server,llama-quantize,llama-cli} and, on
 # a CPU with AMX, a second build DEST-noamx without it (the native AMX path crashed on one machine
 # of this class); on other CPUs DEST-noamx is a link to DEST, so the scripts' default
-# LLAMA_LIB=DEST-noamx:DEST-noamx/bin works on both. Jobs: JOBS (nproc).
+# LLAMA_LIB=DEST-noamx:DEST-noamx/bin works on both. AVX2=1 also builds DEST-avx2: AVX, AVX2,
+# FMA, F16C and BMI2 only (no AVX-512, AVX-VNNI or AMX), to set llama.cpp's AVX2 kernels beside
+# Nexus's (NX_KERNELS=avx2) on an AVX-512 CPU. Jobs: JOBS (nproc).
 set -euo pipefail
 DEST=${1:-/work/llama.cpp-build}
 SRC=${SRC:-$(dirname "$DEST")/llama-src}
@@ -43,5 +45,10 @@ if grep -q ' amx' /proc/cpuinfo; then
   build "$DEST-noamx" "${flags[@]}"
 else
   ln -sfn "$DEST" "$DEST-noamx"
+fi
+if [ "${AVX2:-0}" = 1 ]; then
+  build "$DEST-avx2" -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+    -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF \
+    -DGGML_AMX_BF16=OFF
 fi
 ls "$DEST/bin"
