@@ -198,12 +198,14 @@ AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n
             if (g0 == 0 && j0 + 2 * bl <= npos) pf = kj + (size_t)bl * ks, npf = bl;
             else if (g0 == 0 && j0 + bl >= npos && nk) pf = nk, npf = nn;
             const struct att_ahead *ah = g0 == 0 ? ahead : NULL;
+#define SC_RUN(NG, NP) sc_run(kvt, NG, NP, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice, ah, j0)
             switch (NX_MIN(ng - g0, (int64_t)ATT_HEADS)) {
-            case 4: sc_run(kvt, 4, 2, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice, ah, j0); break;
-            case 3: sc_run(kvt, 3, 2, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice, ah, j0); break;
-            case 2: sc_run(kvt, 2, 4, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice, ah, j0); break;
-            default: sc_run(kvt, 1, 8, hd, kj, ks, n, qg, scale, sg, ld, pf, npf, slice, ah, j0); break;
+            case 4: SC_RUN(4, 2); break;
+            case 3: SC_RUN(3, 2); break;
+            case 2: SC_RUN(2, 4); break;
+            default: SC_RUN(1, 8); break;
             }
+#undef SC_RUN
         }
     }
 }

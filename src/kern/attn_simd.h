@@ -213,7 +213,8 @@ static inline void att_fused_blocks(const struct att_chunk_fns *f, int64_t hd,
     for (int64_t b = 0; b < nblk; b++) {
         int64_t n = NX_MIN(brows, npos - b * brows);
         struct att_ahead ahead = {0};
-        if (b + 2 < nblk) ahead = (struct att_ahead){k[b + 2], v[b + 2], stride, NX_MIN(brows, npos - (b + 2) * brows)};
+        if (b + 2 < nblk)
+            ahead = (struct att_ahead){k[b + 2], v[b + 2], stride, NX_MIN(brows, npos - (b + 2) * brows)};
         int64_t nn = b + 1 < nblk ? NX_MIN(brows, npos - (b + 1) * brows) : 0;
         const char *nk = nn > 0 ? k[b + 1] : NULL, *nv = nn > 0 ? v[b + 1] : NULL;
         att_fused_heads(f, hd, k[b], stride, v[b], stride, n, q, ng, scale, parts + b * rec, nk, nv,

@@ -65,10 +65,11 @@ void kern_avx2_swiglu(float *g, const float *u, int64_t n);
 
 /* Where the kernels' software prefetches of memory streams land, per kind of stream:
  * KERN_PF_GROUPED, weights of a group of rows read side by side (float and Q8_0 / Q4_0 decode,
- * 8 rows, and the Q8_0 / Q4_0 prefill's unpacking), KERN_PF_SINGLE, decode weights one row at a time (K-quant
- * decode), KERN_PF_KV, the next KV-cache block's rows in attention (prefetch_span in
- * attn_simd.h). Prefetches go through kern_prefetch. Set once by kern_init from a table of measured CPUs (dispatch.c), or from
- * NX_PREFETCH ("l1", "l2" or "off" for every kind, or "GROUPED,SINGLE,KV" such as
+ * 8 rows, and the Q8_0 / Q4_0 prefill's unpacking), KERN_PF_SINGLE, decode weights one row at a
+ * time (K-quant decode), KERN_PF_KV, the next KV-cache block's rows in attention (prefetch_span
+ * in attn_simd.h; the block after it always goes to L2, prefetch_ahead there). Prefetches go
+ * through kern_prefetch. Set once by kern_init from a table of measured CPUs (dispatch.c), or
+ * from NX_PREFETCH ("l1", "l2" or "off" for every kind, or "GROUPED,SINGLE,KV" such as
  * "l2,off,l2"). It only moves data earlier: no result bit depends on it. */
 enum kern_pf { KERN_PF_L1, KERN_PF_L2, KERN_PF_OFF };
 enum kern_pf_kind { KERN_PF_GROUPED, KERN_PF_SINGLE, KERN_PF_KV, KERN_PF_KINDS };
