@@ -40,6 +40,7 @@
 #ifdef NX_AVX512_EMULATE
 #include "kern/avx512_emu.h"
 #endif
+#define NX_KERN_AVX512 1 /* attn_simd.h's softmax step in 16 lanes (exp16) */
 
 #include "core/nx_base.h"
 #include "kern/attn_simd.h"

@@ -240,6 +240,36 @@ EMU emu512 emu_fnmadd_ps(emu512 a, emu512 b, emu512 c) {
 }
 #define _mm512_fnmadd_ps emu_fnmadd_ps
 
+/* attn_avx512.c's softmax (exp16, exp_avx2.h): vsubps, vminps / vmaxps (the second operand
+ * unless the first is less / greater), vrndscaleps to the nearest integer, vcvtps2dq under
+ * the default rounding (to nearest even) */
+EMU emu512 emu_sub_ps(emu512 a, emu512 b) {
+    for (int i = 0; i < 16; i++) a.f[i] -= b.f[i];
+    return a;
+}
+#define _mm512_sub_ps emu_sub_ps
+EMU emu512 emu_min_ps(emu512 a, emu512 b) {
+    for (int i = 0; i < 16; i++) a.f[i] = a.f[i] < b.f[i] ? a.f[i] : b.f[i];
+    return a;
+}
+#define _mm512_min_ps emu_min_ps
+EMU emu512 emu_max_ps(emu512 a, emu512 b) {
+    for (int i = 0; i < 16; i++) a.f[i] = a.f[i] > b.f[i] ? a.f[i] : b.f[i];
+    return a;
+}
+#define _mm512_max_ps emu_max_ps
+EMU emu512 emu_roundscale_nearest_ps(emu512 a) {
+    for (int i = 0; i < 16; i++) a.f[i] = nearbyintf(a.f[i]);
+    return a;
+}
+#define _mm512_roundscale_ps(a, imm) emu_roundscale_nearest_ps(a) /* imm: nearest, scale 0 only */
+EMU emu512 emu_cvtps_epi32(emu512 a) {
+    emu512 r;
+    for (int i = 0; i < 16; i++) r.d[i] = (int32_t)nearbyintf(a.f[i]); /* in range here */
+    return r;
+}
+#define _mm512_cvtps_epi32 emu_cvtps_epi32
+
 /* attn_avx512.c: stores, adds and the shuffles of the score reduction tree */
 EMU void emu_storeu_ps(float *p, emu512 v) { memcpy(p, v.f, 64); }
 #define _mm512_storeu_ps(p, v) emu_storeu_ps((p), (v))
