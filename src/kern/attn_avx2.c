@@ -235,13 +235,13 @@ void kern_avx2_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k
 
 /*
  * NG heads x NC chunks of 8 elements, over n positions (rows v + j*vs, already offset to the
- * chunk): o[g*hd + 8c + l] (+)= sum_j p[g*ld + j] * row_j[8c + l]. first: start from zero,
+ * chunk): o[g*os + 8c + l] (+)= sum_j p[g*ld + j] * row_j[8c + l]. first: start from zero,
  * else from o. r > 0: a single partial chunk of r elements (NC == 1). Per position j < npf, the
  * bytes at pf + j*vs are prefetched at offsets 0, 64, .. (pfn of them) and, when pfe, at
  * offset span - 1 (the chunk's last byte).
  */
 AI void va_tile(enum nx_type kvt, const int NG, const int NC, int r, const char *v, size_t vs,
-                int64_t n, const float *p, int64_t ld, float *o, int64_t hd, bool first, int pfn,
+                int64_t n, const float *p, int64_t ld, float *o, int64_t os, bool first, int pfn,
                 bool pfe, const char *pf, int64_t npf) {
     const int span = (r ? r : 8 * NC) * (kvt == NX_TYPE_F32 ? 4 : 2);
     __m256 a[ATT_HEADS][8];
@@ -249,8 +249,8 @@ AI void va_tile(enum nx_type kvt, const int NG, const int NC, int r, const char 
     UNROLL for (int g = 0; g < NG; g++) {
         UNROLL for (int c = 0; c < NC; c++) {
             if (first) a[g][c] = _mm256_setzero_ps();
-            else if (r) a[g][c] = _mm256_maskload_ps(o + g * hd + 8 * c, m);
-            else a[g][c] = _mm256_loadu_ps(o + g * hd + 8 * c);
+            else if (r) a[g][c] = _mm256_maskload_ps(o + g * os + 8 * c, m);
+            else a[g][c] = _mm256_loadu_ps(o + g * os + 8 * c);
         }
     }
     for (int64_t j = 0; j < n; j++) {
@@ -269,14 +269,14 @@ AI void va_tile(enum nx_type kvt, const int NG, const int NC, int r, const char 
     }
     UNROLL for (int g = 0; g < NG; g++) {
         UNROLL for (int c = 0; c < NC; c++) {
-            if (r) _mm256_maskstore_ps(o + g * hd + 8 * c, m, a[g][c]);
-            else _mm256_storeu_ps(o + g * hd + 8 * c, a[g][c]);
+            if (r) _mm256_maskstore_ps(o + g * os + 8 * c, m, a[g][c]);
+            else _mm256_storeu_ps(o + g * os + 8 * c, a[g][c]);
         }
     }
 }
 
 /*
- * All of hd for NG heads over one block of n positions: NC chunks at a time, leftover chunks
+ * All of hd for NG heads (rows of o os apart) over one block of n positions: NC chunks at a time, leftover chunks
  * 4, 2, 1 at a time, then the partial chunk. When pf is not NULL, the slices of rows pf + j*vs
  * (j < npf) are prefetched, each cache line once: the tiles whose chunk starts at a multiple of 64 bytes
  * into the slice prefetch every 64 bytes of their span (tiles go by decreasing width, so each
@@ -285,8 +285,8 @@ AI void va_tile(enum nx_type kvt, const int NG, const int NC, int r, const char 
  * aligned (the slice then touches one more line).
  */
 AI void va_run(enum nx_type kvt, const int NG, const int NC, int64_t hd, const char *v, size_t vs,
-               int64_t n, const float *p, int64_t ld, float *o, bool first, const char *pf,
-               int64_t npf) {
+               int64_t n, const float *p, int64_t ld, float *o, int64_t os, bool first,
+               const char *pf, int64_t npf) {
     const int64_t elt = kvt == NX_TYPE_F32 ? 4 : 2;
     const bool unaligned = ((uintptr_t)(pf ? pf : v) | vs) & 63;
     int64_t i = 0;
@@ -295,7 +295,7 @@ AI void va_run(enum nx_type kvt, const int NG, const int NC, int64_t hd, const c
         int64_t span_ = (r_ ? r_ : 8 * nc_) * elt, off_ = i * elt; \
         int pfn_ = pf && off_ % 64 == 0 ? (int)((span_ + 63) / 64) : 0; \
         bool pfe_ = pf && unaligned && off_ + span_ == hd * elt; \
-        va_tile(kvt, NG, nc_, r_, v + off_, vs, n, p, ld, o + i, hd, first, pfn_, pfe_, \
+        va_tile(kvt, NG, nc_, r_, v + off_, vs, n, p, ld, o + i, os, first, pfn_, pfe_, \
                 pf ? pf + off_ : NULL, pf ? npf : 0); \
     } while (0)
     for (; i + 8 * NC <= hd; i += 8 * NC) VA(NC, 0);
@@ -315,10 +315,11 @@ AI void va_run(enum nx_type kvt, const int NG, const int NC, int64_t hd, const c
 #undef VA
 }
 
-/* acc: add to out (else overwrite it). nv: as sc_all's nk (the caller's next nn rows). */
+/* Rows of out os apart; acc: add to out (else overwrite it). nv: as sc_all's nk (the caller's
+ * next nn rows). */
 AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t npos,
-               const float *p, int64_t ld, int64_t ng, float *out, bool acc, const char *nv,
-               int64_t nn) {
+               const float *p, int64_t ld, int64_t ng, float *out, int64_t os, bool acc,
+               const char *nv, int64_t nn) {
     const int64_t bl = att_block(vs);
     for (int64_t j0 = 0; j0 < npos; j0 += bl) {
         int64_t n = NX_MIN(npos - j0, bl);
@@ -326,7 +327,7 @@ AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n
         bool first = !acc && j0 == 0;
         for (int64_t g0 = 0; g0 < ng; g0 += ATT_HEADS) {
             const float *pg = p + g0 * ld + j0;
-            float *og = out + g0 * hd;
+            float *og = out + g0 * os;
             /* prefetch the next block during the first head group's pass, if it is whole; in
                the last block, the caller's next rows */
             const char *pf = NULL;
@@ -334,10 +335,10 @@ AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n
             if (g0 == 0 && j0 + 2 * bl <= npos) pf = vj + (size_t)bl * vs, npf = bl;
             else if (g0 == 0 && j0 + bl >= npos && nv) pf = nv, npf = nn;
             switch (NX_MIN(ng - g0, (int64_t)ATT_HEADS)) {
-            case 4: va_run(kvt, 4, 2, hd, vj, vs, n, pg, ld, og, first, pf, npf); break;
-            case 3: va_run(kvt, 3, 2, hd, vj, vs, n, pg, ld, og, first, pf, npf); break;
-            case 2: va_run(kvt, 2, 4, hd, vj, vs, n, pg, ld, og, first, pf, npf); break;
-            default: va_run(kvt, 1, 8, hd, vj, vs, n, pg, ld, og, first, pf, npf); break;
+            case 4: va_run(kvt, 4, 2, hd, vj, vs, n, pg, ld, og, os, first, pf, npf); break;
+            case 3: va_run(kvt, 3, 2, hd, vj, vs, n, pg, ld, og, os, first, pf, npf); break;
+            case 2: va_run(kvt, 2, 4, hd, vj, vs, n, pg, ld, og, os, first, pf, npf); break;
+            default: va_run(kvt, 1, 8, hd, vj, vs, n, pg, ld, og, os, first, pf, npf); break;
             }
         }
     }
@@ -345,12 +346,12 @@ AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n
 
 static void va_f32(int64_t hd, const char *v, size_t vs, int64_t npos, const float *p, int64_t ld,
                    int64_t ng, float *out) {
-    va_all(NX_TYPE_F32, hd, v, vs, npos, p, ld, ng, out, false, NULL, 0);
+    va_all(NX_TYPE_F32, hd, v, vs, npos, p, ld, ng, out, hd, false, NULL, 0);
 }
 
 static void va_f16(int64_t hd, const char *v, size_t vs, int64_t npos, const float *p, int64_t ld,
                    int64_t ng, float *out) {
-    va_all(NX_TYPE_F16, hd, v, vs, npos, p, ld, ng, out, false, NULL, 0);
+    va_all(NX_TYPE_F16, hd, v, vs, npos, p, ld, ng, out, hd, false, NULL, 0);
 }
 
 void kern_avx2_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v_stride,
@@ -369,13 +370,13 @@ void kern_avx2_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v
 
 /* The values added to the running state (the fused driver's values kernels). */
 static void va_add_f32(int64_t hd, const char *v, size_t vs, int64_t n, const float *p, int64_t ld,
-                       int64_t ng, float *o, const char *nv, int64_t nn) {
-    va_all(NX_TYPE_F32, hd, v, vs, n, p, ld, ng, o, true, nv, nn);
+                       int64_t ng, float *o, int64_t os, bool first, const char *nv, int64_t nn) {
+    va_all(NX_TYPE_F32, hd, v, vs, n, p, ld, ng, o, os, !first, nv, nn);
 }
 
 static void va_add_f16(int64_t hd, const char *v, size_t vs, int64_t n, const float *p, int64_t ld,
-                       int64_t ng, float *o, const char *nv, int64_t nn) {
-    va_all(NX_TYPE_F16, hd, v, vs, n, p, ld, ng, o, true, nv, nn);
+                       int64_t ng, float *o, int64_t os, bool first, const char *nv, int64_t nn) {
+    va_all(NX_TYPE_F16, hd, v, vs, n, p, ld, ng, o, os, !first, nv, nn);
 }
 
 /* attn_simd.h's driver (chunks, online softmax, head groups, block prefetch) around sc_all and

@@ -153,11 +153,11 @@ void kern_avx512_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t
  * the slice (slice bytes) of row pf + j*vs is prefetched at position j < npf.
  */
 AI void va_tile(enum nx_type kvt, const int NG, const int NC, const char *v, size_t vs,
-                int64_t n, const float *p, int64_t ld, float *o, int64_t os, const char *pf,
-                int64_t npf, size_t slice) {
+                int64_t n, const float *p, int64_t ld, float *o, int64_t os, bool first,
+                const char *pf, int64_t npf, size_t slice) {
     __m512 a[HG][CT];
     UNROLL for (int g = 0; g < NG; g++) {
-        UNROLL for (int c = 0; c < NC; c++) a[g][c] = _mm512_loadu_ps(o + g * os + 16 * c);
+        UNROLL for (int c = 0; c < NC; c++) a[g][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(o + g * os + 16 * c);
     }
     for (int64_t j = 0; j < n; j++) {
         const char *row = v + (size_t)j * vs;
@@ -177,12 +177,14 @@ AI void va_tile(enum nx_type kvt, const int NG, const int NC, const char *v, siz
 /* All of hd for NG heads: CT chunks at a time, then the leftover chunks. The first tile
  * carries the prefetch (pf, npf). */
 AI void va_run(enum nx_type kvt, const int NG, int64_t hd, const char *v, size_t vs, int64_t n,
-               const float *p, int64_t ld, float *o, int64_t os, const char *pf, int64_t npf) {
+               const float *p, int64_t ld, float *o, int64_t os, bool first, const char *pf,
+               int64_t npf) {
     const int64_t elt = kvt == NX_TYPE_F32 ? 4 : 2;
     const size_t slice = (size_t)(hd * elt);
     int64_t i = 0;
 #define VA(nc_) \
-    va_tile(kvt, NG, nc_, v + i * elt, vs, n, p, ld, o + i, os, i == 0 ? pf : NULL, i == 0 ? npf : 0, slice)
+    va_tile(kvt, NG, nc_, v + i * elt, vs, n, p, ld, o + i, os, first, i == 0 ? pf : NULL, i == 0 ? npf : 0, \
+            slice)
     for (; i + 16 * CT <= hd; i += 16 * CT) VA(CT);
     switch ((hd - i) / 16) {
     case 3: VA(3); break;
@@ -193,19 +195,21 @@ AI void va_run(enum nx_type kvt, const int NG, int64_t hd, const char *v, size_t
 #undef VA
 }
 
-/* Values of n positions for ng heads added to o (row g at o + g*os). */
+/* Values of n positions for ng heads added to o (row g at o + g*os), or written there when
+ * first. */
 AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n, const float *p,
-               int64_t ld, int64_t ng, float *o, int64_t os, const char *pf, int64_t npf) {
+               int64_t ld, int64_t ng, float *o, int64_t os, bool first, const char *pf,
+               int64_t npf) {
     for (int64_t g0 = 0; g0 < ng; g0 += HG) {
         const float *pg = p + g0 * ld;
         float *og = o + g0 * os;
         const char *f = g0 == 0 ? pf : NULL;
         int64_t nf = g0 == 0 ? npf : 0;
         switch (NX_MIN(ng - g0, (int64_t)HG)) {
-        case 4: va_run(kvt, 4, hd, v, vs, n, pg, ld, og, os, f, nf); break;
-        case 3: va_run(kvt, 3, hd, v, vs, n, pg, ld, og, os, f, nf); break;
-        case 2: va_run(kvt, 2, hd, v, vs, n, pg, ld, og, os, f, nf); break;
-        default: va_run(kvt, 1, hd, v, vs, n, pg, ld, og, os, f, nf); break;
+        case 4: va_run(kvt, 4, hd, v, vs, n, pg, ld, og, os, first, f, nf); break;
+        case 3: va_run(kvt, 3, hd, v, vs, n, pg, ld, og, os, first, f, nf); break;
+        case 2: va_run(kvt, 2, hd, v, vs, n, pg, ld, og, os, first, f, nf); break;
+        default: va_run(kvt, 1, hd, v, vs, n, pg, ld, og, os, first, f, nf); break;
         }
     }
 }
@@ -214,13 +218,13 @@ AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n
 
 /* va_all per KV type, state rows hd apart (the fused driver's values kernels) */
 static void va_add_f32(int64_t hd, const char *v, size_t vs, int64_t n, const float *p, int64_t ld,
-                       int64_t ng, float *o, const char *pf, int64_t npf) {
-    va_all(NX_TYPE_F32, hd, v, vs, n, p, ld, ng, o, hd, pf, npf);
+                       int64_t ng, float *o, int64_t os, bool first, const char *pf, int64_t npf) {
+    va_all(NX_TYPE_F32, hd, v, vs, n, p, ld, ng, o, os, first, pf, npf);
 }
 
 static void va_add_f16(int64_t hd, const char *v, size_t vs, int64_t n, const float *p, int64_t ld,
-                       int64_t ng, float *o, const char *pf, int64_t npf) {
-    va_all(NX_TYPE_F16, hd, v, vs, n, p, ld, ng, o, hd, pf, npf);
+                       int64_t ng, float *o, int64_t os, bool first, const char *pf, int64_t npf) {
+    va_all(NX_TYPE_F16, hd, v, vs, n, p, ld, ng, o, os, first, pf, npf);
 }
 
 /* attn_simd.h's driver (the AVX2 set's) around this file's scores and values */

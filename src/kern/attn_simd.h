@@ -125,7 +125,8 @@ enum { ATT_FUSED_HEADS = 8 }; /* heads per fused pass (the driver's buffers are 
  * A set's chunk kernels for one KV type, for the fused driver:
  *   scores: s[g*ld + j] = scale * dot(q + g*hd, K_j) for the n rows K_j = k + j*ks and
  *           ng <= ATT_FUSED_HEADS heads, running the L2 stage ahead (NULL: none) as it goes;
- *   values: o[g*hd + i] += sum_j p[g*ld + j] * V_j[i] for the n rows V_j = v + j*vs;
+ *   values: o[g*os + i] (+)= sum_j p[g*ld + j] * V_j[i] for the n rows V_j = v + j*vs (first:
+ *           o's rows are written, else added to);
  * each also prefetches the slices of the rows pf + j*stride, j < npf (pf NULL: none) as it goes.
  * elt: bytes per KV element.
  */
@@ -134,7 +135,7 @@ struct att_chunk_fns {
                    float scale, float *s, int64_t ld, const char *pf, int64_t npf,
                    const struct att_ahead *ahead);
     void (*values)(int64_t hd, const char *v, size_t vs, int64_t n, const float *p, int64_t ld,
-                   int64_t ng, float *o, const char *pf, int64_t npf);
+                   int64_t ng, float *o, int64_t os, bool first, const char *pf, int64_t npf);
     size_t elt;
 };
 
@@ -152,10 +153,16 @@ static inline void att_fused_group(const struct att_chunk_fns *f, int64_t hd, co
                                    const float *q, int64_t ng, float scale, float *part,
                                    const char *nk, const char *nv, int64_t nn,
                                    const struct att_ahead *ahead, bool pre) {
-    float sbuf[ATT_FUSED_HEADS * KERN_ATTN_CHUNK], obuf[ATT_FUSED_HEADS * KERN_ATTN_MAX_HD];
+    float sbuf[ATT_FUSED_HEADS * KERN_ATTN_CHUNK];
     float m[ATT_FUSED_HEADS], l[ATT_FUSED_HEADS];
     for (int64_t g = 0; g < ng; g++) m[g] = -INFINITY, l[g] = 0.0f;
-    memset(obuf, 0, sizeof(float) * (size_t)(ng * hd));
+    /* the running values live in the part's rows (head g's at part + g*(hd + 2) + 2), written
+       by the first chunk's values pass; no rows (npos 0): zeros */
+    const int64_t os = hd + 2;
+    float *ob = part + 2;
+    if (npos <= 0) {
+        for (int64_t g = 0; g < ng; g++) memset(ob + g * os, 0, sizeof(float) * (size_t)hd);
+    }
     const size_t slice = (size_t)hd * f->elt;
     for (int64_t j0 = 0; j0 < npos; j0 += KERN_ATTN_CHUNK) {
         int64_t n = NX_MIN(npos - j0, (int64_t)KERN_ATTN_CHUNK);
@@ -185,20 +192,16 @@ static inline void att_fused_group(const struct att_chunk_fns *f, int64_t hd, co
         for (int64_t g = 0; g < ng; g++) {
             float alpha = softmax_chunk(sbuf + g * KERN_ATTN_CHUNK, n, &m[g], &l[g]);
             if (j0 > 0) {
-                float *o = obuf + g * hd;
+                float *o = ob + g * os;
                 __m256 va = _mm256_set1_ps(alpha);
                 int64_t i = 0;
                 for (; i + 8 <= hd; i += 8) _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), va));
                 for (; i < hd; i++) o[i] *= alpha;
             }
         }
-        f->values(hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, obuf, pv, pn);
+        f->values(hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, ob, os, j0 == 0, pv, pn);
     }
-    for (int64_t g = 0; g < ng; g++) {
-        float *pg = part + g * (hd + 2);
-        pg[0] = m[g], pg[1] = l[g];
-        memcpy(pg + 2, obuf + g * hd, sizeof(float) * (size_t)hd);
-    }
+    for (int64_t g = 0; g < ng; g++) part[g * os] = m[g], part[g * os + 1] = l[g];
 }
 
 /* One KV range, all heads in groups of ATT_FUSED_HEADS; the next rows are prefetched by the
