@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define HDR 16
 
@@ -100,6 +101,16 @@ void *nx_malloc_aligned(size_t n) {
 void nx_free_aligned(void *p) {
     if (!p) return;
     nx_free((void *)((uintptr_t *)p)[-1]);
+}
+
+void nx_advise_huge(void *p, size_t n) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)1 << 21;
+    uintptr_t a = ((uintptr_t)p + huge - 1) & ~(huge - 1), e = ((uintptr_t)p + n) & ~(huge - 1);
+    if (p && e > a) madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+    (void)p, (void)n;
+#endif
 }
 
 char *nx_strdup(const char *s) {

@@ -13,6 +13,10 @@ void nx_free(void *p);
 void *nx_malloc_aligned(size_t n);
 void nx_free_aligned(void *p);
 char *nx_strdup(const char *s);
+/* Ask for transparent huge pages on the 2 MiB-aligned part of [p, p + n): a hint for large,
+ * long-lived buffers read in streams (weights, the KV pools), which then take one TLB entry
+ * per 2 MiB; nothing happens where the part is empty or the kernel does not offer them. */
+void nx_advise_huge(void *p, size_t n);
 
 /* Bytes currently allocated through this wrapper (all threads). */
 size_t nx_alloc_bytes(void);

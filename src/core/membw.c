@@ -67,9 +67,7 @@ static void read_part(void *arg, int ith, int nth) {
 double nx_measure_read_bandwidth(size_t bytes, int n_threads, int reps) {
     unsigned char *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (buf == MAP_FAILED) return 0;
-#ifdef MADV_HUGEPAGE
-    madvise(buf, bytes, MADV_HUGEPAGE);
-#endif
+    nx_advise_huge(buf, bytes);
     memset(buf, 1, bytes);
     struct nx_pool *pool;
     if (nx_pool_init(n_threads, &pool) != NX_STATUS_OK) {

@@ -47,6 +47,11 @@ nx_status kv_cache_init(const struct kv_cache_params *p, struct kv_cache **out) 
                                          (p->with_acc ? sizeof(float) : 0));
     c->k_pool = nx_malloc_aligned(kv_bytes);
     c->v_pool = nx_malloc_aligned(kv_bytes);
+    /* decode at depth reads every block of a table, each at its own place in the pool: huge
+       pages spare a TLB walk per 4 KiB block (+1.1-1.4% decode at depth 4096, Q4_K_M,
+       paired A/B on a Sapphire-Rapids-class Xeon) */
+    nx_advise_huge(c->k_pool, kv_bytes);
+    nx_advise_huge(c->v_pool, kv_bytes);
     c->pos_pool = nx_malloc(slots * sizeof(int32_t));
     c->acc_pool = nx_calloc(slots, sizeof(float));
     c->acc_owner = nx_calloc((size_t)p->n_blocks, sizeof(uint32_t));

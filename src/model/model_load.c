@@ -379,9 +379,7 @@ nx_status nx_model_load(const char *path, const struct nx_model_params *params, 
             st = nx_err_set(err, NX_STATUS_NOMEM, "cannot allocate %zu bytes for weights", n);
             goto fail_model;
         }
-#ifdef MADV_HUGEPAGE
-        madvise(buf, n, MADV_HUGEPAGE);
-#endif
+        nx_advise_huge(buf, n);
         m->weight_buf = buf;
         m->weight_map_bytes = n;
         b.buf = buf;
