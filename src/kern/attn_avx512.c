@@ -52,7 +52,7 @@
 
 enum {
     HG = 4,          /* heads per score / value tile */
-    PT = 4,          /* positions per score tile */
+    SC_PB = 8,       /* positions per score tile */
     CT = 4,          /* 16-element chunks per value tile */
 };
 
@@ -72,49 +72,87 @@ AI __m512 kv16(enum nx_type kvt, const char *row, int64_t i) {
 /* ---- scores ------------------------------------------------------------------------------- */
 
 /*
- * s[g*ld + p] = scale * dot(q + g*qs, row p) for g < ngv, p < npv (both 1..4), rows k + p*ks.
- * Accumulator of (g, p) is a[g*PT + p].
+ * Scores, SC_PB positions at a time for up to four heads, with a lane per (head, element mod 4)
+ * rather than a lane per element: qz (sc_prep_q) holds, for j < hd/4, elements 4j..4j+3 of
+ * the four queries, a 128-bit lane per head; each K row is converted to floats once (kf) and
+ * its elements 4j..4j+3 are broadcast to the four lanes, so one FMA does four heads x four
+ * elements, and a score is its lane's four partial sums added, ((a0 + a2) + (a1 + a3))
+ * (tree_l1, tree_l2), times scale. A 16-lane layout needs a 16-way horizontal sum per score
+ * (tree16: ~3 shuffle-port operations per score against ~0.6 here). Fewer than four heads fill
+ * the spare lanes with the last one: a head's bits do not depend on the others in its group.
  */
-AI void sc_tile(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int npv, const float *q,
-                int64_t qs, int ngv, float scale, float *s, int64_t ld) {
-    const char *row[PT];
-    const float *qr[HG];
-    UNROLL for (int p = 0; p < PT; p++) row[p] = k + (size_t)(p < npv ? p : npv - 1) * ks;
-    UNROLL for (int g = 0; g < HG; g++) qr[g] = q + (g < ngv ? g : ngv - 1) * qs;
-    __m512 a[HG * PT];
-    UNROLL for (int t = 0; t < HG * PT; t++) a[t] = _mm512_setzero_ps();
-    for (int64_t i = 0; i < hd; i += 16) {
-        __m512 qv[HG];
-        UNROLL for (int g = 0; g < HG; g++) qv[g] = _mm512_loadu_ps(qr[g] + i);
-        UNROLL for (int p = 0; p < PT; p++) {
-            __m512 kv = kv16(kvt, row[p], i);
-            UNROLL for (int g = 0; g < HG; g++) a[g * PT + p] = _mm512_fmadd_ps(kv, qv[g], a[g * PT + p]);
+AI void sc_prep_q(int64_t hd, const float *q, int64_t qs, int ngv, float *qz) {
+    for (int64_t j = 0; j < hd / 4; j++) {
+        UNROLL for (int g = 0; g < 4; g++)
+            _mm_storeu_ps(qz + 16 * j + 4 * g, _mm_loadu_ps(q + (g < ngv ? g : ngv - 1) * qs + 4 * j));
+    }
+}
+
+/* s[g*ld + p] = scale * dot(query g, row p) for g < ngv, p < np (both from 1: ngv <= 4,
+ * np <= SC_PB), rows k + p*ks. */
+AI void sc_tile(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int np, const float *qz,
+                int ngv, float scale, float *s, int64_t ld) {
+    float kf[SC_PB * KERN_ATTN_MAX_HD] __attribute__((aligned(64)));
+    const float *kr[SC_PB];
+    if (np < 1) return;
+    UNROLL for (int p = 0; p < SC_PB; p++) {
+        const char *row = k + (size_t)p * ks;
+        if (p >= np) {
+            kr[p] = kr[p - 1]; /* a short tile repeats its last row */
+        } else if (kvt == NX_TYPE_F32) {
+            kr[p] = (const float *)row;
+        } else {
+            for (int64_t i = 0; i < hd; i += 16) _mm512_storeu_ps(kf + p * hd + i, kv16(kvt, row, i));
+            kr[p] = kf + p * hd;
         }
     }
-    float o[HG * PT];
-    _mm512_storeu_ps(o, _mm512_mul_ps(tree16(a), _mm512_set1_ps(scale)));
-    for (int g = 0; g < ngv; g++)
-        for (int p = 0; p < npv; p++) s[g * ld + p] = o[g * PT + p];
+    __m512 a[SC_PB];
+    UNROLL for (int p = 0; p < SC_PB; p++) a[p] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < hd / 4; j++) {
+        __m512 qv = _mm512_loadu_ps(qz + 16 * j);
+        UNROLL for (int p = 0; p < SC_PB; p++)
+            a[p] = _mm512_fmadd_ps(qv, _mm512_broadcast_f32x4(_mm_loadu_ps(kr[p] + 4 * j)), a[p]);
+    }
+    const __m512 vs = _mm512_set1_ps(scale);
+    UNROLL for (int p0 = 0; p0 < SC_PB; p0 += 4) {
+        if (p0 >= np) break;
+        /* lane 4g + i: head g, position p0 + i */
+        __m512 r = _mm512_mul_ps(tree_l2(tree_l1(a[p0], a[p0 + 1]), tree_l1(a[p0 + 2], a[p0 + 3])), vs);
+        if (np - p0 >= 4 && ngv == 4) {
+            _mm_storeu_ps(s + p0, _mm512_extractf32x4_ps(r, 0));
+            _mm_storeu_ps(s + ld + p0, _mm512_extractf32x4_ps(r, 1));
+            _mm_storeu_ps(s + 2 * ld + p0, _mm512_extractf32x4_ps(r, 2));
+            _mm_storeu_ps(s + 3 * ld + p0, _mm512_extractf32x4_ps(r, 3));
+        } else {
+            float o[16];
+            _mm512_storeu_ps(o, r);
+            for (int g = 0; g < ngv; g++)
+                for (int i = 0; i < np - p0 && i < 4; i++) s[g * ld + p0 + i] = o[4 * g + i];
+        }
+    }
 }
 
 /*
  * Scores of n positions (rows k + j*ks) for ng heads (q: rows qs apart) into s (row g at
- * s + g*ld). When pf is not NULL, the slices of rows pf + j*ks (j < npf) are prefetched as the
- * first head group reaches positions j, and so are the rows j of ahead into L2.
+ * s + g*ld), heads four at a time. When pf is not NULL, the slices of rows pf + j*ks (j < npf)
+ * are prefetched as the first head group reaches positions j, and so are the rows j of ahead
+ * into L2.
  */
 AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n, const float *q,
                int64_t qs, int64_t ng, float scale, float *s, int64_t ld, const char *pf,
                int64_t npf, const struct att_ahead *ahead) {
     const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
+    float qz[KERN_ATTN_MAX_HD * 4] __attribute__((aligned(64)));
     for (int64_t g0 = 0; g0 < ng; g0 += HG) {
         int ngv = (int)NX_MIN(ng - g0, (int64_t)HG);
-        for (int64_t j = 0; j < n; j += PT) {
+        sc_prep_q(hd, q + g0 * qs, qs, ngv, qz);
+        for (int64_t j = 0; j < n; j += SC_PB) {
             if (g0 == 0 && pf) {
-                for (int64_t p = j; p < j + PT && p < npf; p++) prefetch_span(pf + (size_t)p * ks, slice);
+                for (int64_t p = j; p < j + SC_PB && p < npf; p++) prefetch_span(pf + (size_t)p * ks, slice);
             }
-            if (g0 == 0) prefetch_ahead(ahead, j, PT, slice);
-            sc_tile(kvt, hd, k + (size_t)j * ks, ks, (int)NX_MIN(n - j, (int64_t)PT), q + g0 * qs, qs, ngv,
-                    scale, s + g0 * ld + j, ld);
+            if (g0 == 0) prefetch_ahead(ahead, j, SC_PB, slice);
+            int np = (int)NX_MIN(n - j, (int64_t)SC_PB);
+            sc_tile(kvt, hd, k + (size_t)j * ks, ks, np, qz, ngv, scale, s + g0 * ld + j, ld);
         }
     }
 }

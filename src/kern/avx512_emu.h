@@ -270,6 +270,17 @@ EMU emu512 emu_cvtps_epi32(emu512 a) {
 }
 #define _mm512_cvtps_epi32 emu_cvtps_epi32
 
+/* attn_avx512.c's scores: vbroadcastf32x4 (a 128-bit vector to each 128-bit lane) and
+ * vextractf32x4 (128-bit lane i) */
+EMU emu512 emu_broadcast_f32x4(__m128 v) {
+    emu512 r;
+    for (int l = 0; l < 4; l++) _mm_storeu_ps(&r.f[4 * l], v);
+    return r;
+}
+#define _mm512_broadcast_f32x4 emu_broadcast_f32x4
+EMU __m128 emu_extractf32x4_ps(emu512 v, int i) { return _mm_loadu_ps(&v.f[4 * (i & 3)]); }
+#define _mm512_extractf32x4_ps emu_extractf32x4_ps
+
 /* attn_avx512.c: stores, adds and the shuffles of the score reduction tree */
 EMU void emu_storeu_ps(float *p, emu512 v) { memcpy(p, v.f, 64); }
 #define _mm512_storeu_ps(p, v) emu_storeu_ps((p), (v))
