@@ -276,13 +276,13 @@ AI void va_tile(enum nx_type kvt, const int NG, const int NC, int r, const char 
 }
 
 /*
- * All of hd for NG heads (rows of o os apart) over one block of n positions: NC chunks at a time, leftover chunks
- * 4, 2, 1 at a time, then the partial chunk. When pf is not NULL, the slices of rows pf + j*vs
- * (j < npf) are prefetched, each cache line once: the tiles whose chunk starts at a multiple of 64 bytes
- * into the slice prefetch every 64 bytes of their span (tiles go by decreasing width, so each
- * starts at a multiple of its own width and every 64-byte offset is some tile's start or inside
- * a tile of >= 64 bytes), and the last tile the slice's last byte when rows are not 64-byte
- * aligned (the slice then touches one more line).
+ * All of hd for NG heads (rows of o os apart) over one block of n positions: NC chunks at a
+ * time, leftover chunks 4, 2, 1 at a time, then the partial chunk. When pf is not NULL, the
+ * slices of rows pf + j*vs (j < npf) are prefetched, each cache line once: the tiles whose
+ * chunk starts at a multiple of 64 bytes into the slice prefetch every 64 bytes of their span
+ * (tiles go by decreasing width, so each starts at a multiple of its own width and every
+ * 64-byte offset is some tile's start or inside a tile of >= 64 bytes), and the last tile the
+ * slice's last byte when rows are not 64-byte aligned (the slice then touches one more line).
  */
 AI void va_run(enum nx_type kvt, const int NG, const int NC, int64_t hd, const char *v, size_t vs,
                int64_t n, const float *p, int64_t ld, float *o, int64_t os, bool first,

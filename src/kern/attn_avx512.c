@@ -83,8 +83,10 @@ AI __m512 kv16(enum nx_type kvt, const char *row, int64_t i) {
  */
 AI void sc_prep_q(int64_t hd, const float *q, int64_t qs, int ngv, float *qz) {
     for (int64_t j = 0; j < hd / 4; j++) {
-        UNROLL for (int g = 0; g < 4; g++)
-            _mm_storeu_ps(qz + 16 * j + 4 * g, _mm_loadu_ps(q + (g < ngv ? g : ngv - 1) * qs + 4 * j));
+        UNROLL for (int g = 0; g < 4; g++) {
+            const float *qg = q + (g < ngv ? g : ngv - 1) * qs;
+            _mm_storeu_ps(qz + 16 * j + 4 * g, _mm_loadu_ps(qg + 4 * j));
+        }
     }
 }
 
@@ -102,7 +104,8 @@ AI void sc_tile(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int np, 
         } else if (kvt == NX_TYPE_F32) {
             kr[p] = (const float *)row;
         } else {
-            for (int64_t i = 0; i < hd; i += 16) _mm512_storeu_ps(kf + p * hd + i, kv16(kvt, row, i));
+            for (int64_t i = 0; i < hd; i += 16)
+                _mm512_storeu_ps(kf + p * hd + i, kv16(kvt, row, i));
             kr[p] = kf + p * hd;
         }
     }
@@ -117,7 +120,8 @@ AI void sc_tile(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int np, 
     UNROLL for (int p0 = 0; p0 < SC_PB; p0 += 4) {
         if (p0 >= np) break;
         /* lane 4g + i: head g, position p0 + i */
-        __m512 r = _mm512_mul_ps(tree_l2(tree_l1(a[p0], a[p0 + 1]), tree_l1(a[p0 + 2], a[p0 + 3])), vs);
+        __m512 t = tree_l2(tree_l1(a[p0], a[p0 + 1]), tree_l1(a[p0 + 2], a[p0 + 3]));
+        __m512 r = _mm512_mul_ps(t, vs);
         if (np - p0 >= 4 && ngv == 4) {
             _mm_storeu_ps(s + p0, _mm512_extractf32x4_ps(r, 0));
             _mm_storeu_ps(s + ld + p0, _mm512_extractf32x4_ps(r, 1));
@@ -148,7 +152,8 @@ AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n
         sc_prep_q(hd, q + g0 * qs, qs, ngv, qz);
         for (int64_t j = 0; j < n; j += SC_PB) {
             if (g0 == 0 && pf) {
-                for (int64_t p = j; p < j + SC_PB && p < npf; p++) prefetch_span(pf + (size_t)p * ks, slice);
+                for (int64_t p = j; p < j + SC_PB && p < npf; p++)
+                    prefetch_span(pf + (size_t)p * ks, slice);
             }
             if (g0 == 0) prefetch_ahead(ahead, j, SC_PB, slice);
             int np = (int)NX_MIN(n - j, (int64_t)SC_PB);
@@ -195,7 +200,8 @@ AI void va_tile(enum nx_type kvt, const int NG, const int NC, const char *v, siz
                 const char *pf, int64_t npf, size_t slice) {
     __m512 a[HG][CT];
     UNROLL for (int g = 0; g < NG; g++) {
-        UNROLL for (int c = 0; c < NC; c++) a[g][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(o + g * os + 16 * c);
+        UNROLL for (int c = 0; c < NC; c++)
+            a[g][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(o + g * os + 16 * c);
     }
     for (int64_t j = 0; j < n; j++) {
         const char *row = v + (size_t)j * vs;
@@ -221,8 +227,8 @@ AI void va_run(enum nx_type kvt, const int NG, int64_t hd, const char *v, size_t
     const size_t slice = (size_t)(hd * elt);
     int64_t i = 0;
 #define VA(nc_) \
-    va_tile(kvt, NG, nc_, v + i * elt, vs, n, p, ld, o + i, os, first, i == 0 ? pf : NULL, i == 0 ? npf : 0, \
-            slice)
+    va_tile(kvt, NG, nc_, v + i * elt, vs, n, p, ld, o + i, os, first, i == 0 ? pf : NULL, \
+            i == 0 ? npf : 0, slice)
     for (; i + 16 * CT <= hd; i += 16 * CT) VA(CT);
     switch ((hd - i) / 16) {
     case 3: VA(3); break;

@@ -70,9 +70,10 @@ static inline __attribute__((always_inline)) float att_hsum8(__m256 v) {
 /*
  * One chunk of the online softmax for one head: s[0..n) (n >= 1) holds the chunk's scores;
  * with m_new = max(*m, max_j s_j), s_j becomes exp(s_j - m_new) (exp8, or exp16 in the
- * AVX-512 set, the same bits; scalar exp1 for the last n % 8), *l becomes *l * alpha + sum_j s_j (8 lanes in order, att_hsum8, then the tail in
- * order) and *m becomes m_new. Returns alpha = exp(m_old - m_new), 0 when *m was -inf: the
- * factor the caller rescales its running values by.
+ * AVX-512 set, the same bits; scalar exp1 for the last n % 8), *l becomes *l * alpha + sum_j
+ * s_j (8 lanes in order, att_hsum8, then the tail in order) and *m becomes m_new. Returns
+ * alpha = exp(m_old - m_new), 0 when *m was -inf: the factor the caller rescales its running
+ * values by.
  */
 static inline __attribute__((always_inline)) float softmax_chunk(float *s, int64_t n, float *m,
                                                                  float *l) {
@@ -199,7 +200,8 @@ static inline void att_fused_group(const struct att_chunk_fns *f, int64_t hd, co
                 for (; i < hd; i++) o[i] *= alpha;
             }
         }
-        f->values(hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, ob, os, j0 == 0, pv, pn);
+        f->values(hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, ob, os, j0 == 0, pv,
+                  pn);
     }
     for (int64_t g = 0; g < ng; g++) part[g * os] = m[g], part[g * os + 1] = l[g];
 }
