@@ -2,26 +2,28 @@
  * attn_avx512.c - the AVX-512 set's attention kernels: kern_attn_scores, kern_attn_block and
  * kern_attn_blocks for F32 and F16 KV caches (16-lane FMA tiles). Compiled with the AVX-512
  * flags; only called after dispatch.c has checked the CPU. kern_attn_values, the softmax and
- * the merge are the AVX2 ones (values: the same FMA sequence per element either way).
+ * the merge are the AVX2 ones (values: the same FMA sequence per element either way; the
+ * fused softmax step takes exp 16 lanes at a time here, exp8's bits per lane).
  *
  * DESIGN
  * - Head dims: multiples of 16 up to KERN_ATTN_MAX_HD (64 and 128 in the models served);
  *   others go to the AVX2 kernels (own_hd), so no chunk here is partial.
- * - Scores: register tiles of 4 heads x 4 positions, one 16-lane accumulator per (head,
- *   position), hd in 16-element chunks: per chunk 4 query loads, 4 K loads (F16 converted
- *   once for the 4 heads with vcvtph2ps), 16 FMAs. The 16 accumulators are reduced together by
- *   a transposing tree (unpack, shuffle, 128-bit lane shuffles: 45 instructions for 16 dot
- *   products, against ~8 per product for separate horizontal sums) into one vector holding
- *   the 16 dots, scaled by one multiply. A tile always runs 4 x 4: a group with fewer heads or
- *   positions repeats its last one (the repeated results are not stored), so every dot goes
- *   through the same instructions wherever it sits.
+ * - Scores: tiles of 4 heads x 8 positions with a lane per (head, element mod 4): the four
+ *   queries interleaved by 4 elements once per call (sc_prep_q: vector j holds elements
+ *   4j..4j+3 of each head, one 128-bit lane per head), each K row converted to floats once
+ *   (vcvtph2ps) and its elements 4j..4j+3 broadcast to the four lanes (vbroadcastf32x4), one
+ *   FMA per (position, j) doing 4 heads x 4 elements: 8 accumulators, hd/4 FMAs each. Then
+ *   two tree levels (tree_l1, tree_l2: 9 instructions per 4 positions) leave one vector of 4
+ *   heads x 4 positions, scaled by one multiply. (Session 20: a lane per element needed a
+ *   16-way transposing tree, 45 instructions per 16 dots, most of them on the shuffle port.)
+ *   A group with fewer heads repeats its last one, a tile with fewer positions its last row;
+ *   repeated results are not stored, so every dot goes through the same instructions
+ *   wherever it sits.
  * - Fixed per-element arithmetic (results do not depend on ng, npos, ld, tiling or thread):
- *   lane l of a dot's accumulator sums K[16c+l]*q[16c+l] over chunks c = 0, 1, .. in order
- *   (one FMA each), then tree512.h's order
- *   (((l0+l2)+(l1+l3)) + ((l4+l6)+(l5+l7))) + (((l8+l10)+(l9+l11)) + ((l12+l14)+(l13+l15))),
- *   then one multiply by scale. Float accumulation: differs from the double-accumulating
- *   reference by rounding (~hd/16 + 4 float roundings relative to sum |terms|) and from the
- *   AVX2 set's scores in rounding only.
+ *   lane i of a dot's accumulator sums K[4j+i]*q[4j+i] over j = 0, 1, .. in order (one FMA
+ *   each), then ((l0+l2)+(l1+l3)), then one multiply by scale. Float accumulation: differs
+ *   from the double-accumulating reference by rounding (~hd/4 + 2 float roundings relative to
+ *   sum |terms|) and from the AVX2 set's scores in rounding only.
  * - Values (fused): tiles of up to 4 heads x 4 chunks of 16 (16 accumulators) over the chunk's
  *   positions: per position 4 broadcasts of p, 4 V loads (converted once for all heads), 16
  *   FMAs. Each output element starts at 0 and takes one FMA per position in order, exactly the

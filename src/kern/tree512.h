@@ -1,9 +1,9 @@
 /*
- * tree512.h - the fixed-order horizontal sums of the AVX-512 float kernels (kern_avx512.c,
- * attn_avx512.c): transposing trees that reduce 16 (or 8) accumulators of 16 lanes each to one
- * vector of their 16 (8) sums, 45 (24) instructions instead of ~9 per accumulator for separate
- * horizontal sums. Include only from files compiled with the AVX-512 flags (after
- * kern/avx512_emu.h when emulating).
+ * tree512.h - the fixed-order horizontal sums of the AVX-512 float kernels (kern_avx512.c;
+ * attn_avx512.c's scores use the first two levels): transposing trees that reduce 16 (or 8)
+ * accumulators of 16 lanes each to one vector of their 16 (8) sums, 45 (24) instructions
+ * instead of ~9 per accumulator for separate horizontal sums. Include only from files compiled
+ * with the AVX-512 flags (after kern/avx512_emu.h when emulating).
  *
  * Every sum, whichever tree and lane it comes out of, is added in one order:
  *   (((l0+l2)+(l1+l3)) + ((l4+l6)+(l5+l7))) + (((l8+l10)+(l9+l11)) + ((l12+l14)+(l13+l15)))
