@@ -1,5 +1,5 @@
 /*
- * bench_depth.c - decode speed at depth D against depth 0, interleaved in one process: the
+ * bench_depth.c - decode speed at depth D against depth 1, interleaved in one process: the
  * issue-16 depth ratio (tg128 at depth 4096 over tg128 at depth 0) with paired rounds, so the
  * host's drift between separate runs does not enter the ratio.
  *
@@ -9,10 +9,10 @@
  *
  * DESIGN
  * - Two contexts on one model (the process's one thread pool): A holds one token, B is filled
- *   to DEPTH tokens once (prompt batches of 512). Each round decodes STEPS tokens greedily-free
- *   (a fixed token id each step, as llama-bench's tg does) on A, then on B, each truncated back
- *   afterwards so every round starts at the same depth; the order alternates between rounds.
- * - Reported per round: t/s at depth 0 and at DEPTH and their ratio; then the median and the
+ *   to DEPTH tokens once (prompt batches of 512). Each round decodes STEPS tokens (a fixed
+ *   token id each step, as llama-bench's tg does) on A and on B, each truncated back afterwards
+ *   so every round starts at the same depth; which side goes first alternates between rounds.
+ * - Reported per round: t/s at depth 1 and at DEPTH and their ratio; then the median and the
  *   range of the ratios and of each side.
  * - A/B of a code variant at depth (BENCH_AB=1): an experiment defines `int nx_dev_knob;` in
  *   the library and branches on it; each round then runs the depth side with the knob at 0 and
@@ -92,6 +92,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     nx_token *fill = malloc(sizeof(nx_token) * (size_t)depth);
+    if (!fill) {
+        fprintf(stderr, "bench_depth: out of memory\n");
+        return 1;
+    }
     int32_t nv = nx_model_n_vocab(m);
     for (int i = 0; i < depth; i++) fill[i] = (nx_token)((i * 7919 + 13) % (nv > 1 ? nv - 1 : 1) + 1);
     fprintf(stderr, "filling depth %d ...\n", depth);
@@ -101,6 +105,10 @@ int main(int argc, char **argv) {
     }
     double *t0 = malloc(sizeof(double) * (size_t)rounds), *td = malloc(sizeof(double) * (size_t)rounds);
     double *r = malloc(sizeof(double) * (size_t)rounds);
+    if (!t0 || !td || !r) {
+        fprintf(stderr, "bench_depth: out of memory\n");
+        return 1;
+    }
     printf("%s, kernels %s, %d threads, %d steps per side per round\n", nx_model_desc(m), nx_kernels_name(),
            threads, steps);
     const bool ab = getenv("BENCH_AB") && atoi(getenv("BENCH_AB"));
