@@ -669,6 +669,47 @@ TEST(blocks_match_per_block_avx512) {
 
 TEST(blocks_match_per_block_dispatch) { check_blocks(kern_attn_blocks, kern_attn_block, kern_name()); }
 
+/*
+ * The AVX-512 entry points prepare the queries of at most SC_QZ_FLOATS floats at a time and so
+ * run larger head counts in slices (hd 512: 16 heads a slice): with 37 heads (3 slices, the
+ * last short and not a multiple of 4), every head's scores, block part and blocks part must have
+ * the bits that head gets alone (heads are independent in every set).
+ */
+TEST(avx512_head_slices) {
+    if (!have_avx512()) return;
+    const int64_t hd = 512, ng = 37, br = 40, nblk = 3, npos = nblk * br - 7, rec = ng * (hd + 2);
+    const float scale = 0.05f;
+    g_stride_mode = 0;
+    struct kv k, v;
+    kv_make(&k, NX_TYPE_F16, hd, npos, 1.0f);
+    kv_make(&v, NX_TYPE_F16, hd, npos, 1.0f);
+    float *q = rand_floats(ng * hd, 1.0f);
+    float *s = nan_floats(ng * npos), *s1 = nan_floats(npos);
+    float *pb = nan_floats(nblk * rec), *p1 = nan_floats(hd + 2), *pa = nan_floats(rec);
+    const void *kp[3], *vp[3];
+    for (int64_t b = 0; b < nblk; b++)
+        kp[b] = k.base + (size_t)(b * br) * k.stride, vp[b] = v.base + (size_t)(b * br) * v.stride;
+    kern_avx512_attn_scores(NX_TYPE_F16, hd, k.base, k.stride, npos, q, ng, scale, s, npos);
+    kern_avx512_attn_block(NX_TYPE_F16, hd, k.base, k.stride, v.base, v.stride, npos, q, ng, scale, pa);
+    kern_avx512_attn_blocks(NX_TYPE_F16, hd, kp, vp, k.stride, nblk, br, npos, q, ng, scale, pb);
+    int64_t diff = 0;
+    for (int64_t g = 0; g < ng; g++) {
+        kern_avx512_attn_scores(NX_TYPE_F16, hd, k.base, k.stride, npos, q + g * hd, 1, scale, s1, npos);
+        for (int64_t j = 0; j < npos; j++) diff += !same_bits(s[g * npos + j], s1[j]);
+        kern_avx512_attn_block(NX_TYPE_F16, hd, k.base, k.stride, v.base, v.stride, npos, q + g * hd, 1,
+                               scale, p1);
+        for (int64_t i = 0; i < hd + 2; i++) diff += !same_bits(pa[g * (hd + 2) + i], p1[i]);
+        for (int64_t b = 0; b < nblk; b++) {
+            kern_avx512_attn_block(NX_TYPE_F16, hd, kp[b], k.stride, vp[b], v.stride,
+                                   NX_MIN(br, npos - b * br), q + g * hd, 1, scale, p1);
+            for (int64_t i = 0; i < hd + 2; i++) diff += !same_bits(pb[b * rec + g * (hd + 2) + i], p1[i]);
+        }
+    }
+    free(q), free(s), free(s1), free(pb), free(p1), free(pa);
+    kv_free(&k), kv_free(&v);
+    if (diff) FAILF("%lld elements differ from the head alone", (long long)diff);
+}
+
 /* Empty parts: m = -inf, l = 0, o = 0; the merge skips them; all empty gives zeros. */
 TEST(fused_empty_parts) {
     float q[16], kbuf[64], part[3 * 10], out[16];

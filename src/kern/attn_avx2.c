@@ -368,7 +368,8 @@ void kern_avx2_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v
 
 /* ---- fused attention (kern_attn_block, kern_attn_blocks) ----------------------------------- */
 
-/* The values added to the running state (the fused driver's values kernels). */
+/* The values added to the running state, or written to it for the first chunk (the fused
+ * driver's values kernels). */
 static void va_add_f32(int64_t hd, const char *v, size_t vs, int64_t n, const float *p, int64_t ld,
                        int64_t ng, float *o, int64_t os, bool first, const char *nv, int64_t nn) {
     va_all(NX_TYPE_F32, hd, v, vs, n, p, ld, ng, o, os, !first, nv, nn);
@@ -405,7 +406,7 @@ void kern_avx2_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k, c
         return;
     }
     att_fused_blocks(kvt == NX_TYPE_F32 ? &g_fused_f32 : &g_fused_f16, hd, k, v, stride, nblk, brows,
-                     npos, q, ng, scale, parts);
+                     npos, q, ng, scale, parts, ng * (hd + 2));
 }
 
 /* kern_attn_merge for the SIMD sets: exp1 for the part weights, FMA for the sums. */

@@ -76,21 +76,37 @@ AI __m512 kv16(enum nx_type kvt, const char *row, int64_t i) {
 /*
  * Scores, SC_PB positions at a time for up to four heads, with a lane per (head, element mod 4)
  * rather than a lane per element: qz (sc_prep_q) holds, for j < hd/4, elements 4j..4j+3 of
- * the four queries, a 128-bit lane per head; each K row is converted to floats once (kf) and
+ * the four queries, a 128-bit lane per head, prepared once per call of this file's entry
+ * points (not per KV block); each K row is converted to floats once (kf) and
  * its elements 4j..4j+3 are broadcast to the four lanes, so one FMA does four heads x four
  * elements, and a score is its lane's four partial sums added, ((a0 + a2) + (a1 + a3))
  * (tree_l1, tree_l2), times scale. A 16-lane layout needs a 16-way horizontal sum per score
  * (tree16: ~3 shuffle-port operations per score against ~0.6 here). Fewer than four heads fill
  * the spare lanes with the last one: a head's bits do not depend on the others in its group.
  */
-AI void sc_prep_q(int64_t hd, const float *q, int64_t qs, int ngv, float *qz) {
-    for (int64_t j = 0; j < hd / 4; j++) {
-        UNROLL for (int g = 0; g < 4; g++) {
-            const float *qg = q + (g < ngv ? g : ngv - 1) * qs;
-            _mm_storeu_ps(qz + 16 * j + 4 * g, _mm_loadu_ps(qg + 4 * j));
+enum { SC_QZ_FLOATS = 8192 }; /* prepared queries per slice of heads (32 KiB, on the stack) */
+
+/* Floats of ng heads' prepared queries: whole groups of four. */
+static inline int64_t sc_qz_floats(int64_t hd, int64_t ng) { return (ng + 3) / 4 * 4 * hd; }
+
+/* The ng heads of q (rows hd apart) in the scores' layout: group g0 (a multiple of 4) at
+ * qz + g0*hd, its vector j holding elements 4j..4j+3 of each of its heads; a group of fewer
+ * than four repeats its last head. */
+AI void sc_prep_q(int64_t hd, const float *q, int64_t ng, float *qz) {
+    for (int64_t g0 = 0; g0 < ng; g0 += 4) {
+        const int64_t last = NX_MIN(ng - g0, (int64_t)4) - 1;
+        for (int64_t j = 0; j < hd / 4; j++) {
+            UNROLL for (int g = 0; g < 4; g++) {
+                const float *qg = q + (g0 + NX_MIN((int64_t)g, last)) * hd;
+                _mm_storeu_ps(qz + g0 * hd + 16 * j + 4 * g, _mm_loadu_ps(qg + 4 * j));
+            }
         }
     }
 }
+
+/* Heads per slice of an entry point's call: as many as SC_QZ_FLOATS holds, a multiple of 4
+ * (at least 4: hd <= KERN_ATTN_MAX_HD). */
+static inline int64_t sc_slice_heads(int64_t hd) { return SC_QZ_FLOATS / (4 * hd) * 4; }
 
 /* s[g*ld + p] = scale * dot(query g, row p) for g < ngv, p < np (both from 1: ngv <= 4,
  * np <= SC_PB), rows k + p*ks. */
@@ -139,19 +155,17 @@ AI void sc_tile(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int np, 
 }
 
 /*
- * Scores of n positions (rows k + j*ks) for ng heads (q: rows qs apart) into s (row g at
- * s + g*ld), heads four at a time. When pf is not NULL, the slices of rows pf + j*ks (j < npf)
+ * Scores of n positions (rows k + j*ks) for ng heads (qz: prepared by sc_prep_q) into s (row g
+ * at s + g*ld), heads four at a time. When pf is not NULL, the slices of rows pf + j*ks (j < npf)
  * are prefetched as the first head group reaches positions j, and so are the rows j of ahead
  * into L2.
  */
-AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n, const float *q,
-               int64_t qs, int64_t ng, float scale, float *s, int64_t ld, const char *pf,
-               int64_t npf, const struct att_ahead *ahead) {
+AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n, const float *qz,
+               int64_t ng, float scale, float *s, int64_t ld, const char *pf, int64_t npf,
+               const struct att_ahead *ahead) {
     const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
-    float qz[KERN_ATTN_MAX_HD * 4] __attribute__((aligned(64)));
     for (int64_t g0 = 0; g0 < ng; g0 += HG) {
         int ngv = (int)NX_MIN(ng - g0, (int64_t)HG);
-        sc_prep_q(hd, q + g0 * qs, qs, ngv, qz);
         for (int64_t j = 0; j < n; j += SC_PB) {
             if (g0 == 0 && pf) {
                 for (int64_t p = j; p < j + SC_PB && p < npf; p++)
@@ -159,22 +173,25 @@ AI void sc_all(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n
             }
             if (g0 == 0) prefetch_ahead(ahead, j, SC_PB, slice);
             int np = (int)NX_MIN(n - j, (int64_t)SC_PB);
-            sc_tile(kvt, hd, k + (size_t)j * ks, ks, np, qz, ngv, scale, s + g0 * ld + j, ld);
+            sc_tile(kvt, hd, k + (size_t)j * ks, ks, np, qz + g0 * hd, ngv, scale, s + g0 * ld + j,
+                    ld);
         }
     }
 }
 
-/* sc_all per KV type, query rows hd apart (also the fused driver's scores kernels) */
+/* sc_all per KV type, the queries prepared (also the fused driver's scores kernels: the entry
+ * points below hand the driver prepared queries, whose head g, a multiple of 4, is at
+ * q + g*hd as in the plain layout) */
 static void sc_f32(int64_t hd, const char *k, size_t ks, int64_t n, const float *q, int64_t ng,
                    float scale, float *s, int64_t ld, const char *pf, int64_t npf,
                    const struct att_ahead *ahead) {
-    sc_all(NX_TYPE_F32, hd, k, ks, n, q, hd, ng, scale, s, ld, pf, npf, ahead);
+    sc_all(NX_TYPE_F32, hd, k, ks, n, q, ng, scale, s, ld, pf, npf, ahead);
 }
 
 static void sc_f16(int64_t hd, const char *k, size_t ks, int64_t n, const float *q, int64_t ng,
                    float scale, float *s, int64_t ld, const char *pf, int64_t npf,
                    const struct att_ahead *ahead) {
-    sc_all(NX_TYPE_F16, hd, k, ks, n, q, hd, ng, scale, s, ld, pf, npf, ahead);
+    sc_all(NX_TYPE_F16, hd, k, ks, n, q, ng, scale, s, ld, pf, npf, ahead);
 }
 
 void kern_avx512_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t k_stride,
@@ -186,8 +203,13 @@ void kern_avx512_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t
         return;
     }
     if (ng <= 0 || npos <= 0) return;
-    if (kvt == NX_TYPE_F32) sc_f32(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0, NULL);
-    else sc_f16(hd, k, k_stride, npos, q, ng, scale, scores, ld, NULL, 0, NULL);
+    float qz[SC_QZ_FLOATS] __attribute__((aligned(64)));
+    for (int64_t g0 = 0, step = sc_slice_heads(hd); g0 < ng; g0 += step) {
+        int64_t n = NX_MIN(step, ng - g0);
+        sc_prep_q(hd, q + g0 * hd, n, qz);
+        (kvt == NX_TYPE_F32 ? sc_f32 : sc_f16)(hd, k, k_stride, npos, qz, n, scale,
+                                               scores + g0 * ld, ld, NULL, 0, NULL);
+    }
 }
 
 /* ---- values ------------------------------------------------------------------------------- */
@@ -262,7 +284,7 @@ AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n
 
 /* ---- fused attention (kern_attn_block, kern_attn_blocks) ----------------------------------- */
 
-/* va_all per KV type, state rows hd apart (the fused driver's values kernels) */
+/* va_all per KV type, state rows os apart (the fused driver's values kernels) */
 static void va_add_f32(int64_t hd, const char *v, size_t vs, int64_t n, const float *p, int64_t ld,
                        int64_t ng, float *o, int64_t os, bool first, const char *pf, int64_t npf) {
     va_all(NX_TYPE_F32, hd, v, vs, n, p, ld, ng, o, os, first, pf, npf);
@@ -285,8 +307,14 @@ void kern_avx512_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t 
         kern_avx2_attn_block(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part);
         return;
     }
-    att_fused_heads(kvt == NX_TYPE_F32 ? &g_fused_f32 : &g_fused_f16, hd, k, k_stride, v, v_stride,
-                    npos, q, ng, scale, part, NULL, NULL, 0, NULL, true);
+    float qz[SC_QZ_FLOATS] __attribute__((aligned(64)));
+    for (int64_t g0 = 0, step = sc_slice_heads(hd); g0 < ng; g0 += step) {
+        int64_t n = NX_MIN(step, ng - g0);
+        sc_prep_q(hd, q + g0 * hd, n, qz);
+        att_fused_heads(kvt == NX_TYPE_F32 ? &g_fused_f32 : &g_fused_f16, hd, k, k_stride, v,
+                        v_stride, npos, qz, n, scale, part + g0 * (hd + 2), NULL, NULL, 0, NULL,
+                        true);
+    }
 }
 
 void kern_avx512_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k,
@@ -297,6 +325,11 @@ void kern_avx512_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k,
         kern_avx2_attn_blocks(kvt, hd, k, v, stride, nblk, brows, npos, q, ng, scale, parts);
         return;
     }
-    att_fused_blocks(kvt == NX_TYPE_F32 ? &g_fused_f32 : &g_fused_f16, hd, k, v, stride, nblk, brows,
-                     npos, q, ng, scale, parts);
+    float qz[SC_QZ_FLOATS] __attribute__((aligned(64)));
+    for (int64_t g0 = 0, step = sc_slice_heads(hd); g0 < ng; g0 += step) {
+        int64_t n = NX_MIN(step, ng - g0);
+        sc_prep_q(hd, q + g0 * hd, n, qz);
+        att_fused_blocks(kvt == NX_TYPE_F32 ? &g_fused_f32 : &g_fused_f16, hd, k, v, stride, nblk,
+                         brows, npos, qz, n, scale, parts + g0 * (hd + 2), ng * (hd + 2));
+    }
 }

@@ -124,8 +124,11 @@ enum { ATT_FUSED_HEADS = 8 }; /* heads per fused pass (the driver's buffers are 
 
 /*
  * A set's chunk kernels for one KV type, for the fused driver:
- *   scores: s[g*ld + j] = scale * dot(q + g*hd, K_j) for the n rows K_j = k + j*ks and
+ *   scores: s[g*ld + j] = scale * dot(query g, K_j) for the n rows K_j = k + j*ks and
  *           ng <= ATT_FUSED_HEADS heads, running the L2 stage ahead (NULL: none) as it goes;
+ *           q holds the queries as the set's entry points hand them to the driver (rows hd
+ *           apart, or a set's own layout in which heads g, a multiple of 4, still start at
+ *           q + g*hd: the driver only offsets q by whole groups of ATT_FUSED_HEADS);
  *   values: o[g*os + i] (+)= sum_j p[g*ld + j] * V_j[i] for the n rows V_j = v + j*vs (first:
  *           o's rows are written, else added to);
  * each also prefetches the slices of the rows pf + j*stride, j < npf (pf NULL: none) as it goes.
@@ -221,13 +224,13 @@ static inline void att_fused_heads(const struct att_chunk_fns *f, int64_t hd, co
     }
 }
 
-/* kern_attn_blocks: block b's rows k[b] / v[b], its part at parts + b*ng*(hd + 2); block b+1 is
- * prefetched into L1 during block b, block b+2 into L2 during block b's scores pass. */
+/* kern_attn_blocks: block b's rows k[b] / v[b], its part at parts + b*rec (rec: ng*(hd + 2),
+ * or more when the caller runs its heads in slices); block b+1 is prefetched into L1 during
+ * block b, block b+2 into L2 during block b's scores pass. */
 static inline void att_fused_blocks(const struct att_chunk_fns *f, int64_t hd,
                                     const void *const *k, const void *const *v, size_t stride,
                                     int64_t nblk, int64_t brows, int64_t npos, const float *q,
-                                    int64_t ng, float scale, float *parts) {
-    const int64_t rec = ng * (hd + 2);
+                                    int64_t ng, float scale, float *parts, int64_t rec) {
     for (int64_t b = 0; b < nblk; b++) {
         int64_t n = NX_MIN(brows, npos - b * brows);
         struct att_ahead ahead = {0};
