@@ -86,12 +86,9 @@ AI __m512 kv16(enum nx_type kvt, const char *row, int64_t i) {
  */
 enum { SC_QZ_FLOATS = 8192 }; /* prepared queries per slice of heads (32 KiB, on the stack) */
 
-/* Floats of ng heads' prepared queries: whole groups of four. */
-static inline int64_t sc_qz_floats(int64_t hd, int64_t ng) { return (ng + 3) / 4 * 4 * hd; }
-
-/* The ng heads of q (rows hd apart) in the scores' layout: group g0 (a multiple of 4) at
- * qz + g0*hd, its vector j holding elements 4j..4j+3 of each of its heads; a group of fewer
- * than four repeats its last head. */
+/* The ng heads of q (rows hd apart) in the scores' layout, ceil(ng/4)*4*hd floats: group g0
+ * (a multiple of 4) at qz + g0*hd, its vector j holding elements 4j..4j+3 of each of its heads;
+ * a group of fewer than four repeats its last head. */
 AI void sc_prep_q(int64_t hd, const float *q, int64_t ng, float *qz) {
     for (int64_t g0 = 0; g0 < ng; g0 += 4) {
         const int64_t last = NX_MIN(ng - g0, (int64_t)4) - 1;
