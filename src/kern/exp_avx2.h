@@ -9,44 +9,31 @@
 
 #include <immintrin.h>
 
-static inline __m256 exp8(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
-    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 720.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)),
-                                  23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
+/* The steps of exp8 and exp16, written once for both widths (W: 256 or 512; ROUND: that
+ * width's round-to-nearest intrinsic), so that exp16 is exp8 lane for lane by construction. */
+#define NX_EXP_STEPS(W, ROUND) \
+    x = _mm##W##_min_ps(_mm##W##_max_ps(x, _mm##W##_set1_ps(-87.3f)), _mm##W##_set1_ps(88.7f)); \
+    __m##W k = ROUND(_mm##W##_mul_ps(x, _mm##W##_set1_ps(1.44269504088896341f)), \
+                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); \
+    __m##W r = _mm##W##_fnmadd_ps(k, _mm##W##_set1_ps(0.693359375f), x); \
+    r = _mm##W##_fnmadd_ps(k, _mm##W##_set1_ps(-2.12194440e-4f), r); \
+    __m##W p = _mm##W##_set1_ps(1.0f / 720.0f); \
+    p = _mm##W##_fmadd_ps(p, r, _mm##W##_set1_ps(1.0f / 120.0f)); \
+    p = _mm##W##_fmadd_ps(p, r, _mm##W##_set1_ps(1.0f / 24.0f)); \
+    p = _mm##W##_fmadd_ps(p, r, _mm##W##_set1_ps(1.0f / 6.0f)); \
+    p = _mm##W##_fmadd_ps(p, r, _mm##W##_set1_ps(0.5f)); \
+    p = _mm##W##_fmadd_ps(p, r, _mm##W##_set1_ps(1.0f)); \
+    p = _mm##W##_fmadd_ps(p, r, _mm##W##_set1_ps(1.0f)); \
+    __m##W##i e = _mm##W##_slli_epi32( \
+        _mm##W##_add_epi32(_mm##W##_cvtps_epi32(k), _mm##W##_set1_epi32(127)), 23); \
+    return _mm##W##_mul_ps(p, _mm##W##_castsi##W##_ps(e))
+
+static inline __m256 exp8(__m256 x) { NX_EXP_STEPS(256, _mm256_round_ps); }
 
 #ifdef NX_KERN_AVX512
-/* exp8's steps on 16 lanes, each lane bit-identical to exp8's: for files of the AVX-512 set,
- * which define NX_KERN_AVX512 before including this header. */
-static inline __m512 exp16(__m512 x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.7f));
-    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)),
-                                  23);
-    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-}
+/* exp8 on 16 lanes, each lane exp8's bits: for files of the AVX-512 set, which define
+ * NX_KERN_AVX512 before including this header. */
+static inline __m512 exp16(__m512 x) { NX_EXP_STEPS(512, _mm512_roundscale_ps); }
 #endif
 
 static inline float exp1(float x) {
