@@ -18,6 +18,7 @@
  * - NX_TEST_VERBOSE=1 prints the measured error of every case.
  */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 
 #include "gguf/gguf.h"
 #include "kern/kern.h"
+#include "kern/types.h"
 #include "kv/kvblock.h"
 #include "model/model.h"
 #include "model/fingerprint.h"
@@ -663,7 +665,7 @@ TEST(arch_q4k_memory_layout_matches_mmap) {
         ASSERT_OK(nx_decode(c[i], tok, 6, false));
         lg[i][0] = nx_get_logits(c[i], -1);
     }
-    enum nx_type want = kern_weight_layout(NX_TYPE_Q4_K);
+    enum nx_type want = kern_weight_layout(NX_TYPE_Q4_K, m[0]->layers[0].wq.ne0, m[0]->layers[0].wq.ne1);
     ASSERT_EQ(m[0]->layers[0].wq.type, want);
     ASSERT_EQ(m[0]->tok_embd.type, want);
     ASSERT_EQ(m[1]->layers[0].wq.type, NX_TYPE_Q4_K);
@@ -674,6 +676,63 @@ TEST(arch_q4k_memory_layout_matches_mmap) {
         lg[i][1] = nx_get_logits(c[i], -1);
     }
     ASSERT_EQ(memcmp(lg[0][1], lg[1][1], nv * sizeof(float)), 0);
+    struct kv_fingerprint f0, f1;
+    kv_fingerprint_of(m[0], &f0);
+    kv_fingerprint_of(m[1], &f1);
+    ASSERT_TRUE(memcmp(&f0, &f1, sizeof f0) == 0);
+    for (int i = 0; i < 2; i++) {
+        nx_ctx_free(c[i]);
+        nx_model_free(m[i]);
+    }
+}
+
+/*
+ * F16 weights copied into memory take the AVX-512 set's X4 layout (rows interleaved by fours,
+ * token_embd included: the embedding lookup reads rows through kern_weight_row); with mmap
+ * they stay as in the file and run the file layout's kernels. X4 has its own order of
+ * operations, so the logits agree to float rounding (not bit for bit); the model fingerprint
+ * of KV block files is the same either way. On CPUs without AVX-512 both load as F16 and the
+ * logits are bit-identical.
+ */
+TEST(arch_f16_memory_layout_close_to_mmap) {
+    struct mkmodel_params p;
+    struct nx_err err;
+    char path[256], msg[256];
+    mkmodel_default_params(&p);
+    p.wtype = "f16";
+    p.n_layer = 2;
+    ASSERT_OK(mkmodel_write(&p, test_tmp_path("f16_layout.gguf", path, sizeof path), &err));
+    nx_model *m[2] = {NULL, NULL};
+    nx_ctx *c[2] = {NULL, NULL};
+    const float *lg[2];
+    int32_t tok[7];
+    make_tokens(tok, 7, p.n_vocab, 5);
+    for (int i = 0; i < 2; i++) {
+        struct nx_model_params mp = nx_model_default_params();
+        mp.use_mmap = i == 1;
+        ASSERT_OK(nx_model_load(path, &mp, &m[i], msg, sizeof msg));
+        struct nx_ctx_params cp = nx_ctx_default_params();
+        cp.n_ctx = 64;
+        cp.n_threads = cp.n_threads_batch = 2;
+        ASSERT_OK(nx_ctx_init(m[i], &cp, &c[i], msg, sizeof msg));
+        ASSERT_OK(nx_decode(c[i], tok, 6, false));
+        ASSERT_OK(nx_decode(c[i], tok + 6, 1, false));
+        lg[i] = nx_get_logits(c[i], -1);
+    }
+    const struct nx_weight *wq = &m[0]->layers[0].wq, *te = &m[0]->tok_embd;
+    ASSERT_EQ((int)wq->type, (int)kern_weight_layout(NX_TYPE_F16, wq->ne0, wq->ne1));
+    ASSERT_EQ((int)te->type, (int)kern_weight_layout(NX_TYPE_F16, te->ne0, te->ne1));
+    ASSERT_EQ((int)m[1]->layers[0].wq.type, (int)NX_TYPE_F16);
+    size_t nv = (size_t)p.n_vocab;
+    double mx = 0, scale = 0;
+    for (size_t v = 0; v < nv; v++) {
+        mx = fmax(mx, fabs((double)lg[0][v] - lg[1][v]));
+        scale = fmax(scale, fabs((double)lg[1][v]));
+    }
+    printf("  X4 (%s) vs file layout: max logit diff %.3g (max |logit| %.3g)\n",
+           nx_type_name(wq->type), mx, scale);
+    ASSERT_TRUE(mx <= 1e-4 * (scale + 1));
+    if (wq->type == NX_TYPE_F16) ASSERT_EQ(memcmp(lg[0], lg[1], nv * sizeof(float)), 0);
     struct kv_fingerprint f0, f1;
     kv_fingerprint_of(m[0], &f0);
     kv_fingerprint_of(m[1], &f1);

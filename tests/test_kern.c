@@ -1025,12 +1025,12 @@ TEST(q4k_interleaved_matches_q4k) {
     }
     /* the layout each set asks for */
     kern_force_ref(true);
-    ASSERT_EQ(kern_weight_layout(NX_TYPE_Q4_K), NX_TYPE_Q4_K);
+    ASSERT_EQ(kern_weight_layout(NX_TYPE_Q4_K, QK_K, 4), NX_TYPE_Q4_K);
     kern_force_ref(false);
     /* the layout of the set that runs Q4_K matmuls (AVX-512 CPUs route them to AVX2) */
     enum nx_type want = strcmp(kern_matmul_name(NX_TYPE_Q4_K), "avx2") == 0 ? NX_TYPE_Q4_K_IL : NX_TYPE_Q4_K;
-    ASSERT_EQ(kern_weight_layout(NX_TYPE_Q4_K), want);
-    ASSERT_EQ(kern_weight_layout(NX_TYPE_Q6_K), NX_TYPE_Q6_K);
+    ASSERT_EQ(kern_weight_layout(NX_TYPE_Q4_K, QK_K, 4), want);
+    ASSERT_EQ(kern_weight_layout(NX_TYPE_Q6_K, QK_K, 4), NX_TYPE_Q6_K);
     /* never read from or written to files */
     ASSERT_TRUE(nx_type_info_get(NX_TYPE_Q4_K_IL)->internal);
     ASSERT_TRUE(!nx_type_supported(NX_TYPE_Q4_K_IL));
@@ -1073,6 +1073,109 @@ static void check_kv_set(const struct kern_table *set) {
     }
 }
 
+/*
+ * X4 layouts (types.h, rows interleaved by fours): the relayout puts every element where
+ * quant_x4_index says and back; kern_weight_row reads a row; the reference matmul of an X4
+ * matrix equals that of its plain rows bit for bit; the AVX-512 set (which asks for X4) is
+ * within the reference tolerance, and bit-identical whatever the columns of a call, the row
+ * ranges (multiples of 4) and whether its scratch buffer could be had (decode path).
+ */
+TEST(x4_layout_round_trip) {
+    const int64_t k = 48, rows = 12;
+    uint16_t *a = malloc(k * rows * 2), *x4 = malloc(k * rows * 2), *b = malloc(k * rows * 2);
+    for (int64_t i = 0; i < k * rows; i++) a[i] = (uint16_t)(rnd_u64() & 0x3fff); /* finite halves */
+    kern_relayout(NX_TYPE_F16, NX_TYPE_F16_X4, a, x4, k, rows);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; i < k; i++)
+            if (x4[quant_x4_index(k, r, i)] != a[r * k + i]) FAILF("element (%lld, %lld) misplaced", (long long)r, (long long)i);
+    /* spelled out: row 1's first 4 elements follow row 0's, then row 0's next 4 after row 3's */
+    ASSERT_EQ(x4[4], a[k]);
+    ASSERT_EQ(x4[12], a[3 * k]);
+    ASSERT_EQ(x4[16], a[4]);
+    ASSERT_EQ(x4[4 * k], a[4 * k]); /* the second group of rows */
+    kern_relayout(NX_TYPE_F16_X4, NX_TYPE_F16, x4, b, k, rows);
+    ASSERT_EQ(memcmp(a, b, k * rows * 2), 0);
+    float *got = malloc(k * sizeof(float)), *want = malloc(k * sizeof(float));
+    for (int64_t r = 0; r < rows; r += 5) {
+        kern_weight_row(NX_TYPE_F16_X4, x4, k * 2, k, r, got);
+        quant_dequantize_row_ref(NX_TYPE_F16, a + r * k, want, k);
+        ASSERT_EQ(memcmp(got, want, k * sizeof(float)), 0);
+        kern_weight_row(NX_TYPE_BF16_X4, x4, k * 2, k, r, got);
+        quant_dequantize_row_ref(NX_TYPE_BF16, a + r * k, want, k);
+        ASSERT_EQ(memcmp(got, want, k * sizeof(float)), 0);
+    }
+    free(a), free(x4), free(b), free(got), free(want);
+}
+
+struct x4_call {
+    enum nx_type wt;
+    int64_t k;
+    const uint8_t *w;
+    const struct mm_problem *p;
+    float *y;
+};
+static void *x4_call_without_scratch(void *arg) {
+    const struct x4_call *a = arg;
+    kern_avx2_test_fail_scratch(true);
+    kern_table_avx512.matmul(a->wt, a->k, a->w, a->p->ws, 0, a->p->rows, a->p->xq, a->p->xs, a->p->nc, a->y, a->p->rows);
+    kern_avx2_test_fail_scratch(false);
+    return NULL;
+}
+
+TEST(x4_matmul_vs_ref_and_invariance) {
+    bool simd = can_run("avx512");
+    if (!simd) printf("  AVX-512 set not run: this CPU lacks AVX-512 (the reference part runs)\n");
+    else ASSERT_EQ((int)kern_table_avx512.weight_layout(NX_TYPE_F16, 64, 8), (int)NX_TYPE_F16_X4);
+    if (simd) ASSERT_EQ((int)kern_table_avx512.weight_layout(NX_TYPE_F16, 64, 6), (int)NX_TYPE_F16);
+    if (simd) ASSERT_EQ((int)kern_table_avx512.weight_layout(NX_TYPE_BF16, 40, 8), (int)NX_TYPE_BF16);
+    static const enum nx_type plain[2] = {NX_TYPE_F16, NX_TYPE_BF16}, il[2] = {NX_TYPE_F16_X4, NX_TYPE_BF16_X4};
+    /* k: below one k-block, a block and a 16-element tail block, several blocks */
+    static const int64_t ks[3] = {16, X4_KC + 16, 2 * X4_KC + 96};
+    static const int64_t rowss[3] = {4, 28, 12}, ncs[4] = {1, 2, 9, 17};
+    for (int t = 0; t < 2; t++) {
+        for (int ki = 0; ki < 3; ki++) {
+            int64_t k = ks[ki], rows = rowss[ki], ncmax = ncs[3];
+            struct mm_problem p;
+            mm_setup(&p, plain[t], k, rows, ncmax, W_RANDOM, X_RANDOM);
+            uint8_t *wx = malloc(p.ws * rows);
+            kern_relayout(plain[t], il[t], p.w, wx, k, rows);
+            int64_t n = ncmax * rows;
+            float *yr = malloc(n * sizeof(float)), *yx = malloc(n * sizeof(float));
+            float *y1 = malloc(n * sizeof(float)), *yn = malloc(n * sizeof(float));
+            kern_table_ref.matmul(plain[t], k, p.w, p.ws, 0, rows, p.xq, p.xs, ncmax, yr, rows);
+            kern_table_ref.matmul(il[t], k, wx, p.ws, 0, rows, p.xq, p.xs, ncmax, yx, rows);
+            ASSERT_EQ(memcmp(yr, yx, n * sizeof(float)), 0);
+            if (!simd) goto next;
+            /* every column alone (the decode tiles), all rows in one call */
+            for (int64_t c = 0; c < ncmax; c++)
+                kern_table_avx512.matmul(il[t], k, wx, p.ws, 0, rows, p.xq + c * p.xs, p.xs, 1, y1 + c * rows, rows);
+            for (int64_t i = 0; i < n; i++)
+                if (!(fabs((double)y1[i] - yr[i]) <= p.tol[i]))
+                    FAILF("%s k=%lld: y[%lld] = %.9g, ref %.9g (tol %.3g)", nx_type_name(il[t]), (long long)k,
+                          (long long)i, y1[i], yr[i], p.tol[i]);
+            for (int ni = 1; ni < 4; ni++) { /* nc columns in one call, rows in pieces of 4, 8, ... */
+                int64_t nc = ncs[ni];
+                memset(yn, 0xff, n * sizeof(float));
+                for (int64_t r0 = 0, len = 4; r0 < rows; r0 += len, len += 4)
+                    kern_table_avx512.matmul(il[t], k, wx, p.ws, r0, NX_MIN(rows, r0 + len), p.xq, p.xs, nc, yn, rows);
+                if (memcmp(y1, yn, nc * rows * sizeof(float)) != 0)
+                    FAILF("%s k=%lld: an nc=%lld call differs from nc=1", nx_type_name(il[t]), (long long)k, (long long)nc);
+            }
+            /* no scratch (a fresh thread, whose first buffer fails): the decode tiles run
+               every column, same bits */
+            memset(yn, 0xff, n * sizeof(float));
+            struct x4_call call = {il[t], k, wx, &p, yn};
+            pthread_t th;
+            ASSERT_EQ(pthread_create(&th, NULL, x4_call_without_scratch, &call), 0);
+            pthread_join(th, NULL);
+            if (memcmp(y1, yn, n * sizeof(float)) != 0) FAILF("%s k=%lld: the no-scratch path differs", nx_type_name(il[t]), (long long)k);
+        next:
+            free(wx), free(yr), free(yx), free(y1), free(yn);
+            mm_free(&p);
+        }
+    }
+}
+
 TEST(kv_helpers_vs_ref) {
     const struct kern_table *sets[2];
     int ns = simd_sets(sets);
@@ -1109,7 +1212,7 @@ TEST(dispatch) {
         ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q4_K_IL), "avx512");
         ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_Q8_0), "avx512");
         ASSERT_STR_EQ(kern_matmul_name(NX_TYPE_F16), "avx512");
-        ASSERT_EQ((int)kern_weight_layout(NX_TYPE_Q4_K), (int)NX_TYPE_Q4_K_IL);
+        ASSERT_EQ((int)kern_weight_layout(NX_TYPE_Q4_K, QK_K, 4), (int)NX_TYPE_Q4_K_IL);
         const enum nx_type rt[3] = {NX_TYPE_Q6_K, NX_TYPE_Q4_K_IL, NX_TYPE_Q8_0};
         for (int t = 0; t < 3; t++) {
             struct mm_problem p;

@@ -222,9 +222,42 @@ static const struct kern_table *mm_set(enum nx_type t) {
 
 const char *kern_matmul_name(enum nx_type t) { return mm_set(t)->name; }
 
-enum nx_type kern_weight_layout(enum nx_type t) {
+enum nx_type kern_weight_layout(enum nx_type t, int64_t ne0, int64_t ne1) {
     const struct kern_table *set = mm_set(t);
-    return set->weight_layout ? set->weight_layout(t) : t;
+    return set->weight_layout ? set->weight_layout(t, ne0, ne1) : t;
+}
+
+bool kern_matmul_packs_activations(enum nx_type t) {
+    const struct nx_type_info *ti = nx_type_info_get(t);
+    return nx_type_is_x4(t) || (ti && ti->quantized);
+}
+
+void kern_relayout(enum nx_type from, enum nx_type to, const void *src, void *dst, int64_t ne0,
+                   int64_t rows) {
+    if (nx_type_is_x4(to) && nx_type_in_file(to) == from) {
+        quant_x4_interleave_ref(src, dst, ne0, rows);
+    } else if (nx_type_is_x4(from) && nx_type_in_file(from) == to) {
+        quant_x4_deinterleave_ref(src, dst, ne0, rows);
+    } else {
+        size_t rb = 0;
+        bool ok = nx_row_bytes(from, ne0, &rb);
+        NX_ASSERT(ok && "kern_relayout: row length not a multiple of the block size");
+        kern_repack(from, to, src, dst, rows * (int64_t)(rb / nx_type_info_get(from)->type_size));
+    }
+}
+
+void kern_weight_row(enum nx_type t, const void *data, size_t row_bytes, int64_t ne0,
+                     int64_t row, float *out) {
+    if (!nx_type_is_x4(t)) {
+        quant_dequantize_row_ref(t, (const uint8_t *)data + (size_t)row * row_bytes, out, ne0);
+        return;
+    }
+    uint16_t buf[64];
+    for (int64_t i = 0; i < ne0; i += 64) {
+        int64_t n = NX_MIN((int64_t)64, ne0 - i);
+        quant_x4_get_ref(data, ne0, row, i, n, buf);
+        quant_dequantize_row_ref(nx_type_in_file(t), buf, out + i, n);
+    }
 }
 
 void kern_repack(enum nx_type from, enum nx_type to, const void *src, void *dst, int64_t nb) {
@@ -244,7 +277,10 @@ bool kern_reserve(int64_t k_max, int64_t nc_max) {
     const struct kern_table *set = kern_table_current();
     /* the AVX-512 set runs Q4_K_IL through the AVX2 driver */
     if (set == &kern_table_ref) return true;
-    return kern_avx2_reserve(k_max, nc_max);
+    bool ok = kern_avx2_reserve(k_max, nc_max);
+    if (set == &kern_table_avx512 && nc_max >= 2) /* X4 float weights (kern_impl.h) */
+        ok = ok && kern_avx2_scratch(kern_x4_scratch_bytes(nc_max)) != NULL;
+    return ok;
 }
 
 size_t kern_act_row_bytes(enum nx_type wt, int64_t k) {

@@ -31,17 +31,29 @@ const char *kern_matmul_name(enum nx_type t);
 
 /*
  * In-memory weight layouts. A kernel set may prefer weights of type t rewritten into an
- * internal layout (types.h; today Q4_K -> Q4_K_IL for the AVX2 set, whose decode kernel then
- * does a quarter of the shuffling). The engine asks once per weight at load, when the weights
- * are copied into memory (not with mmap), and rewrites them with kern_repack. Every set,
- * the reference included, runs every layout, so a model keeps working after kern_force_ref;
- * the reference and AVX2 sets give bit-identical results for a matrix in either layout.
+ * internal layout (types.h): Q4_K -> Q4_K_IL for the AVX2 set, whose decode kernel then does a
+ * quarter of the shuffling; F16 / BF16 -> F16_X4 / BF16_X4 (rows interleaved by fours) for
+ * the AVX-512 set, whose float tiles then hold 4 x 4 (row, column) lanes. The engine asks once
+ * per weight at load, when the weights are copied into memory (not with mmap), and rewrites
+ * them with kern_relayout. Every set, the reference included, runs every layout it can be
+ * asked for, so a model keeps working after kern_force_ref; the reference and AVX2 sets give
+ * bit-identical results for a Q4_K matrix in either layout. An X4 matrix runs the AVX-512
+ * set's own order of operations, not the file layout's (the bits differ in float rounding).
  */
-/* The layout the current set wants for weights of type t: t itself or an internal type. */
-enum nx_type kern_weight_layout(enum nx_type t);
-/* Rewrite nb blocks of type `from` into `to` (= kern_weight_layout(from), or the reverse);
- * dst must not overlap src. */
+/* The layout the current set wants for a weight of type t with ne1 rows of ne0 elements: t
+ * itself or an internal type. */
+enum nx_type kern_weight_layout(enum nx_type t, int64_t ne0, int64_t ne1);
+/* Rewrite nb blocks of type `from` into `to` for layouts that keep rows apart (Q4_K <->
+ * Q4_K_IL, or a type into itself); dst must not overlap src. */
 void kern_repack(enum nx_type from, enum nx_type to, const void *src, void *dst, int64_t nb);
+/* Rewrite `rows` rows of ne0 elements of type `from` into `to` (= kern_weight_layout(from,
+ * ...), or the reverse), any layout; for X4, rows is a multiple of 4. dst must not overlap src. */
+void kern_relayout(enum nx_type from, enum nx_type to, const void *src, void *dst, int64_t ne0,
+                   int64_t rows);
+/* Row `row` of a weight matrix of type t (any layout; rows row_bytes apart in file layouts) as
+ * ne0 floats. */
+void kern_weight_row(enum nx_type t, const void *data, size_t row_bytes, int64_t ne0,
+                     int64_t row, float *out);
 
 /*
  * Grows the calling thread's kernel buffers so that every kern_matmul with k <= k_max and
@@ -66,6 +78,9 @@ void kern_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k);
 void kern_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                  int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                  int64_t y_stride);
+/* Whether a many-column kern_matmul of weights of type t re-arranges its activations in each
+ * call (quantized and X4 weights): such products are best split into few row ranges. */
+bool kern_matmul_packs_activations(enum nx_type t);
 /* Rows of every set's prefill tiles divide this: splitting a many-column product into row
  * ranges of multiples of it leaves no range with narrower leftover tiles (only the last one). */
 #define KERN_MATMUL_ROW_QUANTUM 48

@@ -845,7 +845,9 @@ void kern_avx2_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst) 
 
 /* Q4_K weights kept interleaved: the decode kernel then gets its chunks with masks and shifts
  * instead of two 4 x 4 transposes per block (bit-identical results: same chunks, same sums). */
-static enum nx_type avx2_weight_layout(enum nx_type t) { return t == NX_TYPE_Q4_K ? NX_TYPE_Q4_K_IL : t; }
+static enum nx_type avx2_weight_layout(enum nx_type t, int64_t ne0, int64_t ne1) {
+    return t == NX_TYPE_Q4_K ? NX_TYPE_Q4_K_IL : t;
+}
 
 const struct kern_table kern_table_avx2 = {
     .name = "avx2",

@@ -21,6 +21,17 @@
  *   activation vector: 31 of the 32 registers) and 8 x 1 for decode; the accumulators of a
  *   tile are summed together by the transposing trees of tree512.h (one fixed order per sum,
  *   whichever tile), then the k % 16 tail in order.
+ * - F16 / BF16 weights copied into memory are rewritten as F16_X4 / BF16_X4 (types.h: rows
+ *   interleaved by fours, when the row count divides by 4 and the row length by 16), so a
+ *   32-byte load is a 4 x 4 (row, column) tile and an accumulator's lanes are [row][column mod
+ *   4]: 4 outputs per register instead of 1, so prefill tiles of 3 groups (12 rows) x 8 columns
+ *   cover 96 outputs and need a quarter of the loads per FMA of the 6 x 4 tile. Order of
+ *   operations of one output, whichever path: k in blocks of X4_KC; per block, lane j chains
+ *   fma(w, x, acc) over the columns = j mod 4 in order, from 0; the block's sum (l0 + l1) +
+ *   (l2 + l3) is added to the output (to 0 for the first block). Decode reads the tiles in
+ *   place; prefill converts one tile's block of weights to floats once (L1) and packs the
+ *   block's activations once per call ([column / 4][8 columns][4]), then runs every column
+ *   tile. F16 / BF16 kept in the file layout (mmap, other shapes) run the 6 x 4 tiles below.
  * - Activation quantization, the values kernel, softmax and SwiGLU are the AVX2 ones (not the
  *   bottleneck); attention scores and fused attention are attn_avx512.c's.
  * - Testing without AVX-512 hardware: with -DNX_AVX512_EMULATE this file includes
@@ -503,6 +514,156 @@ static void q8t5_matmul(bool is_q4, int64_t k, const void *w, size_t ws, int64_t
     }
 }
 
+/* ---- F16_X4 / BF16_X4 weights (rows interleaved by fours, types.h) x F32 activations ------ */
+
+/* 16 16-bit elements (a 4 x 4 tile of rows x columns) as floats. */
+AI __m512 x4_cvt(enum nx_type wt, const uint8_t *p) {
+    if (wt == NX_TYPE_F16_X4) return _mm512_cvtph_ps(loadu256(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(loadu256(p)), 16));
+}
+
+/* The 4 row sums of an accumulator with lanes [row a][column mod 4] (lane 4a + j), each
+ * (l0 + l1) + (l2 + l3). */
+AI __m128 x4_rowsums(__m512 v) {
+    __m512 s = _mm512_add_ps(v, _mm512_shuffle_ps(v, v, 0xB1)); /* lane j + lane j ^ 1 */
+    s = _mm512_add_ps(s, _mm512_shuffle_ps(s, s, 0x4E));       /* + the other pair */
+    return _mm512_castps512_ps128(
+        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12), s));
+}
+
+/* Decode: G groups of 4 rows (group g at w + 4g * ws) . one activation row x, into y[0, 4G);
+ * each group one accumulator, its 32-byte tiles read in order and prefetched PF_DIST ahead
+ * (on into the next G groups past the end). */
+AI void x4_dec_tile(enum nx_type wt, const int G, int64_t k, const uint8_t *w, size_t ws,
+                    const float *x, float *y) {
+    const size_t gbytes = 4 * ws;
+    __m128 sums[X4_DG];
+    UNROLL for (int g = 0; g < G; g++) sums[g] = _mm_setzero_ps();
+    for (int64_t k0 = 0; k0 < k; k0 += X4_KC) {
+        int64_t k1 = NX_MIN(k, k0 + X4_KC);
+        __m512 acc[X4_DG];
+        UNROLL for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
+        for (int64_t i = k0; i < k1; i += 16) {
+            __m512 xv[4];
+            UNROLL for (int j = 0; j < 4; j++) xv[j] = _mm512_broadcast_f32x4(_mm_loadu_ps(x + i + 4 * j));
+            UNROLL for (int g = 0; g < G; g++) {
+                const uint8_t *p = w + (size_t)g * gbytes + (size_t)i * 8;
+                const char *pf = pf_row_ahead(w + (size_t)g * gbytes, (size_t)i * 8, gbytes, (size_t)G * gbytes);
+                kern_prefetch(KERN_PF_GROUPED, pf);
+                kern_prefetch(KERN_PF_GROUPED, pf + 64);
+                UNROLL for (int j = 0; j < 4; j++) acc[g] = _mm512_fmadd_ps(x4_cvt(wt, p + 32 * j), xv[j], acc[g]);
+            }
+        }
+        UNROLL for (int g = 0; g < G; g++) sums[g] = _mm_add_ps(sums[g], x4_rowsums(acc[g]));
+    }
+    UNROLL for (int g = 0; g < G; g++) _mm_storeu_ps(y + 4 * g, sums[g]);
+}
+
+/* Prefill tile: G groups x C columns over one k-block of n elements, from the block's weights
+ * as floats (wp: [g][n / 4][16]) and its packed activations (xp: [n / 4][C][4]); adds the
+ * block's row sums to y (to 0 for the first block). */
+AI void x4_tile(const int G, const int C, int64_t n, const float *wp, const float *xp, float *y,
+                int64_t ys, bool first) {
+    __m512 acc[X4_G * X4_C];
+    UNROLL for (int t = 0; t < G * C; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < n; i += 4) {
+        __m512 wv[X4_G];
+        UNROLL for (int g = 0; g < G; g++) wv[g] = _mm512_loadu_ps(wp + ((size_t)g * (size_t)n + (size_t)i) * 4);
+        UNROLL for (int c = 0; c < C; c++) {
+            __m512 xv = _mm512_broadcast_f32x4(_mm_loadu_ps(xp + i * C + 4 * c));
+            UNROLL for (int g = 0; g < G; g++) acc[c * G + g] = _mm512_fmadd_ps(wv[g], xv, acc[c * G + g]);
+        }
+    }
+    UNROLL for (int c = 0; c < C; c++) {
+        UNROLL for (int g = 0; g < G; g++) {
+            float *o = y + c * ys + 4 * g;
+            __m128 prev = first ? _mm_setzero_ps() : _mm_loadu_ps(o);
+            _mm_storeu_ps(o, _mm_add_ps(prev, x4_rowsums(acc[c * G + g])));
+        }
+    }
+}
+
+typedef void (*x4_tile_fn)(int64_t n, const float *wp, const float *xp, float *y, int64_t ys,
+                           bool first);
+#define X4_TILE(G, C) \
+    static void x4_tile_##G##x##C(int64_t n, const float *wp, const float *xp, float *y, \
+                                  int64_t ys, bool first) { \
+        x4_tile(G, C, n, wp, xp, y, ys, first); \
+    }
+#define X4_TILE_ROW(G) \
+    X4_TILE(G, 1) X4_TILE(G, 2) X4_TILE(G, 3) X4_TILE(G, 4) X4_TILE(G, 5) X4_TILE(G, 6) \
+    X4_TILE(G, 7) X4_TILE(G, 8)
+X4_TILE_ROW(1)
+X4_TILE_ROW(2)
+X4_TILE_ROW(3)
+#define X4_TILE_PTRS(G) \
+    {x4_tile_##G##x1, x4_tile_##G##x2, x4_tile_##G##x3, x4_tile_##G##x4, x4_tile_##G##x5, \
+     x4_tile_##G##x6, x4_tile_##G##x7, x4_tile_##G##x8}
+static const x4_tile_fn g_x4_tiles[X4_G][X4_C] = {X4_TILE_PTRS(1), X4_TILE_PTRS(2), X4_TILE_PTRS(3)};
+
+typedef void (*x4_dec_fn)(int64_t k, const uint8_t *w, size_t ws, const float *x, float *y);
+#define X4_DEC(wname, wt, G) \
+    static void x4_dec_##wname##_##G(int64_t k, const uint8_t *w, size_t ws, const float *x, float *y) { \
+        x4_dec_tile(wt, G, k, w, ws, x, y); \
+    }
+X4_DEC(f16, NX_TYPE_F16_X4, 1) X4_DEC(f16, NX_TYPE_F16_X4, 2) X4_DEC(f16, NX_TYPE_F16_X4, 3)
+X4_DEC(f16, NX_TYPE_F16_X4, 4)
+X4_DEC(bf16, NX_TYPE_BF16_X4, 1) X4_DEC(bf16, NX_TYPE_BF16_X4, 2) X4_DEC(bf16, NX_TYPE_BF16_X4, 3)
+X4_DEC(bf16, NX_TYPE_BF16_X4, 4)
+static const x4_dec_fn g_x4_dec[2][X4_DG] = {
+    {x4_dec_f16_1, x4_dec_f16_2, x4_dec_f16_3, x4_dec_f16_4},
+    {x4_dec_bf16_1, x4_dec_bf16_2, x4_dec_bf16_3, x4_dec_bf16_4}};
+
+/* kern_matmul for X4 weights: rows r0, r1 multiples of 4, k of 16. One column: the decode
+ * tiles; more: k-block by k-block, the block's activations packed once, each tile's weights
+ * converted once into floats, then every column tile of the call. */
+static void x4_matmul(enum nx_type wt, int64_t k, const uint8_t *w, size_t ws, int64_t r0,
+                      int64_t r1, const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
+    NX_ASSERT(r0 % 4 == 0 && r1 % 4 == 0 && k % 16 == 0);
+    const x4_dec_fn *dec = g_x4_dec[wt == NX_TYPE_BF16_X4];
+    uint8_t *buf = nc < 2 ? NULL : kern_avx2_scratch(kern_x4_scratch_bytes(nc));
+    if (!buf) { /* decode, or no scratch: the decode tiles give the same bits */
+        for (int64_t c = 0; c < nc; c++) {
+            const float *xc = (const float *)(x + (size_t)c * xs);
+            for (int64_t r = r0; r < r1; r += 4 * X4_DG) {
+                int G = (int)NX_MIN((int64_t)X4_DG, (r1 - r) / 4);
+                dec[G - 1](k, w + (size_t)r * ws, ws, xc, y + c * ys + r);
+            }
+        }
+        return;
+    }
+    float *xp = (float *)buf, *wp = xp + (size_t)nc * X4_KC;
+    for (int64_t k0 = 0; k0 < k; k0 += X4_KC) {
+        int64_t n = NX_MIN((int64_t)X4_KC, k - k0);
+        for (int64_t c0 = 0; c0 < nc; c0 += X4_C) { /* column tile c0 at xp + c0 * n */
+            int C = (int)NX_MIN((int64_t)X4_C, nc - c0);
+            float *dst = xp + (size_t)c0 * (size_t)n;
+            for (int c = 0; c < C; c++) {
+                const float *src = (const float *)(x + (size_t)(c0 + c) * xs) + k0;
+                for (int64_t i = 0; i < n; i += 4) _mm_storeu_ps(dst + i * C + 4 * c, _mm_loadu_ps(src + i));
+            }
+        }
+        for (int64_t r = r0; r < r1; r += 4 * X4_G) {
+            int G = (int)NX_MIN((int64_t)X4_G, (r1 - r) / 4);
+            for (int g = 0; g < G; g++) {
+                const uint8_t *src = w + (size_t)(r + 4 * g) * ws + (size_t)k0 * 8;
+                float *dst = wp + (size_t)g * (size_t)n * 4;
+                for (int64_t i = 0; i < 4 * n; i += 16) _mm512_storeu_ps(dst + i, x4_cvt(wt, src + 2 * i));
+            }
+            for (int64_t c0 = 0; c0 < nc; c0 += X4_C) {
+                int C = (int)NX_MIN((int64_t)X4_C, nc - c0);
+                g_x4_tiles[G - 1][C - 1](n, wp, xp + (size_t)c0 * (size_t)n, y + c0 * ys + r, ys, k0 == 0);
+            }
+        }
+    }
+}
+
+static enum nx_type avx512_weight_layout(enum nx_type t, int64_t ne0, int64_t ne1) {
+    if ((t == NX_TYPE_F16 || t == NX_TYPE_BF16) && ne0 % 16 == 0 && ne1 % 4 == 0)
+        return t == NX_TYPE_F16 ? NX_TYPE_F16_X4 : NX_TYPE_BF16_X4;
+    return t;
+}
+
 static void avx512_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                           int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                           int64_t y_stride) {
@@ -510,6 +671,10 @@ static void avx512_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_st
        kernels, with this set's small-batch pair kernels */
     if (wt == NX_TYPE_Q4_K_IL || wt == NX_TYPE_Q6_K) {
         kern_avx2_kq_matmul(wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride, &g_kq_pairs);
+        return;
+    }
+    if (nx_type_is_x4(wt)) { /* internal ids (types.h) */
+        x4_matmul(wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
         return;
     }
     const struct tile_set *t;
@@ -543,4 +708,5 @@ const struct kern_table kern_table_avx512 = {
     .softmax = kern_avx2_softmax,
     .load_kv = kern_avx2_load_kv,
     .swiglu = kern_avx2_swiglu,
+    .weight_layout = avx512_weight_layout,
 };

@@ -53,7 +53,7 @@ struct kern_table {
     /* kern_attn_merge; NULL: the AVX2 version */
     void (*attn_merge)(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out);
     /* kern_weight_layout for this set; NULL: every type as it is in files */
-    enum nx_type (*weight_layout)(enum nx_type t);
+    enum nx_type (*weight_layout)(enum nx_type t, int64_t ne0, int64_t ne1);
 };
 
 void kern_ref_softmax(float *x, int64_t n);
@@ -220,6 +220,18 @@ void kern_avx2_q8t_decode(bool is_q4, int64_t k, const void *w, size_t ws, int64
 /* The calling thread's kernel scratch buffer, at least n bytes (kern_avx2.c); NULL when it
  * cannot grow (the caller then runs a path that needs none). */
 uint8_t *kern_avx2_scratch(size_t n);
+
+/* The AVX-512 set's X4 float matmul (kern_avx512.c): k-blocks of X4_KC elements (a constant
+ * of its order of operations), prefill tiles of X4_G groups of 4 rows x X4_C columns, decode
+ * steps of X4_DG groups; its scratch for nc columns: the packed activations of one k-block and
+ * one tile's weights as floats. */
+#define X4_KC 512
+#define X4_G 3
+#define X4_C 8
+#define X4_DG 4
+static inline size_t kern_x4_scratch_bytes(int64_t nc) {
+    return ((size_t)nc + 4 * X4_G) * X4_KC * sizeof(float);
+}
 
 /*
  * Q4_K / Q5_K scale unpacking: 12 bytes hold eight 6-bit scales and eight 6-bit mins. With the

@@ -150,9 +150,30 @@ static float dot_row(enum nx_type wt, int64_t k, const void *w, const void *x) {
     }
 }
 
+/* Row r of an X4 matrix (types.h) . x. */
+static float dot_x4(enum nx_type wt, int64_t k, const void *w, int64_t r, const float *x) {
+    double acc = 0;
+    uint16_t e[64];
+    for (int64_t i = 0; i < k; i += 64) {
+        int64_t n = NX_MIN((int64_t)64, k - i);
+        quant_x4_get_ref(w, k, r, i, n, e);
+        for (int64_t j = 0; j < n; j++) {
+            float v = wt == NX_TYPE_F16_X4 ? nx_half_to_f32(e[j]) : nx_bf16_to_f32(e[j]);
+            acc += (double)v * x[i + j];
+        }
+    }
+    return (float)acc;
+}
+
 void kern_ref_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                      int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                      int64_t y_stride) {
+    if (nx_type_is_x4(wt)) { /* rows interleaved by fours: by row index (internal ids) */
+        for (int64_t c = 0; c < nc; c++)
+            for (int64_t r = r0; r < r1; r++)
+                y[c * y_stride + r] = dot_x4(wt, k, w, r, (const float *)((const uint8_t *)xq + (size_t)c * xq_stride));
+        return;
+    }
     for (int64_t c = 0; c < nc; c++) {
         const uint8_t *xr = (const uint8_t *)xq + (size_t)c * xq_stride;
         for (int64_t r = r0; r < r1; r++) {

@@ -95,6 +95,20 @@ void quant_quantize_row_ref(enum nx_type t, const float *src, void *dst, int64_t
 /* Q4_K <-> Q4_K_IL, nb blocks (dst must not overlap src); each is the other's exact inverse. */
 void quant_q4k_interleave_ref(const void *src, void *dst, int64_t nb);
 void quant_q4k_deinterleave_ref(const void *src, void *dst, int64_t nb);
+/*
+ * X4 layouts (types.h): element (row r, column i) of a matrix of 16-bit elements with k
+ * columns (k a multiple of 4) sits x4_index(k, r, i) elements from its start.
+ */
+static inline size_t quant_x4_index(int64_t k, int64_t r, int64_t i) {
+    return (size_t)(r / 4) * 4 * (size_t)k + (size_t)(i / 4) * 16 + (size_t)(r % 4) * 4 + (size_t)(i % 4);
+}
+/* Rows [0, rows) (a multiple of 4) of k 16-bit elements: plain rows <-> X4 (dst must not
+ * overlap src); each is the other's exact inverse. */
+void quant_x4_interleave_ref(const void *src, void *dst, int64_t k, int64_t rows);
+void quant_x4_deinterleave_ref(const void *src, void *dst, int64_t k, int64_t rows);
+/* Elements [i0, i0 + n) of row r of an X4 matrix with k columns, as 16-bit elements. */
+void quant_x4_get_ref(const void *m, int64_t k, int64_t r, int64_t i0, int64_t n, uint16_t *out);
+
 /* Quant (0..15) of element `elem` (0..31) of sub-block s (0..7) of a Q4_K_IL block's qs. */
 static inline int quant_q4k_il_get(const uint8_t *qs, int s, int elem) {
     int c = 2 * ((elem % 16) / 4) + elem / 16, p = 16 * (s % 2) + 4 * (s / 2) + elem % 4;

@@ -166,6 +166,30 @@ static void q4k_relayout(const void *src, void *dst, int64_t nb, bool to_il) {
 void quant_q4k_interleave_ref(const void *src, void *dst, int64_t nb) { q4k_relayout(src, dst, nb, true); }
 void quant_q4k_deinterleave_ref(const void *src, void *dst, int64_t nb) { q4k_relayout(src, dst, nb, false); }
 
+/* Moves every 4-element run of rows [0, rows) between plain rows and X4 (quant.h). */
+static void x4_relayout(const uint16_t *s, uint16_t *d, int64_t k, int64_t rows, bool to_x4) {
+    NX_ASSERT(k % 4 == 0 && rows % 4 == 0);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < k; i += 4) {
+            size_t plain = (size_t)r * (size_t)k + (size_t)i, x4 = quant_x4_index(k, r, i);
+            memcpy(d + (to_x4 ? x4 : plain), s + (to_x4 ? plain : x4), 4 * sizeof(uint16_t));
+        }
+    }
+}
+
+void quant_x4_interleave_ref(const void *src, void *dst, int64_t k, int64_t rows) {
+    x4_relayout(src, dst, k, rows, true);
+}
+
+void quant_x4_deinterleave_ref(const void *src, void *dst, int64_t k, int64_t rows) {
+    x4_relayout(src, dst, k, rows, false);
+}
+
+void quant_x4_get_ref(const void *m, int64_t k, int64_t r, int64_t i0, int64_t n, uint16_t *out) {
+    const uint16_t *s = m;
+    for (int64_t i = 0; i < n; i++) out[i] = s[quant_x4_index(k, r, i0 + i)];
+}
+
 /* Q5_K: as Q4_K; the fifth bit of element l of sub-block s is bit s of qh[l]. */
 static void deq_q5_K(const struct block_q5_K *b, float *y, int64_t nb) {
     for (int64_t i = 0; i < nb; i++, b++, y += QK_K) {

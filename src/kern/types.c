@@ -19,6 +19,8 @@ static const struct nx_type_info g_types[NX_TYPE_COUNT] = {
     [NX_TYPE_Q6_K] = {"Q6_K", 256, 210, true, true},
     [NX_TYPE_Q8_K] = {"Q8_K", 256, 292, true, false},
     [NX_TYPE_BF16] = {"BF16", 1, 2, false, true},
+    [NX_TYPE_F16_X4] = {"F16_X4", 1, 2, false, false, true},
+    [NX_TYPE_BF16_X4] = {"BF16_X4", 1, 2, false, false, true},
     [NX_TYPE_Q4_K_IL] = {"Q4_K_IL", 256, 144, true, false, true},
 };
 

@@ -7,7 +7,9 @@
  */
 #include <string.h>
 
+#include "core/nx_base.h"
 #include "kern/kern.h"
+#include "kern/quant.h"
 #include "kern/types.h"
 #include "kv/kvblock.h"
 #include "model/fingerprint.h"
@@ -24,6 +26,17 @@ static uint64_t hash_weight(uint64_t h, const struct nx_weight *w) {
     /* block by block back to the file layout */
     struct kv_hasher s;
     kvh_init(&s, h);
+    if (nx_type_is_x4(w->type)) { /* rows interleaved by fours: row by row, 128 elements at once */
+        uint16_t row[128];
+        for (int64_t r = 0; r < w->ne1; r++) {
+            for (int64_t i = 0; i < w->ne0; i += 128) {
+                int64_t m = NX_MIN((int64_t)128, w->ne0 - i);
+                quant_x4_get_ref(w->data, w->ne0, r, i, m, row);
+                kvh_update(&s, row, (size_t)m * sizeof row[0]);
+            }
+        }
+        return kvh_final(&s);
+    }
     size_t bs = nx_type_info_get(ft)->type_size;
     unsigned char blk[256];
     NX_ASSERT(bs <= sizeof blk);

@@ -77,12 +77,12 @@ static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs,
     for (int j = 0; j < nj; j++) {
         int64_t rows = jobs[j].w->ne1;
         /* decode (and small batches of decode steps): ~8 chunks per thread for balance;
-           prefill: ~3 for quantized weights, since each kernel call re-arranges its
-           activation panel (a cost per call that grows with the columns), ~8 for float
-           weights (no such cost); prefill chunks are multiples of KERN_MATMUL_ROW_QUANTUM
+           prefill: ~3 for weights whose kernels re-arrange the activation panel in each
+           call (a cost per call that grows with the columns: quantized and X4 weights),
+           ~8 for the others; prefill chunks are multiples of KERN_MATMUL_ROW_QUANTUM
            rows, so no chunk ends in a narrower leftover tile */
-        bool quantized = nx_type_info_get(jobs[j].w->type)->quantized;
-        int64_t per_thread = n > 16 && quantized ? 3 : 8;
+        bool packs = kern_matmul_packs_activations(jobs[j].w->type);
+        int64_t per_thread = n > 16 && packs ? 3 : 8;
         int64_t align = n > 16 ? KERN_MATMUL_ROW_QUANTUM : 16;
         int64_t ch = nx_align_up((size_t)(rows / ((int64_t)nth * per_thread) + 1), (size_t)align);
         chunk[j] = ch;
@@ -364,9 +364,7 @@ static void forward_worker(void *arg, int ith, int nth) {
     /* embeddings and the RoPE table for this batch */
     for (int64_t t = t0; t < t1; t++) {
         const struct nx_weight *e = &m->tok_embd;
-        quant_dequantize_row_ref(e->type, (const unsigned char *)e->data +
-                                              (size_t)c->job_tok[t] * e->row_bytes,
-                                 c->x + t * n_embd, n_embd);
+        kern_weight_row(e->type, e->data, e->row_bytes, n_embd, c->job_tok[t], c->x + t * n_embd);
         op_rope_table(c->rope_cs + t * half * 2, (double)c->job_pos[t], m->rope_inv_freq, half);
     }
     nx_pool_barrier(pool);

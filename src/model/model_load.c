@@ -155,8 +155,7 @@ static const void *bind_data_as(struct binder *b, const struct gguf_tensor *t, e
     b->used = off + t->nbytes;
     if (!b->buf) return NULL;
     if (layout != t->type) {
-        const struct nx_type_info *ti = nx_type_info_get(t->type);
-        kern_repack(t->type, layout, t->data, b->buf + off, (int64_t)(t->nbytes / ti->type_size));
+        kern_relayout(t->type, layout, t->data, b->buf + off, t->ne[0], t->ne[1]);
     } else {
         memcpy(b->buf + off, t->data, t->nbytes);
     }
@@ -224,7 +223,7 @@ static void bind_mat(struct binder *b, struct nx_weight *w, const char *name, in
     const struct gguf_tensor *t = find(b, name, required);
     if (!t || (b->st = model_check_mat(t, name, ne0, ne1, w, b->err)) != NX_STATUS_OK) return;
     /* weights copied into memory take the kernels' preferred layout (same size, kern.h) */
-    if (!b->use_mmap) w->type = kern_weight_layout(t->type);
+    if (!b->use_mmap) w->type = kern_weight_layout(t->type, w->ne0, w->ne1);
     w->data = bind_data_as(b, t, w->type);
 }
 
