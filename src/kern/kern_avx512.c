@@ -527,8 +527,8 @@ AI __m512 x4_cvt(enum nx_type wt, const uint8_t *p) {
 AI __m128 x4_rowsums(__m512 v) {
     __m512 s = _mm512_add_ps(v, _mm512_shuffle_ps(v, v, 0xB1)); /* lane j + lane j ^ 1 */
     s = _mm512_add_ps(s, _mm512_shuffle_ps(s, s, 0x4E));       /* + the other pair */
-    return _mm512_castps512_ps128(
-        _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12), s));
+    const __m512i lane0 = _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12, 0, 4, 8, 12);
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(lane0, s));
 }
 
 /* Decode: G groups of 4 rows (group g at w + 4g * ws) . one activation row x, into y[0, 4G);
@@ -545,13 +545,15 @@ AI void x4_dec_tile(enum nx_type wt, const int G, int64_t k, const uint8_t *w, s
         UNROLL for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
         for (int64_t i = k0; i < k1; i += 16) {
             __m512 xv[4];
-            UNROLL for (int j = 0; j < 4; j++) xv[j] = _mm512_broadcast_f32x4(_mm_loadu_ps(x + i + 4 * j));
+            UNROLL for (int j = 0; j < 4; j++)
+                xv[j] = _mm512_broadcast_f32x4(_mm_loadu_ps(x + i + 4 * j));
             UNROLL for (int g = 0; g < G; g++) {
-                const uint8_t *p = w + (size_t)g * gbytes + (size_t)i * 8;
-                const char *pf = pf_row_ahead(w + (size_t)g * gbytes, (size_t)i * 8, gbytes, (size_t)G * gbytes);
+                const uint8_t *grp = w + (size_t)g * gbytes, *p = grp + (size_t)i * 8;
+                const char *pf = pf_row_ahead(grp, (size_t)i * 8, gbytes, (size_t)G * gbytes);
                 kern_prefetch(KERN_PF_GROUPED, pf);
                 kern_prefetch(KERN_PF_GROUPED, pf + 64);
-                UNROLL for (int j = 0; j < 4; j++) acc[g] = _mm512_fmadd_ps(x4_cvt(wt, p + 32 * j), xv[j], acc[g]);
+                UNROLL for (int j = 0; j < 4; j++)
+                    acc[g] = _mm512_fmadd_ps(x4_cvt(wt, p + 32 * j), xv[j], acc[g]);
             }
         }
         UNROLL for (int g = 0; g < G; g++) sums[g] = _mm_add_ps(sums[g], x4_rowsums(acc[g]));
@@ -568,10 +570,12 @@ AI void x4_tile(const int G, const int C, int64_t n, const float *wp, const floa
     UNROLL for (int t = 0; t < G * C; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 4) {
         __m512 wv[X4_G];
-        UNROLL for (int g = 0; g < G; g++) wv[g] = _mm512_loadu_ps(wp + ((size_t)g * (size_t)n + (size_t)i) * 4);
+        UNROLL for (int g = 0; g < G; g++)
+            wv[g] = _mm512_loadu_ps(wp + ((size_t)g * (size_t)n + (size_t)i) * 4);
         UNROLL for (int c = 0; c < C; c++) {
             __m512 xv = _mm512_broadcast_f32x4(_mm_loadu_ps(xp + i * C + 4 * c));
-            UNROLL for (int g = 0; g < G; g++) acc[c * G + g] = _mm512_fmadd_ps(wv[g], xv, acc[c * G + g]);
+            UNROLL for (int g = 0; g < G; g++)
+                acc[c * G + g] = _mm512_fmadd_ps(wv[g], xv, acc[c * G + g]);
         }
     }
     UNROLL for (int c = 0; c < C; c++) {
@@ -599,11 +603,13 @@ X4_TILE_ROW(3)
 #define X4_TILE_PTRS(G) \
     {x4_tile_##G##x1, x4_tile_##G##x2, x4_tile_##G##x3, x4_tile_##G##x4, x4_tile_##G##x5, \
      x4_tile_##G##x6, x4_tile_##G##x7, x4_tile_##G##x8}
-static const x4_tile_fn g_x4_tiles[X4_G][X4_C] = {X4_TILE_PTRS(1), X4_TILE_PTRS(2), X4_TILE_PTRS(3)};
+static const x4_tile_fn g_x4_tiles[X4_G][X4_C] = {X4_TILE_PTRS(1), X4_TILE_PTRS(2),
+                                                  X4_TILE_PTRS(3)};
 
 typedef void (*x4_dec_fn)(int64_t k, const uint8_t *w, size_t ws, const float *x, float *y);
 #define X4_DEC(wname, wt, G) \
-    static void x4_dec_##wname##_##G(int64_t k, const uint8_t *w, size_t ws, const float *x, float *y) { \
+    static void x4_dec_##wname##_##G(int64_t k, const uint8_t *w, size_t ws, const float *x, \
+                                     float *y) { \
         x4_dec_tile(wt, G, k, w, ws, x, y); \
     }
 X4_DEC(f16, NX_TYPE_F16_X4, 1) X4_DEC(f16, NX_TYPE_F16_X4, 2) X4_DEC(f16, NX_TYPE_F16_X4, 3)
@@ -640,7 +646,8 @@ static void x4_matmul(enum nx_type wt, int64_t k, const uint8_t *w, size_t ws, i
             float *dst = xp + (size_t)c0 * (size_t)n;
             for (int c = 0; c < C; c++) {
                 const float *src = (const float *)(x + (size_t)(c0 + c) * xs) + k0;
-                for (int64_t i = 0; i < n; i += 4) _mm_storeu_ps(dst + i * C + 4 * c, _mm_loadu_ps(src + i));
+                for (int64_t i = 0; i < n; i += 4)
+                    _mm_storeu_ps(dst + i * C + 4 * c, _mm_loadu_ps(src + i));
             }
         }
         for (int64_t r = r0; r < r1; r += 4 * X4_G) {
