@@ -1131,10 +1131,10 @@ TEST(x4_matmul_vs_ref_and_invariance) {
     static const enum nx_type plain[2] = {NX_TYPE_F16, NX_TYPE_BF16}, il[2] = {NX_TYPE_F16_X4, NX_TYPE_BF16_X4};
     /* k: below one k-block, a block and a 16-element tail block, several blocks */
     static const int64_t ks[3] = {16, X4_KC + 16, 2 * X4_KC + 96};
-    static const int64_t rowss[3] = {4, 28, 12}, ncs[4] = {1, 2, 9, 17};
+    static const int64_t rowss[3] = {4, 28, 12}, ncs[5] = {1, 3, 4, 9, 17};
     for (int t = 0; t < 2; t++) {
         for (int ki = 0; ki < 3; ki++) {
-            int64_t k = ks[ki], rows = rowss[ki], ncmax = ncs[3];
+            int64_t k = ks[ki], rows = rowss[ki], ncmax = ncs[4];
             struct mm_problem p;
             mm_setup(&p, plain[t], k, rows, ncmax, W_RANDOM, X_RANDOM);
             uint8_t *wx = malloc(p.ws * rows);
@@ -1153,7 +1153,7 @@ TEST(x4_matmul_vs_ref_and_invariance) {
                 if (!(fabs((double)y1[i] - yr[i]) <= p.tol[i]))
                     FAILF("%s k=%lld: y[%lld] = %.9g, ref %.9g (tol %.3g)", nx_type_name(il[t]), (long long)k,
                           (long long)i, y1[i], yr[i], p.tol[i]);
-            for (int ni = 1; ni < 4; ni++) { /* nc columns in one call, rows in pieces of 4, 8, ... */
+            for (int ni = 1; ni < 5; ni++) { /* nc columns in one call, rows in pieces of 4, 8, ... */
                 int64_t nc = ncs[ni];
                 memset(yn, 0xff, n * sizeof(float));
                 for (int64_t r0 = 0, len = 4; r0 < rows; r0 += len, len += 4)

@@ -531,34 +531,42 @@ AI __m128 x4_rowsums(__m512 v) {
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(lane0, s));
 }
 
-/* Decode: G groups of 4 rows (group g at w + 4g * ws) . one activation row x, into y[0, 4G);
- * each group one accumulator, its 32-byte tiles read in order and prefetched PF_DIST ahead
- * (on into the next G groups past the end). */
-AI void x4_dec_tile(enum nx_type wt, const int G, int64_t k, const uint8_t *w, size_t ws,
-                    const float *x, float *y) {
+/* Decode and small batches: G groups of 4 rows (group g at w + 4g * ws) . C activation rows
+ * (x + c * xs bytes), into y[c * ys + 0 .. 4G); one accumulator per group and column, the
+ * weight tiles read in place, in order, prefetched PF_DIST ahead (on into the next G groups
+ * past the end), each converted once for the C columns. */
+AI void x4_dec_tile(enum nx_type wt, const int G, const int C, int64_t k, const uint8_t *w,
+                    size_t ws, const uint8_t *x, size_t xs, float *y, int64_t ys) {
     const size_t gbytes = 4 * ws;
-    __m128 sums[X4_DG];
-    UNROLL for (int g = 0; g < G; g++) sums[g] = _mm_setzero_ps();
+    __m128 sums[X4_DG * X4_DC];
+    UNROLL for (int t = 0; t < G * C; t++) sums[t] = _mm_setzero_ps();
     for (int64_t k0 = 0; k0 < k; k0 += X4_KC) {
         int64_t k1 = NX_MIN(k, k0 + X4_KC);
-        __m512 acc[X4_DG];
-        UNROLL for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_ps();
+        __m512 acc[X4_DG * X4_DC];
+        UNROLL for (int t = 0; t < G * C; t++) acc[t] = _mm512_setzero_ps();
         for (int64_t i = k0; i < k1; i += 16) {
-            __m512 xv[4];
-            UNROLL for (int j = 0; j < 4; j++)
-                xv[j] = _mm512_broadcast_f32x4(_mm_loadu_ps(x + i + 4 * j));
+            __m512 xv[X4_DC][4];
+            UNROLL for (int c = 0; c < C; c++) {
+                const float *xc = (const float *)(x + (size_t)c * xs) + i;
+                UNROLL for (int j = 0; j < 4; j++)
+                    xv[c][j] = _mm512_broadcast_f32x4(_mm_loadu_ps(xc + 4 * j));
+            }
             UNROLL for (int g = 0; g < G; g++) {
                 const uint8_t *grp = w + (size_t)g * gbytes, *p = grp + (size_t)i * 8;
                 const char *pf = pf_row_ahead(grp, (size_t)i * 8, gbytes, (size_t)G * gbytes);
                 kern_prefetch(KERN_PF_GROUPED, pf);
                 kern_prefetch(KERN_PF_GROUPED, pf + 64);
-                UNROLL for (int j = 0; j < 4; j++)
-                    acc[g] = _mm512_fmadd_ps(x4_cvt(wt, p + 32 * j), xv[j], acc[g]);
+                UNROLL for (int j = 0; j < 4; j++) {
+                    __m512 wv = x4_cvt(wt, p + 32 * j);
+                    UNROLL for (int c = 0; c < C; c++)
+                        acc[g * C + c] = _mm512_fmadd_ps(wv, xv[c][j], acc[g * C + c]);
+                }
             }
         }
-        UNROLL for (int g = 0; g < G; g++) sums[g] = _mm_add_ps(sums[g], x4_rowsums(acc[g]));
+        UNROLL for (int t = 0; t < G * C; t++) sums[t] = _mm_add_ps(sums[t], x4_rowsums(acc[t]));
     }
-    UNROLL for (int g = 0; g < G; g++) _mm_storeu_ps(y + 4 * g, sums[g]);
+    UNROLL for (int g = 0; g < G; g++)
+        UNROLL for (int c = 0; c < C; c++) _mm_storeu_ps(y + c * ys + 4 * g, sums[g * C + c]);
 }
 
 /* Prefill tile: G groups x C columns over one k-block of n elements, from the block's weights
@@ -606,60 +614,101 @@ X4_TILE_ROW(3)
 static const x4_tile_fn g_x4_tiles[X4_G][X4_C] = {X4_TILE_PTRS(1), X4_TILE_PTRS(2),
                                                   X4_TILE_PTRS(3)};
 
-typedef void (*x4_dec_fn)(int64_t k, const uint8_t *w, size_t ws, const float *x, float *y);
-#define X4_DEC(wname, wt, G) \
-    static void x4_dec_##wname##_##G(int64_t k, const uint8_t *w, size_t ws, const float *x, \
-                                     float *y) { \
-        x4_dec_tile(wt, G, k, w, ws, x, y); \
+typedef void (*x4_dec_fn)(int64_t k, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                          float *y, int64_t ys);
+#define X4_DEC(wname, wt, G, C) \
+    static void x4_dec_##wname##_##G##x##C(int64_t k, const uint8_t *w, size_t ws, \
+                                           const uint8_t *x, size_t xs, float *y, int64_t ys) { \
+        x4_dec_tile(wt, G, C, k, w, ws, x, xs, y, ys); \
     }
-X4_DEC(f16, NX_TYPE_F16_X4, 1) X4_DEC(f16, NX_TYPE_F16_X4, 2) X4_DEC(f16, NX_TYPE_F16_X4, 3)
-X4_DEC(f16, NX_TYPE_F16_X4, 4)
-X4_DEC(bf16, NX_TYPE_BF16_X4, 1) X4_DEC(bf16, NX_TYPE_BF16_X4, 2) X4_DEC(bf16, NX_TYPE_BF16_X4, 3)
-X4_DEC(bf16, NX_TYPE_BF16_X4, 4)
-static const x4_dec_fn g_x4_dec[2][X4_DG] = {
-    {x4_dec_f16_1, x4_dec_f16_2, x4_dec_f16_3, x4_dec_f16_4},
-    {x4_dec_bf16_1, x4_dec_bf16_2, x4_dec_bf16_3, x4_dec_bf16_4}};
+#define X4_DEC_TYPE(wname, wt) \
+    X4_DEC(wname, wt, 1, 1) X4_DEC(wname, wt, 2, 1) X4_DEC(wname, wt, 3, 1) \
+    X4_DEC(wname, wt, 4, 1) X4_DEC(wname, wt, 1, 2) X4_DEC(wname, wt, 2, 2) \
+    X4_DEC(wname, wt, 1, 3) X4_DEC(wname, wt, 2, 3) X4_DEC(wname, wt, 1, 4) \
+    X4_DEC(wname, wt, 2, 4)
+X4_DEC_TYPE(f16, NX_TYPE_F16_X4)
+X4_DEC_TYPE(bf16, NX_TYPE_BF16_X4)
+/* [type][C - 1][G - 1]: 4 groups per step for one column, 2 for more (x4_dec_groups) */
+#define X4_DEC_PTRS(wname) \
+    {{x4_dec_##wname##_1x1, x4_dec_##wname##_2x1, x4_dec_##wname##_3x1, x4_dec_##wname##_4x1}, \
+     {x4_dec_##wname##_1x2, x4_dec_##wname##_2x2}, {x4_dec_##wname##_1x3, x4_dec_##wname##_2x3}, \
+     {x4_dec_##wname##_1x4, x4_dec_##wname##_2x4}}
+static const x4_dec_fn g_x4_dec[2][X4_DC][X4_DG] = {X4_DEC_PTRS(f16), X4_DEC_PTRS(bf16)};
+static int x4_dec_groups(int C) { return C == 1 ? X4_DG : 2; }
 
-/* kern_matmul for X4 weights: rows r0, r1 multiples of 4, k of 16. One column: the decode
- * tiles; more: k-block by k-block, the block's activations packed once, each tile's weights
- * converted once into floats, then every column tile of the call. */
+/* Packs the activations of the k-block [k0, k0 + n) of nc columns: column tile c0 (X4_C
+ * columns, fewer in the last) at dst + c0 * n, as [n / 4][C][4]. */
+static void x4_pack_x(const uint8_t *x, size_t xs, int64_t nc, int64_t k0, int64_t n, float *dst) {
+    for (int64_t c0 = 0; c0 < nc; c0 += X4_C) {
+        int C = (int)NX_MIN((int64_t)X4_C, nc - c0);
+        float *d = dst + (size_t)c0 * (size_t)n;
+        for (int c = 0; c < C; c++) {
+            const float *src = (const float *)(x + (size_t)(c0 + c) * xs) + k0;
+            for (int64_t i = 0; i < n; i += 4) _mm_storeu_ps(d + i * C + 4 * c, _mm_loadu_ps(src + i));
+        }
+    }
+}
+
+/* The k-block [k0, k0 + n) of G groups of rows from row r as floats, wp: [g][n / 4][16];
+ * each group's stream prefetched PF_DIST ahead (on into the rows r1.. past its end). */
+AI void x4_convert_w(enum nx_type wt, const uint8_t *w, size_t ws, int64_t r, int G, int64_t k0,
+                     int64_t n, float *wp) {
+    const size_t gbytes = 4 * ws;
+    for (int g = 0; g < G; g++) {
+        const uint8_t *grp = w + (size_t)(r + 4 * g) * ws;
+        float *dst = wp + (size_t)g * (size_t)n * 4;
+        for (int64_t i = 0; i < 4 * n; i += 32) {
+            size_t off = (size_t)(4 * k0 + i) * 2;
+            kern_prefetch(KERN_PF_GROUPED, pf_row_ahead(grp, off, gbytes, (size_t)X4_G * gbytes));
+            _mm512_storeu_ps(dst + i, x4_cvt(wt, grp + off));
+            _mm512_storeu_ps(dst + i + 16, x4_cvt(wt, grp + off + 32));
+        }
+    }
+}
+
+/* kern_matmul for X4 weights: rows r0, r1 multiples of 4, k of 16. Up to X4_DC columns: the
+ * decode tiles, all columns in one pass over the weights. More: each tile's k-block of
+ * weights converted once into floats (L1), then every column tile of the call over it; up to
+ * X4_SMALL_NC columns, the activations of the whole row are packed first and each row tile
+ * walks its k-blocks (the weights stream in order, read once), beyond, k-block by k-block
+ * (the block's packed activations stay in L2). The operations per output are the same in
+ * every path. */
 static void x4_matmul(enum nx_type wt, int64_t k, const uint8_t *w, size_t ws, int64_t r0,
                       int64_t r1, const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
     NX_ASSERT(r0 % 4 == 0 && r1 % 4 == 0 && k % 16 == 0);
-    const x4_dec_fn *dec = g_x4_dec[wt == NX_TYPE_BF16_X4];
-    uint8_t *buf = nc < 2 ? NULL : kern_avx2_scratch(kern_x4_scratch_bytes(nc));
-    if (!buf) { /* decode, or no scratch: the decode tiles give the same bits */
-        for (int64_t c = 0; c < nc; c++) {
-            const float *xc = (const float *)(x + (size_t)c * xs);
-            for (int64_t r = r0; r < r1; r += 4 * X4_DG) {
-                int G = (int)NX_MIN((int64_t)X4_DG, (r1 - r) / 4);
-                dec[G - 1](k, w + (size_t)r * ws, ws, xc, y + c * ys + r);
+    uint8_t *buf = nc <= X4_DC ? NULL : kern_avx2_scratch(kern_x4_scratch_bytes(k, nc));
+    if (!buf) { /* up to X4_DC columns, or no scratch: the decode tiles give the same bits */
+        for (int64_t c0 = 0; c0 < nc; c0 += X4_DC) {
+            int C = (int)NX_MIN((int64_t)X4_DC, nc - c0), dg = x4_dec_groups(C);
+            for (int64_t r = r0; r < r1; r += 4 * dg) {
+                int G = (int)NX_MIN((int64_t)dg, (r1 - r) / 4);
+                g_x4_dec[wt == NX_TYPE_BF16_X4][C - 1][G - 1](k, w + (size_t)r * ws, ws,
+                                                              x + (size_t)c0 * xs, xs,
+                                                              y + c0 * ys + r, ys);
             }
         }
         return;
     }
-    float *xp = (float *)buf, *wp = xp + (size_t)nc * X4_KC;
-    for (int64_t k0 = 0; k0 < k; k0 += X4_KC) {
-        int64_t n = NX_MIN((int64_t)X4_KC, k - k0);
-        for (int64_t c0 = 0; c0 < nc; c0 += X4_C) { /* column tile c0 at xp + c0 * n */
-            int C = (int)NX_MIN((int64_t)X4_C, nc - c0);
-            float *dst = xp + (size_t)c0 * (size_t)n;
-            for (int c = 0; c < C; c++) {
-                const float *src = (const float *)(x + (size_t)(c0 + c) * xs) + k0;
-                for (int64_t i = 0; i < n; i += 4)
-                    _mm_storeu_ps(dst + i * C + 4 * c, _mm_loadu_ps(src + i));
-            }
-        }
+    bool whole = nc <= X4_SMALL_NC;
+    float *xp = (float *)buf, *wp = xp + (size_t)nc * (size_t)(whole ? k : X4_KC);
+    if (whole) {
+        for (int64_t k0 = 0; k0 < k; k0 += X4_KC) /* block k0 at xp + k0 * nc */
+            x4_pack_x(x, xs, nc, k0, NX_MIN((int64_t)X4_KC, k - k0), xp + (size_t)k0 * (size_t)nc);
+    }
+    int64_t ostep = whole ? k : X4_KC; /* the outer loop: once, or once per k-block */
+    for (int64_t ko = 0; ko < k; ko += ostep) {
+        if (!whole) x4_pack_x(x, xs, nc, ko, NX_MIN((int64_t)X4_KC, k - ko), xp);
         for (int64_t r = r0; r < r1; r += 4 * X4_G) {
             int G = (int)NX_MIN((int64_t)X4_G, (r1 - r) / 4);
-            for (int g = 0; g < G; g++) {
-                const uint8_t *src = w + (size_t)(r + 4 * g) * ws + (size_t)k0 * 8;
-                float *dst = wp + (size_t)g * (size_t)n * 4;
-                for (int64_t i = 0; i < 4 * n; i += 16) _mm512_storeu_ps(dst + i, x4_cvt(wt, src + 2 * i));
-            }
-            for (int64_t c0 = 0; c0 < nc; c0 += X4_C) {
-                int C = (int)NX_MIN((int64_t)X4_C, nc - c0);
-                g_x4_tiles[G - 1][C - 1](n, wp, xp + (size_t)c0 * (size_t)n, y + c0 * ys + r, ys, k0 == 0);
+            for (int64_t k0 = ko; k0 < NX_MIN(k, ko + ostep); k0 += X4_KC) {
+                int64_t n = NX_MIN((int64_t)X4_KC, k - k0);
+                const float *xb = whole ? xp + (size_t)k0 * (size_t)nc : xp;
+                x4_convert_w(wt, w, ws, r, G, k0, n, wp);
+                for (int64_t c0 = 0; c0 < nc; c0 += X4_C) {
+                    int C = (int)NX_MIN((int64_t)X4_C, nc - c0);
+                    g_x4_tiles[G - 1][C - 1](n, wp, xb + (size_t)c0 * (size_t)n, y + c0 * ys + r, ys,
+                                             k0 == 0);
+                }
             }
         }
     }

@@ -223,14 +223,18 @@ uint8_t *kern_avx2_scratch(size_t n);
 
 /* The AVX-512 set's X4 float matmul (kern_avx512.c): k-blocks of X4_KC elements (a constant
  * of its order of operations), prefill tiles of X4_G groups of 4 rows x X4_C columns, decode
- * steps of X4_DG groups; its scratch for nc columns: the packed activations of one k-block and
- * one tile's weights as floats. */
+ * steps of up to X4_DG groups x X4_DC columns; up to X4_SMALL_NC columns it packs the whole activation rows, beyond
+ * one k-block of them. Its scratch for nc columns of k: those packed activations and one
+ * tile's k-block of weights as floats. */
 #define X4_KC 512
 #define X4_G 3
 #define X4_C 8
 #define X4_DG 4
-static inline size_t kern_x4_scratch_bytes(int64_t nc) {
-    return ((size_t)nc + 4 * X4_G) * X4_KC * sizeof(float);
+#define X4_DC 4
+#define X4_SMALL_NC 16
+static inline size_t kern_x4_scratch_bytes(int64_t k, int64_t nc) {
+    size_t xcols = (size_t)(nc <= X4_SMALL_NC ? k : X4_KC);
+    return ((size_t)nc * xcols + 4 * X4_G * X4_KC) * sizeof(float);
 }
 
 /*
