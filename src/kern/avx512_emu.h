@@ -140,6 +140,25 @@ EMU emu512 emu_permutexvar_epi16(emu512 idx, emu512 a) {
 }
 #define _mm512_permutexvar_epi16 emu_permutexvar_epi16
 
+/* vpermps: r[i] = a[idx[i] & 15] */
+EMU emu512 emu_permutexvar_ps(emu512 idx, emu512 a) {
+    emu512 r;
+    for (int i = 0; i < 16; i++) r.f[i] = a.f[idx.d[i] & 15];
+    return r;
+}
+#define _mm512_permutexvar_ps emu_permutexvar_ps
+EMU emu512 emu_setr_epi32(int e0, int e1, int e2, int e3, int e4, int e5, int e6, int e7,
+                          int e8, int e9, int e10, int e11, int e12, int e13, int e14, int e15) {
+    emu512 r;
+    int e[16] = {e0, e1, e2, e3, e4, e5, e6, e7, e8, e9, e10, e11, e12, e13, e14, e15};
+    memcpy(r.d, e, sizeof e);
+    return r;
+}
+#undef _mm512_setr_epi32 /* a macro in GCC's header */
+#define _mm512_setr_epi32 emu_setr_epi32
+EMU __m128 emu_castps512_ps128(emu512 v) { return _mm_loadu_ps(&v.f[0]); }
+#define _mm512_castps512_ps128 emu_castps512_ps128
+
 /* vpdpbusd (256-bit, VL): acc + sum of 4 u8 (a) x i8 (b) products per i32 lane, wrapping */
 EMU __m256i emu_dpbusd256(__m256i acc, __m256i a, __m256i b) {
     uint8_t ua[32];
