@@ -687,12 +687,12 @@ TEST(arch_q4k_memory_layout_matches_mmap) {
 }
 
 /*
- * F16 weights copied into memory take the AVX-512 set's X4 layout (rows interleaved by fours,
+ * F16 weights copied into memory take the SIMD sets' X4 layout (rows interleaved by fours,
  * token_embd included: the embedding lookup reads rows through kern_weight_row); with mmap
  * they stay as in the file and run the file layout's kernels. X4 has its own order of
  * operations, so the logits agree to float rounding (not bit for bit); the model fingerprint
- * of KV block files is the same either way. On CPUs without AVX-512 both load as F16 and the
- * logits are bit-identical.
+ * of KV block files is the same either way. With the reference kernels only (no AVX2) both
+ * load as F16 and the logits are bit-identical.
  */
 TEST(arch_f16_memory_layout_close_to_mmap) {
     struct mkmodel_params p;

@@ -1076,9 +1076,10 @@ static void check_kv_set(const struct kern_table *set) {
 /*
  * X4 layouts (types.h, rows interleaved by fours): the relayout puts every element where
  * quant_x4_index says and back; kern_weight_row reads a row; the reference matmul of an X4
- * matrix equals that of its plain rows bit for bit; the AVX-512 set (which asks for X4) is
- * within the reference tolerance, and bit-identical whatever the columns of a call, the row
- * ranges (multiples of 4) and whether its scratch buffer could be had (decode path).
+ * matrix equals that of its plain rows bit for bit; each SIMD set (both ask for X4) is within
+ * the reference tolerance, and bit-identical whatever the columns of a call, the row ranges
+ * (multiples of 4) and whether its scratch buffer could be had (decode path); the two sets,
+ * which share the order of operations (kern_simd.h), give the same bits.
  */
 TEST(x4_layout_round_trip) {
     const int64_t k = 48, rows = 12;
@@ -1108,6 +1109,7 @@ TEST(x4_layout_round_trip) {
 }
 
 struct x4_call {
+    const struct kern_table *set;
     enum nx_type wt;
     int64_t k;
     const uint8_t *w;
@@ -1117,60 +1119,72 @@ struct x4_call {
 static void *x4_call_without_scratch(void *arg) {
     const struct x4_call *a = arg;
     kern_avx2_test_fail_scratch(true);
-    kern_table_avx512.matmul(a->wt, a->k, a->w, a->p->ws, 0, a->p->rows, a->p->xq, a->p->xs, a->p->nc, a->y, a->p->rows);
+    a->set->matmul(a->wt, a->k, a->w, a->p->ws, 0, a->p->rows, a->p->xq, a->p->xs, a->p->nc, a->y, a->p->rows);
     kern_avx2_test_fail_scratch(false);
     return NULL;
 }
 
+/* One SIMD set on an X4 matrix: within tolerance of the reference; columns, row ranges and
+ * the no-scratch path bit-identical. y1 gets the nc = 1 results. */
+static void check_x4_set(const struct kern_table *set, enum nx_type wt, const struct mm_problem *p,
+                         const uint8_t *wx, const float *yr, float *y1, float *yn) {
+    static const int64_t ncs[4] = {3, 4, 9, 17};
+    int64_t k = p->k, rows = p->rows, n = p->nc * rows;
+    for (int64_t c = 0; c < p->nc; c++) /* every column alone (the decode tiles), all rows */
+        set->matmul(wt, k, wx, p->ws, 0, rows, p->xq + c * p->xs, p->xs, 1, y1 + c * rows, rows);
+    for (int64_t i = 0; i < n; i++)
+        if (!(fabs((double)y1[i] - yr[i]) <= p->tol[i]))
+            FAILF("%s %s k=%lld: y[%lld] = %.9g, ref %.9g (tol %.3g)", set->name, nx_type_name(wt),
+                  (long long)k, (long long)i, y1[i], yr[i], p->tol[i]);
+    for (int ni = 0; ni < 4 && ncs[ni] <= p->nc; ni++) { /* rows in pieces of 4, 8, ... */
+        int64_t nc = ncs[ni];
+        memset(yn, 0xff, n * sizeof(float));
+        for (int64_t r0 = 0, len = 4; r0 < rows; r0 += len, len += 4)
+            set->matmul(wt, k, wx, p->ws, r0, NX_MIN(rows, r0 + len), p->xq, p->xs, nc, yn, rows);
+        if (memcmp(y1, yn, nc * rows * sizeof(float)) != 0)
+            FAILF("%s %s k=%lld: an nc=%lld call differs from nc=1", set->name, nx_type_name(wt),
+                  (long long)k, (long long)nc);
+    }
+    /* no scratch (a fresh thread, whose first buffer fails): the decode tiles, same bits */
+    memset(yn, 0xff, n * sizeof(float));
+    struct x4_call call = {set, wt, k, wx, p, yn};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, x4_call_without_scratch, &call), 0);
+    pthread_join(th, NULL);
+    if (memcmp(y1, yn, n * sizeof(float)) != 0)
+        FAILF("%s %s k=%lld: the no-scratch path differs", set->name, nx_type_name(wt), (long long)k);
+}
+
 TEST(x4_matmul_vs_ref_and_invariance) {
-    bool simd = can_run("avx512");
-    if (!simd) printf("  AVX-512 set not run: this CPU lacks AVX-512 (the reference part runs)\n");
-    else ASSERT_EQ((int)kern_table_avx512.weight_layout(NX_TYPE_F16, 64, 8), (int)NX_TYPE_F16_X4);
-    if (simd) ASSERT_EQ((int)kern_table_avx512.weight_layout(NX_TYPE_F16, 64, 6), (int)NX_TYPE_F16);
-    if (simd) ASSERT_EQ((int)kern_table_avx512.weight_layout(NX_TYPE_BF16, 40, 8), (int)NX_TYPE_BF16);
+    const struct kern_table *sets[2];
+    int ns = simd_sets(sets);
+    if (ns == 0) printf("  SIMD sets not run: no AVX2 (the reference part runs)\n");
+    for (int s = 0; s < ns; s++) {
+        ASSERT_EQ((int)sets[s]->weight_layout(NX_TYPE_F16, 64, 8), (int)NX_TYPE_F16_X4);
+        ASSERT_EQ((int)sets[s]->weight_layout(NX_TYPE_BF16, 64, 8), (int)NX_TYPE_BF16_X4);
+        ASSERT_EQ((int)sets[s]->weight_layout(NX_TYPE_F16, 64, 6), (int)NX_TYPE_F16);
+        ASSERT_EQ((int)sets[s]->weight_layout(NX_TYPE_BF16, 40, 8), (int)NX_TYPE_BF16);
+    }
     static const enum nx_type plain[2] = {NX_TYPE_F16, NX_TYPE_BF16}, il[2] = {NX_TYPE_F16_X4, NX_TYPE_BF16_X4};
     /* k: below one k-block, a block and a 16-element tail block, several blocks */
-    static const int64_t ks[3] = {16, X4_KC + 16, 2 * X4_KC + 96};
-    static const int64_t rowss[3] = {4, 28, 12}, ncs[5] = {1, 3, 4, 9, 17};
+    static const int64_t ks[3] = {16, X4_KC + 16, 2 * X4_KC + 96}, rowss[3] = {4, 28, 12};
     for (int t = 0; t < 2; t++) {
         for (int ki = 0; ki < 3; ki++) {
-            int64_t k = ks[ki], rows = rowss[ki], ncmax = ncs[4];
+            int64_t k = ks[ki], rows = rowss[ki], nc = 17, n = nc * rows;
             struct mm_problem p;
-            mm_setup(&p, plain[t], k, rows, ncmax, W_RANDOM, X_RANDOM);
+            mm_setup(&p, plain[t], k, rows, nc, W_RANDOM, X_RANDOM);
             uint8_t *wx = malloc(p.ws * rows);
             kern_relayout(plain[t], il[t], p.w, wx, k, rows);
-            int64_t n = ncmax * rows;
             float *yr = malloc(n * sizeof(float)), *yx = malloc(n * sizeof(float));
-            float *y1 = malloc(n * sizeof(float)), *yn = malloc(n * sizeof(float));
-            kern_table_ref.matmul(plain[t], k, p.w, p.ws, 0, rows, p.xq, p.xs, ncmax, yr, rows);
-            kern_table_ref.matmul(il[t], k, wx, p.ws, 0, rows, p.xq, p.xs, ncmax, yx, rows);
+            float *y1[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))}, *yn = malloc(n * sizeof(float));
+            kern_table_ref.matmul(plain[t], k, p.w, p.ws, 0, rows, p.xq, p.xs, nc, yr, rows);
+            kern_table_ref.matmul(il[t], k, wx, p.ws, 0, rows, p.xq, p.xs, nc, yx, rows);
             ASSERT_EQ(memcmp(yr, yx, n * sizeof(float)), 0);
-            if (!simd) goto next;
-            /* every column alone (the decode tiles), all rows in one call */
-            for (int64_t c = 0; c < ncmax; c++)
-                kern_table_avx512.matmul(il[t], k, wx, p.ws, 0, rows, p.xq + c * p.xs, p.xs, 1, y1 + c * rows, rows);
-            for (int64_t i = 0; i < n; i++)
-                if (!(fabs((double)y1[i] - yr[i]) <= p.tol[i]))
-                    FAILF("%s k=%lld: y[%lld] = %.9g, ref %.9g (tol %.3g)", nx_type_name(il[t]), (long long)k,
-                          (long long)i, y1[i], yr[i], p.tol[i]);
-            for (int ni = 1; ni < 5; ni++) { /* nc columns in one call, rows in pieces of 4, 8, ... */
-                int64_t nc = ncs[ni];
-                memset(yn, 0xff, n * sizeof(float));
-                for (int64_t r0 = 0, len = 4; r0 < rows; r0 += len, len += 4)
-                    kern_table_avx512.matmul(il[t], k, wx, p.ws, r0, NX_MIN(rows, r0 + len), p.xq, p.xs, nc, yn, rows);
-                if (memcmp(y1, yn, nc * rows * sizeof(float)) != 0)
-                    FAILF("%s k=%lld: an nc=%lld call differs from nc=1", nx_type_name(il[t]), (long long)k, (long long)nc);
-            }
-            /* no scratch (a fresh thread, whose first buffer fails): the decode tiles run
-               every column, same bits */
-            memset(yn, 0xff, n * sizeof(float));
-            struct x4_call call = {il[t], k, wx, &p, yn};
-            pthread_t th;
-            ASSERT_EQ(pthread_create(&th, NULL, x4_call_without_scratch, &call), 0);
-            pthread_join(th, NULL);
-            if (memcmp(y1, yn, n * sizeof(float)) != 0) FAILF("%s k=%lld: the no-scratch path differs", nx_type_name(il[t]), (long long)k);
-        next:
-            free(wx), free(yr), free(yx), free(y1), free(yn);
+            for (int s = 0; s < ns; s++) check_x4_set(sets[s], il[t], &p, wx, yr, y1[s], yn);
+            /* one order of operations for both sets (kern_simd.h): the same bits */
+            if (ns == 2 && memcmp(y1[0], y1[1], n * sizeof(float)) != 0)
+                FAILF("%s k=%lld: the AVX2 and AVX-512 sets differ", nx_type_name(il[t]), (long long)k);
+            free(wx), free(yr), free(yx), free(y1[0]), free(y1[1]), free(yn);
             mm_free(&p);
         }
     }

@@ -33,12 +33,13 @@ const char *kern_matmul_name(enum nx_type t);
  * In-memory weight layouts. A kernel set may prefer weights of type t rewritten into an
  * internal layout (types.h): Q4_K -> Q4_K_IL for the AVX2 set, whose decode kernel then does a
  * quarter of the shuffling; F16 / BF16 -> F16_X4 / BF16_X4 (rows interleaved by fours) for
- * the AVX-512 set, whose float tiles then hold 4 x 4 (row, column) lanes. The engine asks once
+ * both SIMD sets, whose float tiles then hold 4 x 4 (row, column) lanes. The engine asks once
  * per weight at load, when the weights are copied into memory (not with mmap), and rewrites
  * them with kern_relayout. Every set, the reference included, runs every layout it can be
  * asked for, so a model keeps working after kern_force_ref; the reference and AVX2 sets give
- * bit-identical results for a Q4_K matrix in either layout. An X4 matrix runs the AVX-512
- * set's own order of operations, not the file layout's (the bits differ in float rounding).
+ * bit-identical results for a Q4_K matrix in either layout. An X4 matrix runs its own order
+ * of operations (kern_simd.h; the same bits in both SIMD sets), not the file layout's (the
+ * bits differ in float rounding).
  */
 /* The layout the current set wants for a weight of type t with ne1 rows of ne0 elements: t
  * itself or an internal type. */

@@ -16,6 +16,10 @@
  *   unpacks each block in registers (q4k_dec / q6k_dec), and 2..16 columns (a decode step of
  *   several sequences) unpack each block in registers once for up to 8 columns (q4k_small /
  *   q6k_small), with the decode operations per column.
+ * - F16 / BF16 weights in memory: F16_X4 / BF16_X4 (types.h), x4_drive's order (kern_simd.h),
+ *   lanes [2 rows][column mod 4] per register: prefill tiles of 4 rows x 6 columns (12
+ *   accumulators, 2 weight loads and 6 broadcasts per 12 FMAs, no conversions), decode tiles
+ *   reading the 4 x 4 tiles in place; the same bits as the AVX-512 set's X4 kernels.
  * - Weight layout: this set asks for Q4_K weights in memory as Q4_K_IL (kern_weight_layout,
  *   quant.h): the quants already in the chunk order the kernels use, so Q4_K decode gets its 8
  *   chunks from 4 loads, masks and shifts instead of two 4 x 4 transposes of broadcast halves
@@ -776,12 +780,122 @@ void kern_avx2_kq_matmul(enum nx_type wt, int64_t k, const void *w, size_t ws, i
     else NX_ASSERT(!"kern_avx2_kq_matmul: not a Q4_K / Q6_K type");
 }
 
+/* ---- F16_X4 / BF16_X4 weights (rows interleaved by fours, types.h) x F32 activations ------ */
+
+/* The 4 row sums of a group's two accumulators (rows 0-1 and 2-3, lanes [row][column mod 4]),
+ * each (l0 + l1) + (l2 + l3), x4_drive's order (kern_simd.h). */
+AI __m128 x4_rowsums8(__m256 a01, __m256 a23) {
+    a01 = _mm256_add_ps(a01, _mm256_permute_ps(a01, 0xB1)); /* lane j + lane j ^ 1 */
+    a01 = _mm256_add_ps(a01, _mm256_permute_ps(a01, 0x4E)); /* + the other pair */
+    a23 = _mm256_add_ps(a23, _mm256_permute_ps(a23, 0xB1));
+    a23 = _mm256_add_ps(a23, _mm256_permute_ps(a23, 0x4E));
+    __m256 t = _mm256_shuffle_ps(a01, a23, 0x00); /* [r0 r0 r2 r2 | r1 r1 r3 r3] */
+    __m128 lo = _mm256_castps256_ps128(t), hi = _mm256_extractf128_ps(t, 1);
+    return _mm_movelh_ps(_mm_unpacklo_ps(lo, hi), _mm_unpackhi_ps(lo, hi));
+}
+
+/* Decode and small batches: G groups of 4 rows (group g at w + 4g * ws) . C activation rows
+ * (x + c * xs bytes), into y[c * ys + 0 .. 4G); two accumulators per group and column, the
+ * weight tiles read in place, in order, prefetched PF_DIST ahead (on into the next G groups),
+ * each converted once for the C columns. */
+AI void x4_dec_tile8(enum nx_type wt, const int G, const int C, int64_t k, const uint8_t *w,
+                     size_t ws, const uint8_t *x, size_t xs, float *y, int64_t ys) {
+    const size_t gbytes = 4 * ws;
+    __m128 sums[4];
+    UNROLL for (int t = 0; t < G * C; t++) sums[t] = _mm_setzero_ps();
+    for (int64_t k0 = 0; k0 < k; k0 += X4_KC) {
+        int64_t k1 = NX_MIN(k, k0 + X4_KC);
+        __m256 acc[8];
+        UNROLL for (int t = 0; t < 2 * G * C; t++) acc[t] = _mm256_setzero_ps();
+        for (int64_t i = k0; i < k1; i += 16) {
+            UNROLL for (int g = 0; g < G; g++) {
+                const uint8_t *grp = w + (size_t)g * gbytes;
+                const char *pf = pf_row_ahead(grp, (size_t)i * 8, gbytes, (size_t)G * gbytes);
+                kern_prefetch(KERN_PF_GROUPED, pf);
+                kern_prefetch(KERN_PF_GROUPED, pf + 64);
+            }
+            UNROLL for (int j = 0; j < 4; j++) {
+                __m256 xv[4];
+                UNROLL for (int c = 0; c < C; c++)
+                    xv[c] = _mm256_broadcast_ps((const __m128 *)((const float *)(x + (size_t)c * xs) + i + 4 * j));
+                UNROLL for (int g = 0; g < G; g++) {
+                    const uint8_t *p = w + (size_t)g * gbytes + (size_t)i * 8 + 32 * j;
+                    __m256 w01 = x4_cvt8(wt, p), w23 = x4_cvt8(wt, p + 16);
+                    UNROLL for (int c = 0; c < C; c++) {
+                        acc[2 * (g * C + c)] = _mm256_fmadd_ps(w01, xv[c], acc[2 * (g * C + c)]);
+                        acc[2 * (g * C + c) + 1] = _mm256_fmadd_ps(w23, xv[c], acc[2 * (g * C + c) + 1]);
+                    }
+                }
+            }
+        }
+        UNROLL for (int t = 0; t < G * C; t++)
+            sums[t] = _mm_add_ps(sums[t], x4_rowsums8(acc[2 * t], acc[2 * t + 1]));
+    }
+    UNROLL for (int g = 0; g < G; g++)
+        UNROLL for (int c = 0; c < C; c++) _mm_storeu_ps(y + c * ys + 4 * g, sums[g * C + c]);
+}
+
+/* Prefill tile: one group x C columns over one k-block of n elements (x4_drive's wp, xp). */
+AI void x4_tile8(const int C, int64_t n, const float *wp, const float *xp, float *y, int64_t ys,
+                 bool first) {
+    __m256 acc[12];
+    UNROLL for (int t = 0; t < 2 * C; t++) acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 4) {
+        __m256 w01 = _mm256_loadu_ps(wp + i * 4), w23 = _mm256_loadu_ps(wp + i * 4 + 8);
+        UNROLL for (int c = 0; c < C; c++) {
+            __m256 xv = _mm256_broadcast_ps((const __m128 *)(xp + i * C + 4 * c));
+            acc[2 * c] = _mm256_fmadd_ps(w01, xv, acc[2 * c]);
+            acc[2 * c + 1] = _mm256_fmadd_ps(w23, xv, acc[2 * c + 1]);
+        }
+    }
+    UNROLL for (int c = 0; c < C; c++) {
+        float *o = y + c * ys;
+        __m128 prev = first ? _mm_setzero_ps() : _mm_loadu_ps(o);
+        _mm_storeu_ps(o, _mm_add_ps(prev, x4_rowsums8(acc[2 * c], acc[2 * c + 1])));
+    }
+}
+
+#define X4_TILE8(C) \
+    static void x4_tile8_##C(int64_t n, const float *wp, const float *xp, float *y, int64_t ys, \
+                             bool first) { \
+        x4_tile8(C, n, wp, xp, y, ys, first); \
+    }
+X4_TILE8(1) X4_TILE8(2) X4_TILE8(3) X4_TILE8(4) X4_TILE8(5) X4_TILE8(6)
+static const x4_tile_fn g_x4_tiles8[1][6] = {
+    {x4_tile8_1, x4_tile8_2, x4_tile8_3, x4_tile8_4, x4_tile8_5, x4_tile8_6}};
+
+#define X4_DEC8(wname, wt, G, C) \
+    static void x4_dec8_##wname##_##G##x##C(int64_t k, const uint8_t *w, size_t ws, \
+                                            const uint8_t *x, size_t xs, float *y, int64_t ys) { \
+        x4_dec_tile8(wt, G, C, k, w, ws, x, xs, y, ys); \
+    }
+#define X4_DEC8_TYPE(wname, wt) \
+    X4_DEC8(wname, wt, 1, 1) X4_DEC8(wname, wt, 2, 1) X4_DEC8(wname, wt, 3, 1) \
+    X4_DEC8(wname, wt, 4, 1) X4_DEC8(wname, wt, 1, 2) X4_DEC8(wname, wt, 2, 2) \
+    X4_DEC8(wname, wt, 1, 3) X4_DEC8(wname, wt, 1, 4)
+X4_DEC8_TYPE(f16, NX_TYPE_F16_X4)
+X4_DEC8_TYPE(bf16, NX_TYPE_BF16_X4)
+/* [type][C - 1][G - 1]: 16 registers hold 4 groups x 1 column, 2 x 2, 1 x 3, 1 x 4 */
+#define X4_DEC8_PTRS(n) \
+    {{x4_dec8_##n##_1x1, x4_dec8_##n##_2x1, x4_dec8_##n##_3x1, x4_dec8_##n##_4x1}, \
+     {x4_dec8_##n##_1x2, x4_dec8_##n##_2x2}, {x4_dec8_##n##_1x3}, {x4_dec8_##n##_1x4}}
+static const x4_dec_fn g_x4_dec8[2][4][4] = {X4_DEC8_PTRS(f16), X4_DEC8_PTRS(bf16)};
+static const int g_x4_dec8_groups[4] = {4, 2, 1, 1};
+static const struct x4_set g_x4_sets8[2] = {
+    {&g_x4_tiles8[0][0], 1, 6, &g_x4_dec8[0][0][0], 4, 4, g_x4_dec8_groups},
+    {&g_x4_tiles8[0][0], 1, 6, &g_x4_dec8[1][0][0], 4, 4, g_x4_dec8_groups}};
+
 void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                       int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                       int64_t y_stride) {
 
     if (wt == NX_TYPE_Q4_K_IL || wt == NX_TYPE_Q4_K || wt == NX_TYPE_Q6_K) { /* Q4_K_IL: internal id (types.h) */
         kern_avx2_kq_matmul(wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride, NULL);
+        return;
+    }
+    if (nx_type_is_x4(wt)) { /* internal ids (types.h) */
+        x4_drive(&g_x4_sets8[wt == NX_TYPE_BF16_X4], wt, k, w, w_stride, r0, r1, xq, xq_stride, nc,
+                 y, y_stride);
         return;
     }
     const struct tile_set *t;
@@ -846,6 +960,8 @@ void kern_avx2_store_kv(enum nx_type kvt, int64_t n, const float *x, void *dst) 
 /* Q4_K weights kept interleaved: the decode kernel then gets its chunks with masks and shifts
  * instead of two 4 x 4 transposes per block (bit-identical results: same chunks, same sums). */
 static enum nx_type avx2_weight_layout(enum nx_type t, int64_t ne0, int64_t ne1) {
+    if ((t == NX_TYPE_F16 || t == NX_TYPE_BF16) && ne0 % 16 == 0 && ne1 % 4 == 0)
+        return t == NX_TYPE_F16 ? NX_TYPE_F16_X4 : NX_TYPE_BF16_X4;
     return t == NX_TYPE_Q4_K ? NX_TYPE_Q4_K_IL : t;
 }
 

@@ -25,13 +25,10 @@
  *   interleaved by fours, when the row count divides by 4 and the row length by 16), so a
  *   32-byte load is a 4 x 4 (row, column) tile and an accumulator's lanes are [row][column mod
  *   4]: 4 outputs per register instead of 1, so prefill tiles of 3 groups (12 rows) x 8 columns
- *   cover 96 outputs and need a quarter of the loads per FMA of the 6 x 4 tile. Order of
- *   operations of one output, whichever path: k in blocks of X4_KC; per block, lane j chains
- *   fma(w, x, acc) over the columns = j mod 4 in order, from 0; the block's sum (l0 + l1) +
- *   (l2 + l3) is added to the output (to 0 for the first block). Decode reads the tiles in
- *   place; prefill converts one tile's block of weights to floats once (L1) and packs the
- *   block's activations once per call ([column / 4][8 columns][4]), then runs every column
- *   tile. F16 / BF16 kept in the file layout (mmap, other shapes) run the 6 x 4 tiles below.
+ *   cover 96 outputs and need a quarter of the loads per FMA of the 6 x 4 tile. The driver and
+ *   the order of operations are kern_simd.h's (x4_drive), shared with the AVX2 set (same
+ *   bits); decode tiles read the 4 x 4 tiles in place, 4 groups x 1 column or 2 x 2..4.
+ *   F16 / BF16 kept in the file layout (mmap, other shapes) run the 6 x 4 tiles below.
  * - Activation quantization, the values kernel, softmax and SwiGLU are the AVX2 ones (not the
  *   bottleneck); attention scores and fused attention are attn_avx512.c's.
  * - Testing without AVX-512 hardware: with -DNX_AVX512_EMULATE this file includes
@@ -595,8 +592,6 @@ AI void x4_tile(const int G, const int C, int64_t n, const float *wp, const floa
     }
 }
 
-typedef void (*x4_tile_fn)(int64_t n, const float *wp, const float *xp, float *y, int64_t ys,
-                           bool first);
 #define X4_TILE(G, C) \
     static void x4_tile_##G##x##C(int64_t n, const float *wp, const float *xp, float *y, \
                                   int64_t ys, bool first) { \
@@ -614,8 +609,6 @@ X4_TILE_ROW(3)
 static const x4_tile_fn g_x4_tiles[X4_G][X4_C] = {X4_TILE_PTRS(1), X4_TILE_PTRS(2),
                                                   X4_TILE_PTRS(3)};
 
-typedef void (*x4_dec_fn)(int64_t k, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
-                          float *y, int64_t ys);
 #define X4_DEC(wname, wt, G, C) \
     static void x4_dec_##wname##_##G##x##C(int64_t k, const uint8_t *w, size_t ws, \
                                            const uint8_t *x, size_t xs, float *y, int64_t ys) { \
@@ -628,91 +621,16 @@ typedef void (*x4_dec_fn)(int64_t k, const uint8_t *w, size_t ws, const uint8_t 
     X4_DEC(wname, wt, 2, 4)
 X4_DEC_TYPE(f16, NX_TYPE_F16_X4)
 X4_DEC_TYPE(bf16, NX_TYPE_BF16_X4)
-/* [type][C - 1][G - 1]: 4 groups per step for one column, 2 for more (x4_dec_groups) */
+/* [type][C - 1][G - 1]: 4 groups per step for one column, 2 for more */
 #define X4_DEC_PTRS(wname) \
     {{x4_dec_##wname##_1x1, x4_dec_##wname##_2x1, x4_dec_##wname##_3x1, x4_dec_##wname##_4x1}, \
      {x4_dec_##wname##_1x2, x4_dec_##wname##_2x2}, {x4_dec_##wname##_1x3, x4_dec_##wname##_2x3}, \
      {x4_dec_##wname##_1x4, x4_dec_##wname##_2x4}}
 static const x4_dec_fn g_x4_dec[2][X4_DC][X4_DG] = {X4_DEC_PTRS(f16), X4_DEC_PTRS(bf16)};
-static int x4_dec_groups(int C) { return C == 1 ? X4_DG : 2; }
-
-/* Packs the activations of the k-block [k0, k0 + n) of nc columns: column tile c0 (X4_C
- * columns, fewer in the last) at dst + c0 * n, as [n / 4][C][4]. */
-static void x4_pack_x(const uint8_t *x, size_t xs, int64_t nc, int64_t k0, int64_t n, float *dst) {
-    for (int64_t c0 = 0; c0 < nc; c0 += X4_C) {
-        int C = (int)NX_MIN((int64_t)X4_C, nc - c0);
-        float *d = dst + (size_t)c0 * (size_t)n;
-        for (int c = 0; c < C; c++) {
-            const float *src = (const float *)(x + (size_t)(c0 + c) * xs) + k0;
-            for (int64_t i = 0; i < n; i += 4) _mm_storeu_ps(d + i * C + 4 * c, _mm_loadu_ps(src + i));
-        }
-    }
-}
-
-/* The k-block [k0, k0 + n) of G groups of rows from row r as floats, wp: [g][n / 4][16];
- * each group's stream prefetched PF_DIST ahead (on into the rows r1.. past its end). */
-AI void x4_convert_w(enum nx_type wt, const uint8_t *w, size_t ws, int64_t r, int G, int64_t k0,
-                     int64_t n, float *wp) {
-    const size_t gbytes = 4 * ws;
-    for (int g = 0; g < G; g++) {
-        const uint8_t *grp = w + (size_t)(r + 4 * g) * ws;
-        float *dst = wp + (size_t)g * (size_t)n * 4;
-        for (int64_t i = 0; i < 4 * n; i += 32) {
-            size_t off = (size_t)(4 * k0 + i) * 2;
-            kern_prefetch(KERN_PF_GROUPED, pf_row_ahead(grp, off, gbytes, (size_t)X4_G * gbytes));
-            _mm512_storeu_ps(dst + i, x4_cvt(wt, grp + off));
-            _mm512_storeu_ps(dst + i + 16, x4_cvt(wt, grp + off + 32));
-        }
-    }
-}
-
-/* kern_matmul for X4 weights: rows r0, r1 multiples of 4, k of 16. Up to X4_DC columns: the
- * decode tiles, all columns in one pass over the weights. More: each tile's k-block of
- * weights converted once into floats (L1), then every column tile of the call over it; up to
- * X4_SMALL_NC columns, the activations of the whole row are packed first and each row tile
- * walks its k-blocks (the weights stream in order, read once), beyond, k-block by k-block
- * (the block's packed activations stay in L2). The operations per output are the same in
- * every path. */
-static void x4_matmul(enum nx_type wt, int64_t k, const uint8_t *w, size_t ws, int64_t r0,
-                      int64_t r1, const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
-    NX_ASSERT(r0 % 4 == 0 && r1 % 4 == 0 && k % 16 == 0);
-    uint8_t *buf = nc <= X4_DC ? NULL : kern_avx2_scratch(kern_x4_scratch_bytes(k, nc));
-    if (!buf) { /* up to X4_DC columns, or no scratch: the decode tiles give the same bits */
-        for (int64_t c0 = 0; c0 < nc; c0 += X4_DC) {
-            int C = (int)NX_MIN((int64_t)X4_DC, nc - c0), dg = x4_dec_groups(C);
-            for (int64_t r = r0; r < r1; r += 4 * dg) {
-                int G = (int)NX_MIN((int64_t)dg, (r1 - r) / 4);
-                g_x4_dec[wt == NX_TYPE_BF16_X4][C - 1][G - 1](k, w + (size_t)r * ws, ws,
-                                                              x + (size_t)c0 * xs, xs,
-                                                              y + c0 * ys + r, ys);
-            }
-        }
-        return;
-    }
-    bool whole = nc <= X4_SMALL_NC;
-    float *xp = (float *)buf, *wp = xp + (size_t)nc * (size_t)(whole ? k : X4_KC);
-    if (whole) {
-        for (int64_t k0 = 0; k0 < k; k0 += X4_KC) /* block k0 at xp + k0 * nc */
-            x4_pack_x(x, xs, nc, k0, NX_MIN((int64_t)X4_KC, k - k0), xp + (size_t)k0 * (size_t)nc);
-    }
-    int64_t ostep = whole ? k : X4_KC; /* the outer loop: once, or once per k-block */
-    for (int64_t ko = 0; ko < k; ko += ostep) {
-        if (!whole) x4_pack_x(x, xs, nc, ko, NX_MIN((int64_t)X4_KC, k - ko), xp);
-        for (int64_t r = r0; r < r1; r += 4 * X4_G) {
-            int G = (int)NX_MIN((int64_t)X4_G, (r1 - r) / 4);
-            for (int64_t k0 = ko; k0 < NX_MIN(k, ko + ostep); k0 += X4_KC) {
-                int64_t n = NX_MIN((int64_t)X4_KC, k - k0);
-                const float *xb = whole ? xp + (size_t)k0 * (size_t)nc : xp;
-                x4_convert_w(wt, w, ws, r, G, k0, n, wp);
-                for (int64_t c0 = 0; c0 < nc; c0 += X4_C) {
-                    int C = (int)NX_MIN((int64_t)X4_C, nc - c0);
-                    g_x4_tiles[G - 1][C - 1](n, wp, xb + (size_t)c0 * (size_t)n, y + c0 * ys + r, ys,
-                                             k0 == 0);
-                }
-            }
-        }
-    }
-}
+static const int g_x4_dec_groups[X4_DC] = {4, 2, 2, 2};
+static const struct x4_set g_x4_sets[2] = {
+    {&g_x4_tiles[0][0], X4_G, X4_C, &g_x4_dec[0][0][0], X4_DC, X4_DG, g_x4_dec_groups},
+    {&g_x4_tiles[0][0], X4_G, X4_C, &g_x4_dec[1][0][0], X4_DC, X4_DG, g_x4_dec_groups}};
 
 static enum nx_type avx512_weight_layout(enum nx_type t, int64_t ne0, int64_t ne1) {
     if ((t == NX_TYPE_F16 || t == NX_TYPE_BF16) && ne0 % 16 == 0 && ne1 % 4 == 0)
@@ -730,7 +648,8 @@ static void avx512_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_st
         return;
     }
     if (nx_type_is_x4(wt)) { /* internal ids (types.h) */
-        x4_matmul(wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
+        x4_drive(&g_x4_sets[wt == NX_TYPE_BF16_X4], wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y,
+                 y_stride);
         return;
     }
     const struct tile_set *t;

@@ -134,6 +134,114 @@ AI void prefetch_lines(const uint8_t *p, size_t bytes) {
 }
 #define UNROLL _Pragma("GCC unroll 16")
 
+/* ---- X4 float weights (types.h): the matmul driver of both SIMD sets ---------------------- */
+
+/*
+ * Order of operations of one output (row r, column c), in every path and both sets (so they
+ * give the same bits): k in blocks of X4_KC; per block, lane (r, j) chains fma(w, x, acc) over
+ * the columns i = j mod 4 of the block in order, from 0; the block's sum (l0 + l1) + (l2 + l3)
+ * is added to y (to 0 for the first block). A set supplies prefill tiles (G groups of 4 rows x
+ * C columns over one k-block of converted weights and packed activations, x4_tile_fn) and
+ * decode tiles (G groups x C columns over all of k, reading the weights in place, x4_dec_fn).
+ */
+typedef void (*x4_tile_fn)(int64_t n, const float *wp, const float *xp, float *y, int64_t ys,
+                           bool first);
+typedef void (*x4_dec_fn)(int64_t k, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
+                          float *y, int64_t ys);
+struct x4_set {
+    const x4_tile_fn *tiles; /* [G - 1][C - 1], rows of tc */
+    int tg, tc;              /* prefill tiles: up to tg groups x tc columns */
+    const x4_dec_fn *dec;    /* [C - 1][G - 1], rows of dgmax */
+    int dc, dgmax;           /* decode tiles: up to dc columns */
+    const int *dg;           /* groups per decode step for C columns: dg[C - 1] <= dgmax */
+};
+
+/* 8 16-bit elements (rows 2a, 2a + 1 of a 4 x 4 tile) as floats. */
+AI __m256 x4_cvt8(enum nx_type wt, const uint8_t *p) {
+    if (wt == NX_TYPE_F16_X4) return _mm256_cvtph_ps(loadu128(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(p)), 16));
+}
+
+/* Packs the activations of the k-block [k0, k0 + n) of nc columns: column tile c0 (tc
+ * columns, fewer in the last) at dst + c0 * n, as [n / 4][C][4]. */
+static inline void x4_pack_x(const uint8_t *x, size_t xs, int64_t nc, int tc, int64_t k0,
+                             int64_t n, float *dst) {
+    for (int64_t c0 = 0; c0 < nc; c0 += tc) {
+        int C = (int)NX_MIN((int64_t)tc, nc - c0);
+        float *d = dst + (size_t)c0 * (size_t)n;
+        for (int c = 0; c < C; c++) {
+            const float *src = (const float *)(x + (size_t)(c0 + c) * xs) + k0;
+            for (int64_t i = 0; i < n; i += 4) _mm_storeu_ps(d + i * C + 4 * c, _mm_loadu_ps(src + i));
+        }
+    }
+}
+
+/* The k-block [k0, k0 + n) of G groups of rows from row r as floats, wp: [g][n / 4][16];
+ * each group's stream prefetched PF_DIST ahead (on into the next tile's rows past its end). */
+static inline void x4_convert_w(enum nx_type wt, const uint8_t *w, size_t ws, int64_t r, int G,
+                                int64_t k0, int64_t n, float *wp) {
+    const size_t gbytes = 4 * ws;
+    for (int g = 0; g < G; g++) {
+        const uint8_t *grp = w + (size_t)(r + 4 * g) * ws;
+        float *dst = wp + (size_t)g * (size_t)n * 4;
+        for (int64_t i = 0; i < 4 * n; i += 32) {
+            size_t off = (size_t)(4 * k0 + i) * 2;
+            kern_prefetch(KERN_PF_GROUPED, pf_row_ahead(grp, off, gbytes, (size_t)G * gbytes));
+            UNROLL for (int h = 0; h < 4; h++) _mm256_storeu_ps(dst + i + 8 * h, x4_cvt8(wt, grp + off + 16 * h));
+        }
+    }
+}
+
+/*
+ * kern_matmul for X4 weights: rows r0, r1 multiples of 4, k of 16. Up to s->dc columns: the
+ * decode tiles, all columns in one pass over the weights. More: each tile's k-block of
+ * weights converted once into floats (L1), then every column tile of the call over it; up to
+ * X4_SMALL_NC columns the activations of the whole rows are packed first and each row tile
+ * walks its k-blocks (the weights stream in order, read once), beyond, k-block by k-block
+ * (the block's packed activations stay in L2). No scratch: the decode tiles, same bits.
+ */
+static inline void x4_drive(const struct x4_set *s, enum nx_type wt, int64_t k, const void *wv,
+                            size_t ws, int64_t r0, int64_t r1, const void *xv, size_t xs,
+                            int64_t nc, float *y, int64_t ys) {
+    const uint8_t *w = wv, *x = xv;
+    NX_ASSERT(r0 % 4 == 0 && r1 % 4 == 0 && k % 16 == 0);
+    uint8_t *buf = nc <= s->dc ? NULL : kern_avx2_scratch(kern_x4_scratch_bytes(k, nc));
+    if (!buf) {
+        for (int64_t c0 = 0; c0 < nc; c0 += s->dc) {
+            int C = (int)NX_MIN((int64_t)s->dc, nc - c0), dg = s->dg[C - 1];
+            for (int64_t r = r0; r < r1; r += 4 * dg) {
+                int G = (int)NX_MIN((int64_t)dg, (r1 - r) / 4);
+                s->dec[(C - 1) * s->dgmax + G - 1](k, w + (size_t)r * ws, ws, x + (size_t)c0 * xs,
+                                                   xs, y + c0 * ys + r, ys);
+            }
+        }
+        return;
+    }
+    bool whole = nc <= X4_SMALL_NC;
+    float *xp = (float *)buf, *wp = xp + (size_t)nc * (size_t)(whole ? k : X4_KC);
+    if (whole) {
+        for (int64_t k0 = 0; k0 < k; k0 += X4_KC) /* block k0 at xp + k0 * nc */
+            x4_pack_x(x, xs, nc, s->tc, k0, NX_MIN((int64_t)X4_KC, k - k0), xp + (size_t)k0 * (size_t)nc);
+    }
+    int64_t ostep = whole ? k : X4_KC; /* the outer loop: once, or once per k-block */
+    for (int64_t ko = 0; ko < k; ko += ostep) {
+        if (!whole) x4_pack_x(x, xs, nc, s->tc, ko, NX_MIN((int64_t)X4_KC, k - ko), xp);
+        for (int64_t r = r0; r < r1; r += 4 * s->tg) {
+            int G = (int)NX_MIN((int64_t)s->tg, (r1 - r) / 4);
+            for (int64_t k0 = ko; k0 < NX_MIN(k, ko + ostep); k0 += X4_KC) {
+                int64_t n = NX_MIN((int64_t)X4_KC, k - k0);
+                const float *xb = whole ? xp + (size_t)k0 * (size_t)nc : xp;
+                x4_convert_w(wt, w, ws, r, G, k0, n, wp);
+                for (int64_t c0 = 0; c0 < nc; c0 += s->tc) {
+                    int C = (int)NX_MIN((int64_t)s->tc, nc - c0);
+                    s->tiles[(G - 1) * s->tc + C - 1](n, wp, xb + (size_t)c0 * (size_t)n,
+                                                      y + c0 * ys + r, ys, k0 == 0);
+                }
+            }
+        }
+    }
+}
+
 /* ---- K-quant scales ----------------------------------------------------------------------- */
 
 /*
