@@ -227,9 +227,11 @@ enum nx_type kern_weight_layout(enum nx_type t, int64_t ne0, int64_t ne1) {
     return set->weight_layout ? set->weight_layout(t, ne0, ne1) : t;
 }
 
-bool kern_matmul_packs_activations(enum nx_type t) {
+int kern_matmul_chunks_per_thread(enum nx_type t, int64_t nc) {
     const struct nx_type_info *ti = nx_type_info_get(t);
-    return nx_type_is_x4(t) || (ti && ti->quantized);
+    if (nc <= 16) return 8;
+    if (nx_type_is_x4(t)) return 2;
+    return ti && ti->quantized ? 3 : 8;
 }
 
 void kern_relayout(enum nx_type from, enum nx_type to, const void *src, void *dst, int64_t ne0,

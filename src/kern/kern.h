@@ -79,9 +79,12 @@ void kern_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k);
 void kern_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                  int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                  int64_t y_stride);
-/* Whether a many-column kern_matmul of weights of type t re-arranges its activations in each
- * call (quantized and X4 weights): such products are best split into few row ranges. */
-bool kern_matmul_packs_activations(enum nx_type t);
+/* How many row ranges per thread a product of weights of type t with nc columns is best split
+ * into: 8 for decode and small batches (balance); for prefill, 3 for quantized weights and 2
+ * for X4 ones, whose kernels re-arrange the activations in each call (a cost per call that
+ * grows with the columns; 2 measured 0-10% faster than 3 for X4 on the F16 1B model's
+ * prefill), 8 for the others. */
+int kern_matmul_chunks_per_thread(enum nx_type t, int64_t nc);
 /* Rows of every set's prefill tiles divide this: splitting a many-column product into row
  * ranges of multiples of it leaves no range with narrower leftover tiles (only the last one). */
 #define KERN_MATMUL_ROW_QUANTUM 48

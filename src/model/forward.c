@@ -76,13 +76,10 @@ static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs,
     nth = kern_threads_for(cost, nth);
     for (int j = 0; j < nj; j++) {
         int64_t rows = jobs[j].w->ne1;
-        /* decode (and small batches of decode steps): ~8 chunks per thread for balance;
-           prefill: ~3 for weights whose kernels re-arrange the activation panel in each
-           call (a cost per call that grows with the columns: quantized and X4 weights),
-           ~8 for the others; prefill chunks are multiples of KERN_MATMUL_ROW_QUANTUM
-           rows, so no chunk ends in a narrower leftover tile */
-        bool packs = kern_matmul_packs_activations(jobs[j].w->type);
-        int64_t per_thread = n > 16 && packs ? 3 : 8;
+        /* chunks per thread: kern_matmul_chunks_per_thread (few where each kernel call
+           re-arranges its activations); prefill chunks are multiples of
+           KERN_MATMUL_ROW_QUANTUM rows, so no chunk ends in a narrower leftover tile */
+        int64_t per_thread = kern_matmul_chunks_per_thread(jobs[j].w->type, n);
         int64_t align = n > 16 ? KERN_MATMUL_ROW_QUANTUM : 16;
         int64_t ch = nx_align_up((size_t)(rows / ((int64_t)nth * per_thread) + 1), (size_t)align);
         chunk[j] = ch;
