@@ -1,1 +1,1 @@
- 06:02:19 up  6:35,  0 user,  load average: 1.97, 1.68, 1.45
+ 06:37:56 up  7:11,  0 user,  load average: 1.98, 1.80, 1.47
