@@ -816,14 +816,17 @@ AI void x4_dec_tile8(enum nx_type wt, const int G, const int C, int64_t k, const
             }
             UNROLL for (int j = 0; j < 4; j++) {
                 __m256 xv[4];
-                UNROLL for (int c = 0; c < C; c++)
-                    xv[c] = _mm256_broadcast_ps((const __m128 *)((const float *)(x + (size_t)c * xs) + i + 4 * j));
+                UNROLL for (int c = 0; c < C; c++) {
+                    const float *xc = (const float *)(x + (size_t)c * xs) + i + 4 * j;
+                    xv[c] = _mm256_broadcast_ps((const __m128 *)xc);
+                }
                 UNROLL for (int g = 0; g < G; g++) {
                     const uint8_t *p = w + (size_t)g * gbytes + (size_t)i * 8 + 32 * j;
                     __m256 w01 = x4_cvt8(wt, p), w23 = x4_cvt8(wt, p + 16);
                     UNROLL for (int c = 0; c < C; c++) {
-                        acc[2 * (g * C + c)] = _mm256_fmadd_ps(w01, xv[c], acc[2 * (g * C + c)]);
-                        acc[2 * (g * C + c) + 1] = _mm256_fmadd_ps(w23, xv[c], acc[2 * (g * C + c) + 1]);
+                        __m256 *a = acc + 2 * (g * C + c);
+                        a[0] = _mm256_fmadd_ps(w01, xv[c], a[0]);
+                        a[1] = _mm256_fmadd_ps(w23, xv[c], a[1]);
                     }
                 }
             }
@@ -849,8 +852,9 @@ AI void x4_tile8(const int G, const int C, int64_t n, const float *wp, const flo
         UNROLL for (int c = 0; c < C; c++) {
             __m256 xv = _mm256_broadcast_ps((const __m128 *)(xp + i * C + 4 * c));
             UNROLL for (int g = 0; g < G; g++) {
-                acc[2 * (g * C + c)] = _mm256_fmadd_ps(wv[2 * g], xv, acc[2 * (g * C + c)]);
-                acc[2 * (g * C + c) + 1] = _mm256_fmadd_ps(wv[2 * g + 1], xv, acc[2 * (g * C + c) + 1]);
+                __m256 *a = acc + 2 * (g * C + c);
+                a[0] = _mm256_fmadd_ps(wv[2 * g], xv, a[0]);
+                a[1] = _mm256_fmadd_ps(wv[2 * g + 1], xv, a[1]);
             }
         }
     }
@@ -858,7 +862,8 @@ AI void x4_tile8(const int G, const int C, int64_t n, const float *wp, const flo
         UNROLL for (int c = 0; c < C; c++) {
             float *o = y + c * ys + 4 * g;
             __m128 prev = first ? _mm_setzero_ps() : _mm_loadu_ps(o);
-            _mm_storeu_ps(o, _mm_add_ps(prev, x4_rowsums8(acc[2 * (g * C + c)], acc[2 * (g * C + c) + 1])));
+            const __m256 *a = acc + 2 * (g * C + c);
+            _mm_storeu_ps(o, _mm_add_ps(prev, x4_rowsums8(a[0], a[1])));
         }
     }
 }
@@ -905,8 +910,8 @@ void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride
         return;
     }
     if (nx_type_is_x4(wt)) { /* internal ids (types.h) */
-        x4_drive(&g_x4_sets8[wt == NX_TYPE_BF16_X4], wt, k, w, w_stride, r0, r1, xq, xq_stride, nc,
-                 y, y_stride);
+        x4_drive(&g_x4_sets8[wt == NX_TYPE_BF16_X4], wt, k, w, w_stride, r0, r1, xq, xq_stride,
+                 nc, y, y_stride);
         return;
     }
     const struct tile_set *t;

@@ -648,8 +648,8 @@ static void avx512_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_st
         return;
     }
     if (nx_type_is_x4(wt)) { /* internal ids (types.h) */
-        x4_drive(&g_x4_sets[wt == NX_TYPE_BF16_X4], wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y,
-                 y_stride);
+        x4_drive(&g_x4_sets[wt == NX_TYPE_BF16_X4], wt, k, w, w_stride, r0, r1, xq, xq_stride,
+                 nc, y, y_stride);
         return;
     }
     const struct tile_set *t;

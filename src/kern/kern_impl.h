@@ -221,11 +221,12 @@ void kern_avx2_q8t_decode(bool is_q4, int64_t k, const void *w, size_t ws, int64
  * cannot grow (the caller then runs a path that needs none). */
 uint8_t *kern_avx2_scratch(size_t n);
 
-/* The AVX-512 set's X4 float matmul (kern_avx512.c): k-blocks of X4_KC elements (a constant
- * of its order of operations), prefill tiles of X4_G groups of 4 rows x X4_C columns, decode
- * steps of up to X4_DG groups x X4_DC columns; up to X4_SMALL_NC columns it packs the whole activation rows, beyond
- * one k-block of them. Its scratch for nc columns of k: those packed activations and one
- * tile's k-block of weights as floats. */
+/* The SIMD sets' X4 float matmul (x4_drive, kern_simd.h): k-blocks of X4_KC elements (a
+ * constant of its order of operations); prefill tiles of at most X4_G groups of 4 rows x X4_C
+ * columns, decode tiles of at most X4_DG groups x X4_DC columns (each set's own shapes within
+ * these); up to X4_SMALL_NC columns it packs the whole activation rows, beyond one k-block of
+ * them. Its scratch for nc columns of k: those packed activations and one tile's k-block of
+ * weights as floats. */
 #define X4_KC 512
 #define X4_G 3
 #define X4_C 8

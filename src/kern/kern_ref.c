@@ -169,9 +169,10 @@ void kern_ref_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride,
                      int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                      int64_t y_stride) {
     if (nx_type_is_x4(wt)) { /* rows interleaved by fours: by row index (internal ids) */
-        for (int64_t c = 0; c < nc; c++)
-            for (int64_t r = r0; r < r1; r++)
-                y[c * y_stride + r] = dot_x4(wt, k, w, r, (const float *)((const uint8_t *)xq + (size_t)c * xq_stride));
+        for (int64_t c = 0; c < nc; c++) {
+            const float *xr = (const float *)((const uint8_t *)xq + (size_t)c * xq_stride);
+            for (int64_t r = r0; r < r1; r++) y[c * y_stride + r] = dot_x4(wt, k, w, r, xr);
+        }
         return;
     }
     for (int64_t c = 0; c < nc; c++) {

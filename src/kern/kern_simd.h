@@ -171,7 +171,8 @@ static inline void x4_pack_x(const uint8_t *x, size_t xs, int64_t nc, int tc, in
         float *d = dst + (size_t)c0 * (size_t)n;
         for (int c = 0; c < C; c++) {
             const float *src = (const float *)(x + (size_t)(c0 + c) * xs) + k0;
-            for (int64_t i = 0; i < n; i += 4) _mm_storeu_ps(d + i * C + 4 * c, _mm_loadu_ps(src + i));
+            for (int64_t i = 0; i < n; i += 4)
+                _mm_storeu_ps(d + i * C + 4 * c, _mm_loadu_ps(src + i));
         }
     }
 }
@@ -187,7 +188,8 @@ static inline void x4_convert_w(enum nx_type wt, const uint8_t *w, size_t ws, in
         for (int64_t i = 0; i < 4 * n; i += 32) {
             size_t off = (size_t)(4 * k0 + i) * 2;
             kern_prefetch(KERN_PF_GROUPED, pf_row_ahead(grp, off, gbytes, (size_t)G * gbytes));
-            UNROLL for (int h = 0; h < 4; h++) _mm256_storeu_ps(dst + i + 8 * h, x4_cvt8(wt, grp + off + 16 * h));
+            UNROLL for (int h = 0; h < 4; h++)
+                _mm256_storeu_ps(dst + i + 8 * h, x4_cvt8(wt, grp + off + 16 * h));
         }
     }
 }
@@ -221,7 +223,8 @@ static inline void x4_drive(const struct x4_set *s, enum nx_type wt, int64_t k, 
     float *xp = (float *)buf, *wp = xp + (size_t)nc * (size_t)(whole ? k : X4_KC);
     if (whole) {
         for (int64_t k0 = 0; k0 < k; k0 += X4_KC) /* block k0 at xp + k0 * nc */
-            x4_pack_x(x, xs, nc, s->tc, k0, NX_MIN((int64_t)X4_KC, k - k0), xp + (size_t)k0 * (size_t)nc);
+            x4_pack_x(x, xs, nc, s->tc, k0, NX_MIN((int64_t)X4_KC, k - k0),
+                      xp + (size_t)k0 * (size_t)nc);
     }
     int64_t ostep = whole ? k : X4_KC; /* the outer loop: once, or once per k-block */
     for (int64_t ko = 0; ko < k; ko += ostep) {

@@ -100,7 +100,8 @@ void quant_q4k_deinterleave_ref(const void *src, void *dst, int64_t nb);
  * columns (k a multiple of 4) sits x4_index(k, r, i) elements from its start.
  */
 static inline size_t quant_x4_index(int64_t k, int64_t r, int64_t i) {
-    return (size_t)(r / 4) * 4 * (size_t)k + (size_t)(i / 4) * 16 + (size_t)(r % 4) * 4 + (size_t)(i % 4);
+    return (size_t)(r / 4) * 4 * (size_t)k + (size_t)(i / 4) * 16 + (size_t)(r % 4) * 4 +
+           (size_t)(i % 4);
 }
 /* Rows [0, rows) (a multiple of 4) of k 16-bit elements: plain rows <-> X4 (dst must not
  * overlap src); each is the other's exact inverse. */
