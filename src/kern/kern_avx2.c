@@ -506,8 +506,8 @@ static uint8_t *kq_scratch(size_t n) {
         if (g_scratch_key_ok) pthread_setspecific(g_scratch_key, t_scratch);
         if (!t_scratch) {
             if (!atomic_flag_test_and_set(&g_scratch_warned))
-                nx_log(NX_LOG_WARN, "kernels: no memory for a %zu-byte matmul buffer; using the "
-                                    "reference kernel for such calls", n);
+                nx_log(NX_LOG_WARN, "kernels: no memory for a %zu-byte matmul buffer; such calls "
+                                    "run without it (K-quant ones on the reference kernel)", n);
             return NULL;
         }
         t_scratch_n = n;
