@@ -3,8 +3,8 @@
  *
  * Build and run (after `make build/libnexus.a`):
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc dev/bench_kern.c build/libnexus.a -lm -lpthread -o build/bench_kern && ./build/bench_kern
- * Arguments: optional type names (Q4_K Q6_K ...) to run only those; NX_KERNELS=ref|avx2 to
- * pick the kernel set; BENCH_SET=avx2|avx512|ref calls that set's table directly;
+ * Arguments: optional type names (Q4_K Q6_K ... F16_X4 BF16_X4: the in-memory layout, types.h)
+ * to run only those; NX_KERNELS=ref|avx2 to pick the kernel set; BENCH_SET=avx2|avx512|ref calls that set's table directly;
  * BENCH_THREADS=N (default 1) runs the cold decode on N threads splitting the rows, with a
  * barrier per call as in the forward pass (wall-clock time), reported as "cold xN";
  * BENCH_SHAPES=ROWSxK,... replaces the three default shapes.
@@ -138,14 +138,20 @@ static double read_bw(void) {
 
 static void bench(enum nx_type wt, int64_t rows, int64_t k) {
     size_t ws = 0;
-    if (!nx_row_bytes(wt, k, &ws)) return;
+    if (!nx_row_bytes(wt, k, &ws) || (nx_type_is_x4(wt) && (rows % 4 || k % 16))) return;
     size_t wbytes = ws * (size_t)rows;
     /* weights: quantize one random row set, then copy it for the cold decode run */
     float *tmp = malloc(sizeof(float) * (size_t)k);
     uint8_t *w = malloc(wbytes);
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t i = 0; i < k; i++) tmp[i] = rnd_f();
-        quant_quantize_row_ref(wt, tmp, w + (size_t)r * ws, k);
+        quant_quantize_row_ref(nx_type_in_file(wt), tmp, w + (size_t)r * ws, k);
+    }
+    if (nx_type_is_x4(wt)) { /* rows interleaved by fours (types.h) */
+        uint8_t *wx = malloc(wbytes);
+        kern_relayout(nx_type_in_file(wt), wt, w, wx, k, rows);
+        free(w);
+        w = wx;
     }
     const int64_t nc_max = 512;
     size_t xs = kern_act_row_bytes(wt, k);
@@ -215,7 +221,8 @@ int main(int argc, char **argv) {
     printf("kernels: %s; single-thread read bandwidth %.2f GB/s\n", g_set ? g_set->name : kern_name(),
            read_bw());
     static const enum nx_type types[] = {NX_TYPE_Q4_K, NX_TYPE_Q6_K, NX_TYPE_Q5_K, NX_TYPE_Q4_0,
-                                         NX_TYPE_Q8_0, NX_TYPE_F16,  NX_TYPE_BF16, NX_TYPE_F32};
+                                         NX_TYPE_Q8_0, NX_TYPE_F16,  NX_TYPE_BF16, NX_TYPE_F32,
+                                         NX_TYPE_F16_X4, NX_TYPE_BF16_X4};
     int64_t shapes[16][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
     int nshapes = 3;
     const char *sh = getenv("BENCH_SHAPES");
