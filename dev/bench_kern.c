@@ -4,7 +4,8 @@
  * Build and run (after `make build/libnexus.a`):
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc dev/bench_kern.c build/libnexus.a -lm -lpthread -o build/bench_kern && ./build/bench_kern
  * Arguments: optional type names (Q4_K Q6_K ... F16_X4 BF16_X4: the in-memory layout, types.h)
- * to run only those; NX_KERNELS=ref|avx2 to pick the kernel set; BENCH_SET=avx2|avx512|ref calls that set's table directly;
+ * to run only those; NX_KERNELS=ref|avx2 to pick the kernel set; BENCH_SET=avx2|avx512|ref
+ * calls that set's table directly;
  * BENCH_THREADS=N (default 1) runs the cold decode on N threads splitting the rows, with a
  * barrier per call as in the forward pass (wall-clock time), reported as "cold xN";
  * BENCH_SHAPES=ROWSxK,... replaces the three default shapes.
