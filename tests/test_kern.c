@@ -1128,7 +1128,9 @@ static void *x4_call_without_scratch(void *arg) {
  * the no-scratch path bit-identical. y1 gets the nc = 1 results. */
 static void check_x4_set(const struct kern_table *set, enum nx_type wt, const struct mm_problem *p,
                          const uint8_t *wx, const float *yr, float *y1, float *yn) {
-    static const int64_t ncs[4] = {3, 4, 9, 17};
+    /* the in-place tiles' widths and their column chunks, each set's last in-place width and
+       the prefill tiles beyond (AVX2 32, AVX-512 64) */
+    static const int64_t ncs[] = {2, 3, 4, 5, 8, 9, 12, 16, 17, 32, 33, 64, 70};
     int64_t k = p->k, rows = p->rows, n = p->nc * rows;
     for (int64_t c = 0; c < p->nc; c++) /* every column alone (the decode tiles), all rows */
         set->matmul(wt, k, wx, p->ws, 0, rows, p->xq + c * p->xs, p->xs, 1, y1 + c * rows, rows);
@@ -1136,7 +1138,8 @@ static void check_x4_set(const struct kern_table *set, enum nx_type wt, const st
         if (!(fabs((double)y1[i] - yr[i]) <= p->tol[i]))
             FAILF("%s %s k=%lld: y[%lld] = %.9g, ref %.9g (tol %.3g)", set->name, nx_type_name(wt),
                   (long long)k, (long long)i, y1[i], yr[i], p->tol[i]);
-    for (int ni = 0; ni < 4 && ncs[ni] <= p->nc; ni++) { /* rows in pieces of 4, 8, ... */
+    for (size_t ni = 0; ni < sizeof ncs / sizeof ncs[0] && ncs[ni] <= p->nc; ni++) {
+        /* rows in pieces of 4, 8, ... */
         int64_t nc = ncs[ni];
         memset(yn, 0xff, n * sizeof(float));
         for (int64_t r0 = 0, len = 4; r0 < rows; r0 += len, len += 4)
@@ -1170,7 +1173,7 @@ TEST(x4_matmul_vs_ref_and_invariance) {
     static const int64_t ks[3] = {16, X4_KC + 16, 2 * X4_KC + 96}, rowss[3] = {4, 28, 12};
     for (int t = 0; t < 2; t++) {
         for (int ki = 0; ki < 3; ki++) {
-            int64_t k = ks[ki], rows = rowss[ki], nc = 17, n = nc * rows;
+            int64_t k = ks[ki], rows = rowss[ki], nc = 70, n = nc * rows;
             struct mm_problem p;
             mm_setup(&p, plain[t], k, rows, nc, W_RANDOM, X_RANDOM);
             uint8_t *wx = malloc(p.ws * rows);

@@ -280,11 +280,8 @@ bool kern_reserve(int64_t k_max, int64_t nc_max) {
     /* the AVX-512 set runs Q4_K_IL through the AVX2 driver */
     if (set == &kern_table_ref) return true;
     bool ok = kern_avx2_reserve(k_max, nc_max);
-    if (nc_max >= 2) { /* X4 float weights (kern_impl.h) */
-        size_t x4 = NX_MAX(kern_x4_scratch_bytes(k_max, NX_MIN(nc_max, X4_SMALL_NC)),
-                           kern_x4_scratch_bytes(k_max, nc_max));
-        ok = ok && kern_avx2_scratch(x4) != NULL;
-    }
+    if (nc_max >= 2) /* X4 float weights (kern_impl.h) */
+        ok = ok && kern_avx2_scratch(kern_x4_scratch_bytes(nc_max)) != NULL;
     return ok;
 }
 

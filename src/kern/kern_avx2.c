@@ -18,8 +18,9 @@
  *   q6k_small), with the decode operations per column.
  * - F16 / BF16 weights in memory: F16_X4 / BF16_X4 (types.h), x4_drive's order (kern_simd.h),
  *   lanes [2 rows][column mod 4] per register: prefill tiles of 8 rows x 3 columns (12
- *   accumulators, 4 weight loads and 3 broadcasts per 12 FMAs, no conversions), decode tiles
- *   reading the 4 x 4 tiles in place; the same bits as the AVX-512 set's X4 kernels.
+ *   accumulators, 4 weight loads and 3 broadcasts per 12 FMAs, no conversions); up to 16
+ *   columns tiles reading the 4 x 4 tiles in place (4 groups x 1 column, 2 x 2, 1 x 3..4, in
+ *   column chunks of 4 per k-block beyond); the same bits as the AVX-512 set's X4 kernels.
  * - Weight layout: this set asks for Q4_K weights in memory as Q4_K_IL (kern_weight_layout,
  *   quant.h): the quants already in the chunk order the kernels use, so Q4_K decode gets its 8
  *   chunks from 4 loads, masks and shifts instead of two 4 x 4 transposes of broadcast halves
@@ -794,25 +795,31 @@ AI __m128 x4_rowsums8(__m256 a01, __m256 a23) {
     return _mm_movelh_ps(_mm_unpacklo_ps(lo, hi), _mm_unpackhi_ps(lo, hi));
 }
 
-/* Decode and small batches: G groups of 4 rows (group g at w + 4g * ws) . C activation rows
- * (x + c * xs bytes), into y[c * ys + 0 .. 4G); two accumulators per group and column, the
- * weight tiles read in place, in order, prefetched PF_DIST ahead (on into the next G groups),
- * each converted once for the C columns. */
-AI void x4_dec_tile8(enum nx_type wt, const int G, const int C, int64_t k, const uint8_t *w,
-                     size_t ws, const uint8_t *x, size_t xs, float *y, int64_t ys) {
+/* In place (decode and small batches): G groups of 4 rows (group g at w + 4g * ws) . C
+ * activation rows (x + c * xs bytes) over the k-blocks of [k0, k0 + n) (k0 a block start),
+ * added to y[c * ys + 0 .. 4G) (to 0 when k0 = 0); two accumulators per group and column, the
+ * weight tiles read in place, in order, each converted once for the C columns; when pf, each
+ * group's stream prefetched PF_DIST ahead (on into the next G groups). */
+AI void x4_dec_tile8(enum nx_type wt, const int G, const int C, int64_t k0, int64_t n,
+                     const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *y,
+                     int64_t ys, bool pf) {
     const size_t gbytes = 4 * ws;
     __m128 sums[4];
-    UNROLL for (int t = 0; t < G * C; t++) sums[t] = _mm_setzero_ps();
-    for (int64_t k0 = 0; k0 < k; k0 += X4_KC) {
-        int64_t k1 = NX_MIN(k, k0 + X4_KC);
+    UNROLL for (int g = 0; g < G; g++)
+        UNROLL for (int c = 0; c < C; c++)
+            sums[g * C + c] = k0 == 0 ? _mm_setzero_ps() : _mm_loadu_ps(y + c * ys + 4 * g);
+    for (int64_t kb = k0; kb < k0 + n; kb += X4_KC) {
+        int64_t kend = NX_MIN(k0 + n, kb + X4_KC);
         __m256 acc[8];
         UNROLL for (int t = 0; t < 2 * G * C; t++) acc[t] = _mm256_setzero_ps();
-        for (int64_t i = k0; i < k1; i += 16) {
-            UNROLL for (int g = 0; g < G; g++) {
-                const uint8_t *grp = w + (size_t)g * gbytes;
-                const char *pf = pf_row_ahead(grp, (size_t)i * 8, gbytes, (size_t)G * gbytes);
-                kern_prefetch(KERN_PF_GROUPED, pf);
-                kern_prefetch(KERN_PF_GROUPED, pf + 64);
+        for (int64_t i = kb; i < kend; i += 16) {
+            if (pf) {
+                UNROLL for (int g = 0; g < G; g++) {
+                    const uint8_t *grp = w + (size_t)g * gbytes;
+                    const char *p = pf_row_ahead(grp, (size_t)i * 8, gbytes, (size_t)G * gbytes);
+                    kern_prefetch(KERN_PF_GROUPED, p);
+                    kern_prefetch(KERN_PF_GROUPED, p + 64);
+                }
             }
             UNROLL for (int j = 0; j < 4; j++) {
                 __m256 xv[4];
@@ -881,9 +888,10 @@ static const x4_tile_fn g_x4_tiles8[2][3] = {{x4_tile8_1x1, x4_tile8_1x2, x4_til
                                              {x4_tile8_2x1, x4_tile8_2x2, x4_tile8_2x3}};
 
 #define X4_DEC8(wname, wt, G, C) \
-    static void x4_dec8_##wname##_##G##x##C(int64_t k, const uint8_t *w, size_t ws, \
-                                            const uint8_t *x, size_t xs, float *y, int64_t ys) { \
-        x4_dec_tile8(wt, G, C, k, w, ws, x, xs, y, ys); \
+    static void x4_dec8_##wname##_##G##x##C(int64_t k0, int64_t n, const uint8_t *w, \
+                                            size_t ws, const uint8_t *x, size_t xs, float *y, \
+                                            int64_t ys, bool pf) { \
+        x4_dec_tile8(wt, G, C, k0, n, w, ws, x, xs, y, ys, pf); \
     }
 #define X4_DEC8_TYPE(wname, wt) \
     X4_DEC8(wname, wt, 1, 1) X4_DEC8(wname, wt, 2, 1) X4_DEC8(wname, wt, 3, 1) \
@@ -897,9 +905,13 @@ X4_DEC8_TYPE(bf16, NX_TYPE_BF16_X4)
      {x4_dec8_##n##_1x2, x4_dec8_##n##_2x2}, {x4_dec8_##n##_1x3}, {x4_dec8_##n##_1x4}}
 static const x4_dec_fn g_x4_dec8[2][4][4] = {X4_DEC8_PTRS(f16), X4_DEC8_PTRS(bf16)};
 static const int g_x4_dec8_groups[4] = {4, 2, 1, 1};
+/* In place up to 32 columns. dev/bench_batch on the Xeon (weights from DRAM, one thread), ms
+   per call in place / prefill tiles, 8192 x 2048 then 2048 x 8192: nc 16 7.1-8.5 / 9.6-10.2,
+   7.6-7.9 / 9.1-9.4; nc 32 13.6 / 15.9-16.0, 13.7 / 15.2-15.5; nc 48 20.1 / 21.4-22.0, 20.9 /
+   19.8-20.7. */
 static const struct x4_set g_x4_sets8[2] = {
-    {&g_x4_tiles8[0][0], 2, 3, &g_x4_dec8[0][0][0], 4, 4, g_x4_dec8_groups},
-    {&g_x4_tiles8[0][0], 2, 3, &g_x4_dec8[1][0][0], 4, 4, g_x4_dec8_groups}};
+    {&g_x4_tiles8[0][0], 2, 3, &g_x4_dec8[0][0][0], 4, 4, g_x4_dec8_groups, 32},
+    {&g_x4_tiles8[0][0], 2, 3, &g_x4_dec8[1][0][0], 4, 4, g_x4_dec8_groups, 32}};
 
 void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                       int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,

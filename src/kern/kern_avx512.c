@@ -27,7 +27,8 @@
  *   4]: 4 outputs per register instead of 1, so prefill tiles of 3 groups (12 rows) x 8 columns
  *   cover 96 outputs and need a quarter of the loads per FMA of the 6 x 4 tile. The driver and
  *   the order of operations are kern_simd.h's (x4_drive), shared with the AVX2 set (same
- *   bits); decode tiles read the 4 x 4 tiles in place, 4 groups x 1 column or 2 x 2..4.
+ *   bits); up to 16 columns (decode, batched decode) the 4 x 4 tiles are read in place, 4
+ *   groups x 1 column, 2 x 2..4, 3 x 5..8, in column chunks of 8 per k-block beyond.
  *   F16 / BF16 kept in the file layout (mmap, other shapes) run the 6 x 4 tiles below.
  * - Activation quantization, the values kernel, softmax and SwiGLU are the AVX2 ones (not the
  *   bottleneck); attention scores and fused attention are attn_avx512.c's.
@@ -528,35 +529,60 @@ AI __m128 x4_rowsums(__m512 v) {
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(lane0, s));
 }
 
-/* Decode and small batches: G groups of 4 rows (group g at w + 4g * ws) . C activation rows
- * (x + c * xs bytes), into y[c * ys + 0 .. 4G); one accumulator per group and column, the
- * weight tiles read in place, in order, prefetched PF_DIST ahead (on into the next G groups
- * past the end), each converted once for the C columns. */
-AI void x4_dec_tile(enum nx_type wt, const int G, const int C, int64_t k, const uint8_t *w,
-                    size_t ws, const uint8_t *x, size_t xs, float *y, int64_t ys) {
+/* In place (decode and small batches): G groups of 4 rows (group g at w + 4g * ws) . C
+ * activation rows (x + c * xs bytes) over the k-blocks of [k0, k0 + n) (k0 a block start),
+ * added to y[c * ys + 0 .. 4G) (to 0 when k0 = 0); one accumulator per group and column, the
+ * weight tiles read in place, in order, each converted once for the C columns; when pf, each
+ * group's stream prefetched PF_DIST ahead (on into the next G groups past the end). Up to 4
+ * columns a step's 16 activation broadcasts are loaded first (measured 2-5% faster than the
+ * wide tiles' order, which needs 4 registers, not 4C). */
+AI void x4_dec_tile(enum nx_type wt, const int G, const int C, int64_t k0, int64_t n,
+                    const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *y, int64_t ys,
+                    bool pf) {
     const size_t gbytes = 4 * ws;
     __m128 sums[X4_DG * X4_DC];
-    UNROLL for (int t = 0; t < G * C; t++) sums[t] = _mm_setzero_ps();
-    for (int64_t k0 = 0; k0 < k; k0 += X4_KC) {
-        int64_t k1 = NX_MIN(k, k0 + X4_KC);
+    UNROLL for (int g = 0; g < G; g++)
+        UNROLL for (int c = 0; c < C; c++)
+            sums[g * C + c] = k0 == 0 ? _mm_setzero_ps() : _mm_loadu_ps(y + c * ys + 4 * g);
+    for (int64_t kb = k0; kb < k0 + n; kb += X4_KC) {
+        int64_t kend = NX_MIN(k0 + n, kb + X4_KC);
         __m512 acc[X4_DG * X4_DC];
         UNROLL for (int t = 0; t < G * C; t++) acc[t] = _mm512_setzero_ps();
-        for (int64_t i = k0; i < k1; i += 16) {
-            __m512 xv[X4_DC][4];
-            UNROLL for (int c = 0; c < C; c++) {
-                const float *xc = (const float *)(x + (size_t)c * xs) + i;
-                UNROLL for (int j = 0; j < 4; j++)
-                    xv[c][j] = _mm512_broadcast_f32x4(_mm_loadu_ps(xc + 4 * j));
+        for (int64_t i = kb; i < kend; i += 16) {
+            if (pf) {
+                UNROLL for (int g = 0; g < G; g++) {
+                    const uint8_t *grp = w + (size_t)g * gbytes;
+                    const char *p = pf_row_ahead(grp, (size_t)i * 8, gbytes, (size_t)G * gbytes);
+                    kern_prefetch(KERN_PF_GROUPED, p);
+                    kern_prefetch(KERN_PF_GROUPED, p + 64);
+                }
             }
-            UNROLL for (int g = 0; g < G; g++) {
-                const uint8_t *grp = w + (size_t)g * gbytes, *p = grp + (size_t)i * 8;
-                const char *pf = pf_row_ahead(grp, (size_t)i * 8, gbytes, (size_t)G * gbytes);
-                kern_prefetch(KERN_PF_GROUPED, pf);
-                kern_prefetch(KERN_PF_GROUPED, pf + 64);
-                UNROLL for (int j = 0; j < 4; j++) {
-                    __m512 wv = x4_cvt(wt, p + 32 * j);
-                    UNROLL for (int c = 0; c < C; c++)
-                        acc[g * C + c] = _mm512_fmadd_ps(wv, xv[c][j], acc[g * C + c]);
+            if (C <= 4) {
+                __m512 xv[4][4];
+                UNROLL for (int c = 0; c < C; c++) {
+                    const float *xc = (const float *)(x + (size_t)c * xs) + i;
+                    UNROLL for (int j = 0; j < 4; j++)
+                        xv[c][j] = _mm512_broadcast_f32x4(_mm_loadu_ps(xc + 4 * j));
+                }
+                UNROLL for (int g = 0; g < G; g++) {
+                    const uint8_t *p = w + (size_t)g * gbytes + (size_t)i * 8;
+                    UNROLL for (int j = 0; j < 4; j++) {
+                        __m512 wv = x4_cvt(wt, p + 32 * j);
+                        UNROLL for (int c = 0; c < C; c++)
+                            acc[g * C + c] = _mm512_fmadd_ps(wv, xv[c][j], acc[g * C + c]);
+                    }
+                }
+                continue;
+            }
+            UNROLL for (int j = 0; j < 4; j++) {
+                __m512 wv[X4_DG];
+                UNROLL for (int g = 0; g < G; g++)
+                    wv[g] = x4_cvt(wt, w + (size_t)g * gbytes + (size_t)i * 8 + 32 * j);
+                UNROLL for (int c = 0; c < C; c++) {
+                    const float *xc = (const float *)(x + (size_t)c * xs) + i + 4 * j;
+                    __m512 xv = _mm512_broadcast_f32x4(_mm_loadu_ps(xc));
+                    UNROLL for (int g = 0; g < G; g++)
+                        acc[g * C + c] = _mm512_fmadd_ps(wv[g], xv, acc[g * C + c]);
                 }
             }
         }
@@ -610,27 +636,32 @@ static const x4_tile_fn g_x4_tiles[X4_G][X4_C] = {X4_TILE_PTRS(1), X4_TILE_PTRS(
                                                   X4_TILE_PTRS(3)};
 
 #define X4_DEC(wname, wt, G, C) \
-    static void x4_dec_##wname##_##G##x##C(int64_t k, const uint8_t *w, size_t ws, \
-                                           const uint8_t *x, size_t xs, float *y, int64_t ys) { \
-        x4_dec_tile(wt, G, C, k, w, ws, x, xs, y, ys); \
+    static void x4_dec_##wname##_##G##x##C(int64_t k0, int64_t n, const uint8_t *w, size_t ws, \
+                                           const uint8_t *x, size_t xs, float *y, int64_t ys, \
+                                           bool pf) { \
+        x4_dec_tile(wt, G, C, k0, n, w, ws, x, xs, y, ys, pf); \
     }
-#define X4_DEC_TYPE(wname, wt) \
-    X4_DEC(wname, wt, 1, 1) X4_DEC(wname, wt, 2, 1) X4_DEC(wname, wt, 3, 1) \
-    X4_DEC(wname, wt, 4, 1) X4_DEC(wname, wt, 1, 2) X4_DEC(wname, wt, 2, 2) \
-    X4_DEC(wname, wt, 1, 3) X4_DEC(wname, wt, 2, 3) X4_DEC(wname, wt, 1, 4) \
-    X4_DEC(wname, wt, 2, 4)
+/* The in-place tiles [C - 1][G - 1]: G = 1..3 for every C (3 x 8 = 24 accumulators at most),
+   and 4 groups for one column */
+#define X4_DEC_C(n, wt, C) X4_DEC(n, wt, 1, C) X4_DEC(n, wt, 2, C) X4_DEC(n, wt, 3, C)
+#define X4_DEC_TYPE(n, wt) \
+    X4_DEC_C(n, wt, 1) X4_DEC(n, wt, 4, 1) X4_DEC_C(n, wt, 2) X4_DEC_C(n, wt, 3) \
+    X4_DEC_C(n, wt, 4) X4_DEC_C(n, wt, 5) X4_DEC_C(n, wt, 6) X4_DEC_C(n, wt, 7) X4_DEC_C(n, wt, 8)
 X4_DEC_TYPE(f16, NX_TYPE_F16_X4)
 X4_DEC_TYPE(bf16, NX_TYPE_BF16_X4)
-/* [type][C - 1][G - 1]: 4 groups per step for one column, 2 for more */
-#define X4_DEC_PTRS(wname) \
-    {{x4_dec_##wname##_1x1, x4_dec_##wname##_2x1, x4_dec_##wname##_3x1, x4_dec_##wname##_4x1}, \
-     {x4_dec_##wname##_1x2, x4_dec_##wname##_2x2}, {x4_dec_##wname##_1x3, x4_dec_##wname##_2x3}, \
-     {x4_dec_##wname##_1x4, x4_dec_##wname##_2x4}}
+#define X4_P(n, C) {x4_dec_##n##_1x##C, x4_dec_##n##_2x##C, x4_dec_##n##_3x##C}
+#define X4_DEC_PTRS(n) \
+    {{x4_dec_##n##_1x1, x4_dec_##n##_2x1, x4_dec_##n##_3x1, x4_dec_##n##_4x1}, X4_P(n, 2), \
+     X4_P(n, 3), X4_P(n, 4), X4_P(n, 5), X4_P(n, 6), X4_P(n, 7), X4_P(n, 8)}
 static const x4_dec_fn g_x4_dec[2][X4_DC][X4_DG] = {X4_DEC_PTRS(f16), X4_DEC_PTRS(bf16)};
-static const int g_x4_dec_groups[X4_DC] = {4, 2, 2, 2};
+static const int g_x4_dec_groups[X4_DC] = {4, 2, 2, 2, 3, 3, 3, 3};
+/* In place up to 64 columns. dev/bench_batch on the Xeon (weights from DRAM, one thread),
+   GFLOP/s in place / prefill tiles, 8192 x 2048 then 2048 x 8192: nc 32 124-136 / 97-99,
+   130-132 / 102-103; nc 64 139-142 / 119-122, 130-131 / 131; nc 96 137 / 123, 117 / 134;
+   nc 512 118-119 / 133-139, 106-108 / 147-148. */
 static const struct x4_set g_x4_sets[2] = {
-    {&g_x4_tiles[0][0], X4_G, X4_C, &g_x4_dec[0][0][0], X4_DC, X4_DG, g_x4_dec_groups},
-    {&g_x4_tiles[0][0], X4_G, X4_C, &g_x4_dec[1][0][0], X4_DC, X4_DG, g_x4_dec_groups}};
+    {&g_x4_tiles[0][0], X4_G, X4_C, &g_x4_dec[0][0][0], X4_DC, X4_DG, g_x4_dec_groups, 64},
+    {&g_x4_tiles[0][0], X4_G, X4_C, &g_x4_dec[1][0][0], X4_DC, X4_DG, g_x4_dec_groups, 64}};
 
 static enum nx_type avx512_weight_layout(enum nx_type t, int64_t ne0, int64_t ne1) {
     if ((t == NX_TYPE_F16 || t == NX_TYPE_BF16) && ne0 % 16 == 0 && ne1 % 4 == 0)

@@ -223,19 +223,17 @@ uint8_t *kern_avx2_scratch(size_t n);
 
 /* The SIMD sets' X4 float matmul (x4_drive, kern_simd.h): k-blocks of X4_KC elements (a
  * constant of its order of operations); prefill tiles of at most X4_G groups of 4 rows x X4_C
- * columns, decode tiles of at most X4_DG groups x X4_DC columns (each set's own shapes within
- * these); up to X4_SMALL_NC columns it packs the whole activation rows, beyond one k-block of
- * them. Its scratch for nc columns of k: those packed activations and one tile's k-block of
- * weights as floats. */
+ * columns, in-place tiles of at most X4_DG groups x X4_DC columns (each set's own shapes
+ * within these); up to a number of columns of each set's the weights are read in place (no
+ * scratch), beyond, its scratch for nc columns holds one k-block of packed activations and
+ * one tile's k-block of weights as floats. */
 #define X4_KC 512
 #define X4_G 3
 #define X4_C 8
 #define X4_DG 4
-#define X4_DC 4
-#define X4_SMALL_NC 16
-static inline size_t kern_x4_scratch_bytes(int64_t k, int64_t nc) {
-    size_t xcols = (size_t)(nc <= X4_SMALL_NC ? k : X4_KC);
-    return ((size_t)nc * xcols + 4 * X4_G * X4_KC) * sizeof(float);
+#define X4_DC 8
+static inline size_t kern_x4_scratch_bytes(int64_t nc) {
+    return ((size_t)nc * X4_KC + 4 * X4_G * X4_KC) * sizeof(float);
 }
 
 /*

@@ -142,18 +142,23 @@ AI void prefetch_lines(const uint8_t *p, size_t bytes) {
  * the columns i = j mod 4 of the block in order, from 0; the block's sum (l0 + l1) + (l2 + l3)
  * is added to y (to 0 for the first block). A set supplies prefill tiles (G groups of 4 rows x
  * C columns over one k-block of converted weights and packed activations, x4_tile_fn) and
- * decode tiles (G groups x C columns over all of k, reading the weights in place, x4_dec_fn).
+ * in-place tiles (G groups x C columns over one k-block, reading the weights and activations
+ * where they are, x4_dec_fn).
  */
 typedef void (*x4_tile_fn)(int64_t n, const float *wp, const float *xp, float *y, int64_t ys,
                            bool first);
-typedef void (*x4_dec_fn)(int64_t k, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
-                          float *y, int64_t ys);
+/* the k-blocks of [k0, k0 + n) (k0 a block start) of the groups at w (k = 0 there),
+   prefetching ahead when pf */
+typedef void (*x4_dec_fn)(int64_t k0, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x,
+                          size_t xs, float *y, int64_t ys, bool pf);
 struct x4_set {
     const x4_tile_fn *tiles; /* [G - 1][C - 1], rows of tc */
     int tg, tc;              /* prefill tiles: up to tg groups x tc columns */
-    const x4_dec_fn *dec;    /* [C - 1][G - 1], rows of dgmax */
-    int dc, dgmax;           /* decode tiles: up to dc columns */
-    const int *dg;           /* groups per decode step for C columns: dg[C - 1] <= dgmax */
+    const x4_dec_fn *dec;    /* [C - 1][G - 1], rows of dgmax: every G <= dgmax for C = 1,
+                                every G <= dg[dc - 1] for every C */
+    int dc, dgmax;           /* in-place tiles: up to dc columns */
+    const int *dg;           /* groups per in-place tile for C columns: dg[C - 1] <= dgmax */
+    int inplace_nc;          /* up to this many columns x4_inplace, beyond the prefill tiles */
 };
 
 /* 8 16-bit elements (rows 2a, 2a + 1 of a 4 x 4 tile) as floats. */
@@ -194,52 +199,57 @@ static inline void x4_convert_w(enum nx_type wt, const uint8_t *w, size_t ws, in
     }
 }
 
+/* In place: per row tile (dg groups for the first column chunk's width), all of k at once
+ * for up to dc columns, else per k-block the column chunks of up to dc columns (the block's
+ * weights come from memory once, in order, and from L1 for the later chunks). Any nc, no
+ * scratch. */
+static inline void x4_inplace(const struct x4_set *s, int64_t k, const uint8_t *w, size_t ws,
+                              int64_t r0, int64_t r1, const uint8_t *x, size_t xs, int64_t nc,
+                              float *y, int64_t ys) {
+    int dg = s->dg[NX_MIN((int64_t)s->dc, nc) - 1];
+    int64_t kstep = nc <= s->dc ? k : X4_KC;
+    for (int64_t r = r0; r < r1; r += 4 * dg) {
+        int G = (int)NX_MIN((int64_t)dg, (r1 - r) / 4);
+        for (int64_t k0 = 0; k0 < k; k0 += kstep) {
+            int64_t n = NX_MIN(kstep, k - k0);
+            for (int64_t c0 = 0; c0 < nc; c0 += s->dc) {
+                int C = (int)NX_MIN((int64_t)s->dc, nc - c0);
+                s->dec[(C - 1) * s->dgmax + G - 1](k0, n, w + (size_t)r * ws, ws,
+                                                   x + (size_t)c0 * xs, xs, y + c0 * ys + r, ys,
+                                                   c0 == 0);
+            }
+        }
+    }
+}
+
 /*
- * kern_matmul for X4 weights: rows r0, r1 multiples of 4, k of 16. Up to s->dc columns: the
- * decode tiles, all columns in one pass over the weights. More: each tile's k-block of
- * weights converted once into floats (L1), then every column tile of the call over it; up to
- * X4_SMALL_NC columns the activations of the whole rows are packed first and each row tile
- * walks its k-blocks (the weights stream in order, read once), beyond, k-block by k-block
- * (the block's packed activations stay in L2). No scratch: the decode tiles, same bits.
+ * kern_matmul for X4 weights: rows r0, r1 multiples of 4, k of 16. Up to s->inplace_nc
+ * columns (decode, batches): x4_inplace, one pass over the weights. More: k-block by
+ * k-block, the block's activations packed (they stay in L2) and each tile's weights converted
+ * once into floats (L1), then every column tile of the call over it. No scratch: x4_inplace,
+ * same bits.
  */
 static inline void x4_drive(const struct x4_set *s, enum nx_type wt, int64_t k, const void *wv,
                             size_t ws, int64_t r0, int64_t r1, const void *xv, size_t xs,
                             int64_t nc, float *y, int64_t ys) {
     const uint8_t *w = wv, *x = xv;
     NX_ASSERT(r0 % 4 == 0 && r1 % 4 == 0 && k % 16 == 0);
-    uint8_t *buf = nc <= s->dc ? NULL : kern_avx2_scratch(kern_x4_scratch_bytes(k, nc));
+    uint8_t *buf = nc <= s->inplace_nc ? NULL : kern_avx2_scratch(kern_x4_scratch_bytes(nc));
     if (!buf) {
-        for (int64_t c0 = 0; c0 < nc; c0 += s->dc) {
-            int C = (int)NX_MIN((int64_t)s->dc, nc - c0), dg = s->dg[C - 1];
-            for (int64_t r = r0; r < r1; r += 4 * dg) {
-                int G = (int)NX_MIN((int64_t)dg, (r1 - r) / 4);
-                s->dec[(C - 1) * s->dgmax + G - 1](k, w + (size_t)r * ws, ws, x + (size_t)c0 * xs,
-                                                   xs, y + c0 * ys + r, ys);
-            }
-        }
+        x4_inplace(s, k, w, ws, r0, r1, x, xs, nc, y, ys);
         return;
     }
-    bool whole = nc <= X4_SMALL_NC;
-    float *xp = (float *)buf, *wp = xp + (size_t)nc * (size_t)(whole ? k : X4_KC);
-    if (whole) {
-        for (int64_t k0 = 0; k0 < k; k0 += X4_KC) /* block k0 at xp + k0 * nc */
-            x4_pack_x(x, xs, nc, s->tc, k0, NX_MIN((int64_t)X4_KC, k - k0),
-                      xp + (size_t)k0 * (size_t)nc);
-    }
-    int64_t ostep = whole ? k : X4_KC; /* the outer loop: once, or once per k-block */
-    for (int64_t ko = 0; ko < k; ko += ostep) {
-        if (!whole) x4_pack_x(x, xs, nc, s->tc, ko, NX_MIN((int64_t)X4_KC, k - ko), xp);
+    float *xp = (float *)buf, *wp = xp + (size_t)nc * X4_KC;
+    for (int64_t k0 = 0; k0 < k; k0 += X4_KC) {
+        int64_t n = NX_MIN((int64_t)X4_KC, k - k0);
+        x4_pack_x(x, xs, nc, s->tc, k0, n, xp);
         for (int64_t r = r0; r < r1; r += 4 * s->tg) {
             int G = (int)NX_MIN((int64_t)s->tg, (r1 - r) / 4);
-            for (int64_t k0 = ko; k0 < NX_MIN(k, ko + ostep); k0 += X4_KC) {
-                int64_t n = NX_MIN((int64_t)X4_KC, k - k0);
-                const float *xb = whole ? xp + (size_t)k0 * (size_t)nc : xp;
-                x4_convert_w(wt, w, ws, r, G, k0, n, wp);
-                for (int64_t c0 = 0; c0 < nc; c0 += s->tc) {
-                    int C = (int)NX_MIN((int64_t)s->tc, nc - c0);
-                    s->tiles[(G - 1) * s->tc + C - 1](n, wp, xb + (size_t)c0 * (size_t)n,
-                                                      y + c0 * ys + r, ys, k0 == 0);
-                }
+            x4_convert_w(wt, w, ws, r, G, k0, n, wp);
+            for (int64_t c0 = 0; c0 < nc; c0 += s->tc) {
+                int C = (int)NX_MIN((int64_t)s->tc, nc - c0);
+                s->tiles[(G - 1) * s->tc + C - 1](n, wp, xp + (size_t)c0 * (size_t)n,
+                                                  y + c0 * ys + r, ys, k0 == 0);
             }
         }
     }
