@@ -1,12 +1,12 @@
 /*
- * bench_batch.c - single-thread time of kern_matmul for float weights (F16 / BF16, in the
+ * bench_batch.c - single-thread time of kern_matmul for F16 / BF16 / Q8_0 weights (in the
  * layout the kernels take them in memory: kern_weight_layout) at small batches, the weights
  * coming from DRAM as in a batched decode step of a model far larger than L3.
  *
  * Build and run (after `make build/libnexus.a`):
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc dev/bench_batch.c build/libnexus.a \
  *     -lmicrohttpd -lpcre2-8 -lutf8proc -ljansson -lm -lpthread -o build/bench_batch
- *   ./build/bench_batch [F16|BF16] [nc ...]     (default F16, nc 1 2 4 6 8 12 16)
+ *   ./build/bench_batch [F16|BF16|Q8_0] [nc ...]     (default F16, nc 1 2 4 6 8 12 16)
  * BENCH_SET=avx2|avx512|ref calls that set's table directly; BENCH_SHAPES=ROWSxK,... replaces
  * the three default shapes (2048 x 2048, 8192 x 2048, 2048 x 8192).
  *
@@ -51,6 +51,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "F16")) ft = NX_TYPE_F16;
         else if (!strcmp(argv[i], "BF16")) ft = NX_TYPE_BF16;
+        else if (!strcmp(argv[i], "Q8_0")) ft = NX_TYPE_Q8_0;
         else if (atoi(argv[i]) > 0 && atoi(argv[i]) <= 4096 && nn < 32) ncs[nn++] = atoi(argv[i]);
         else return fprintf(stderr, "bench_batch: bad argument %s\n", argv[i]), 2;
     }
@@ -90,11 +91,13 @@ int main(int argc, char **argv) {
         int copies = (int)((256u << 20) / bytes) + 2;
         uint8_t *file = malloc(bytes), **w = calloc((size_t)copies, sizeof *w);
         if (!file || !w) return fprintf(stderr, "bench_batch: out of memory\n"), 1;
-        for (size_t i = 0; i < bytes / 2; i++) {
-            float v = rnd_f() * 0.05f;
-            uint16_t h = ft == NX_TYPE_F16 ? nx_f32_to_half(v) : nx_f32_to_bf16(v);
-            memcpy(file + 2 * i, &h, 2);
+        float *row = malloc(sizeof(float) * (size_t)k);
+        if (!row) return fprintf(stderr, "bench_batch: out of memory\n"), 1;
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t i = 0; i < k; i++) row[i] = rnd_f() * 0.05f;
+            quant_quantize_row_ref(ft, row, file + (size_t)r * rb, k);
         }
+        free(row);
         for (int c = 0; c < copies; c++) {
             if (!(w[c] = malloc(bytes))) return fprintf(stderr, "bench_batch: out of memory\n"), 1;
             if (mt != ft) kern_relayout(ft, mt, file, w[c], k, rows);

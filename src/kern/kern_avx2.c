@@ -721,12 +721,12 @@ bool kern_avx2_reserve(int64_t k_max, int64_t nc_max) {
             need = NX_MAX(need, kq_plan(kks[i], k, nc_max, &xb, &rb));
             need = NX_MAX(need, kq_plan(kks[i], k, NX_MIN(nc_max, KQ_SMALL_NC), &xb, &rb));
         }
-        if (nc_max >= Q8T_MIN_NC) { /* Q8_0 / Q4_0 prefill, either SIMD set */
+        if (nc_max >= Q8T5_MIN_NC) { /* Q8_0 / Q4_0 prefill, either SIMD set */
             need = NX_MAX(need, q8t2_plan(k, nc_max, &xb, &rb));
             need = NX_MAX(need, q8t5_plan(k, nc_max, &xb, &rb));
         }
     }
-    if (nc_max >= Q8T_MIN_NC && k_max >= 32) { /* the weight part is largest at k_max */
+    if (nc_max >= Q8T5_MIN_NC && k_max >= 32) { /* the weight part is largest at k_max */
         need = NX_MAX(need, q8t2_plan(k_max, nc_max, &xb, &rb));
         need = NX_MAX(need, q8t5_plan(k_max, nc_max, &xb, &rb));
     }

@@ -486,7 +486,7 @@ static void q8t5_matmul(bool is_q4, int64_t k, const void *w, size_t ws, int64_t
                         const void *xq, size_t xs, int64_t nc, float *y, int64_t ys) {
     size_t xbytes;
     int64_t gpb, nb = k / QK8_0;
-    uint8_t *xp = nc < Q8T_MIN_NC ? NULL : kern_avx2_scratch(q8t5_plan(k, nc, &xbytes, &gpb));
+    uint8_t *xp = nc < Q8T5_MIN_NC ? NULL : kern_avx2_scratch(q8t5_plan(k, nc, &xbytes, &gpb));
     if (!xp) { /* decode, or no scratch: the AVX2 decode path gives the same bits */
         kern_avx2_q8t_decode(is_q4, k, w, ws, r0, r1, xq, xs, nc, y, ys);
         return;

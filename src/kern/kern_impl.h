@@ -183,11 +183,16 @@ void kern_avx2_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v
 /*
  * Q8_0 / Q4_0 row-lane kernels (q8t_avx2.c, and the AVX-512 tile in kern_avx512.c): one
  * contract per output (see q8t_avx2.c), identical bits in both sets. Prefill (nc >=
- * Q8T_MIN_NC) uses the per-thread scratch: the prepared activation columns (xbytes) then
- * gpb unpacked groups of rows. The plans are here so that kern_reserve can size the buffer
- * for both sets without running AVX-512 code.
+ * Q8T_MIN_NC in the AVX2 set, Q8T5_MIN_NC in the AVX-512 one) uses the per-thread scratch:
+ * the prepared activation columns (xbytes) then gpb unpacked groups of rows. The plans are
+ * here so that kern_reserve can size the buffer for both sets without running AVX-512 code.
+ * The AVX-512 tile beats the per-column decode from 2 columns, the AVX2 one from 4
+ * (dev/bench_batch Q8_0 on the Xeon, ms per call, 8192 x 2048 / 2048 x 8192, decode / tile:
+ * AVX-512 nc 2 1.79-1.81 / 1.74-1.76, 1.57-1.60 / 1.44; nc 3 2.26-2.27 / 1.77-1.83,
+ * 2.00-2.04 / 1.47-1.50; AVX2 nc 2 1.73-1.80 / 2.34-2.35, nc 3 2.18-2.26 / 2.61-2.62).
  */
 #define Q8T_MIN_NC 4
+#define Q8T5_MIN_NC 2
 #define Q8T2_XB 68  /* AVX2 prepared activation block: 32 x int16, dx (float) */
 #define Q8T2_WB 544 /* AVX2 unpacked block of a group of 8 rows: 16 x 8 int16 pairs, 8 scales */
 #define Q8T2_C 6    /* AVX2 tile columns */
