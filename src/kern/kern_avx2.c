@@ -18,7 +18,7 @@
  *   q6k_small), with the decode operations per column.
  * - F16 / BF16 weights in memory: F16_X4 / BF16_X4 (types.h), x4_drive's order (kern_simd.h),
  *   lanes [2 rows][column mod 4] per register: prefill tiles of 8 rows x 3 columns (12
- *   accumulators, 4 weight loads and 3 broadcasts per 12 FMAs, no conversions); up to 16
+ *   accumulators, 4 weight loads and 3 broadcasts per 12 FMAs, no conversions); up to 32
  *   columns tiles reading the 4 x 4 tiles in place (4 groups x 1 column, 2 x 2, 1 x 3..4, in
  *   column chunks of 4 per k-block beyond); the same bits as the AVX-512 set's X4 kernels.
  * - Weight layout: this set asks for Q4_K weights in memory as Q4_K_IL (kern_weight_layout,

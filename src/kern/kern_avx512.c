@@ -27,8 +27,9 @@
  *   4]: 4 outputs per register instead of 1, so prefill tiles of 3 groups (12 rows) x 8 columns
  *   cover 96 outputs and need a quarter of the loads per FMA of the 6 x 4 tile. The driver and
  *   the order of operations are kern_simd.h's (x4_drive), shared with the AVX2 set (same
- *   bits); up to 16 columns (decode, batched decode) the 4 x 4 tiles are read in place, 4
- *   groups x 1 column, 2 x 2..4, 3 x 5..8, in column chunks of 8 per k-block beyond.
+ *   bits); up to 64 columns (decode, batched decode, short prompts) the 4 x 4 tiles are read
+ *   in place, 4 groups x 1 column, 2 x 2..4, 3 x 5..8, in column chunks of 8 per k-block
+ *   beyond 8.
  *   F16 / BF16 kept in the file layout (mmap, other shapes) run the 6 x 4 tiles below.
  * - Activation quantization, the values kernel, softmax and SwiGLU are the AVX2 ones (not the
  *   bottleneck); attention scores and fused attention are attn_avx512.c's.
