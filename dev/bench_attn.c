@@ -30,11 +30,7 @@
 #include "kern/kern.h"
 #include "kern/quant.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "bench_util.h"
 
 enum { N_KV_HEADS = 8, KV_HEAD = 3, LAYERS = 128 };
 

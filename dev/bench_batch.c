@@ -20,24 +20,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kern/kern.h"
 #include "kern/kern_impl.h"
 #include "kern/quant.h"
 #include "kern/types.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static uint64_t g_rng = 88172645463325252ull;
-static float rnd_f(void) {
-    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
-    return (float)((g_rng >> 40) * 0x1p-24) * 2.0f - 1.0f;
-}
+#include "bench_util.h"
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -64,20 +53,8 @@ int main(int argc, char **argv) {
     if (sn && (!(set = kern_table_by_name(sn)) || !kern_cpu_supports(sn)))
         return fprintf(stderr, "bench_batch: set %s not available on this CPU\n", sn), 1;
     int64_t shapes[8][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
-    int ns = 3;
-    const char *bs = getenv("BENCH_SHAPES");
-    if (bs) {
-        ns = 0;
-        for (const char *p = bs; *p && ns < 8;) {
-            long long r, k;
-            int used = 0;
-            if (sscanf(p, "%lldx%lld%n", &r, &k, &used) != 2 || r <= 0 || k <= 0)
-                return fprintf(stderr, "bench_batch: bad BENCH_SHAPES %s\n", bs), 2;
-            shapes[ns][0] = r, shapes[ns][1] = k, ns++;
-            p += used;
-            if (*p == ',') p++;
-        }
-    }
+    int ns = bench_shapes(getenv("BENCH_SHAPES"), shapes, 8, 3);
+    if (ns < 0) return 2;
     printf("bench_batch: %s, kernels %s, one thread, weights from DRAM; ms per call / GFLOP/s / "
            "GB/s of weights\n",
            nx_type_info_get(ft)->name, set ? set->name : kern_name());

@@ -34,18 +34,7 @@
 #include "kern/quant.h"
 #include "kern/types.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static uint64_t g_rng = 88172645463325252ull;
-
-static float rnd_f(void) {
-    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
-    return (float)((g_rng >> 40) * 0x1p-24) * 2.0f - 1.0f;
-}
+#include "bench_util.h"
 
 static const struct kern_table *g_set;
 
@@ -226,21 +215,8 @@ int main(int argc, char **argv) {
                                          NX_TYPE_F16_X4, NX_TYPE_BF16_X4};
     int64_t shapes[16][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
     int nshapes = 3;
-    const char *sh = getenv("BENCH_SHAPES");
-    if (sh) {
-        long long r, k;
-        int used;
-        for (nshapes = 0; nshapes < 16 && sscanf(sh, "%lldx%lld%n", &r, &k, &used) == 2; nshapes++) {
-            if (r < 1 || k < 1) break;
-            shapes[nshapes][0] = r, shapes[nshapes][1] = k;
-            sh += used;
-            if (*sh == ',') sh++;
-        }
-        if (nshapes == 0 || *sh) {
-            fprintf(stderr, "BENCH_SHAPES: expected ROWSxK[,ROWSxK...] (at most 16), at \"%s\"\n", sh);
-            return 1;
-        }
-    }
+    nshapes = bench_shapes(getenv("BENCH_SHAPES"), shapes, 16, nshapes);
+    if (nshapes < 0) return 1;
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         if (argc > 1) {
             int want = 0;
