@@ -805,22 +805,13 @@ AI void x4_dec_tile8(enum nx_type wt, const int G, const int C, int64_t k0, int6
                      int64_t ys, bool pf) {
     const size_t gbytes = 4 * ws;
     __m128 sums[4];
-    UNROLL for (int g = 0; g < G; g++)
-        UNROLL for (int c = 0; c < C; c++)
-            sums[g * C + c] = k0 == 0 ? _mm_setzero_ps() : _mm_loadu_ps(y + c * ys + 4 * g);
+    x4_sums_load(sums, G, C, k0, y, ys);
     for (int64_t kb = k0; kb < k0 + n; kb += X4_KC) {
         int64_t kend = NX_MIN(k0 + n, kb + X4_KC);
         __m256 acc[8];
         UNROLL for (int t = 0; t < 2 * G * C; t++) acc[t] = _mm256_setzero_ps();
         for (int64_t i = kb; i < kend; i += 16) {
-            if (pf) {
-                UNROLL for (int g = 0; g < G; g++) {
-                    const uint8_t *grp = w + (size_t)g * gbytes;
-                    const char *p = pf_row_ahead(grp, (size_t)i * 8, gbytes, (size_t)G * gbytes);
-                    kern_prefetch(KERN_PF_GROUPED, p);
-                    kern_prefetch(KERN_PF_GROUPED, p + 64);
-                }
-            }
+            if (pf) x4_prefetch_groups(w, gbytes, G, i);
             UNROLL for (int j = 0; j < 4; j++) {
                 __m256 xv[4];
                 UNROLL for (int c = 0; c < C; c++) {
@@ -841,8 +832,7 @@ AI void x4_dec_tile8(enum nx_type wt, const int G, const int C, int64_t k0, int6
         UNROLL for (int t = 0; t < G * C; t++)
             sums[t] = _mm_add_ps(sums[t], x4_rowsums8(acc[2 * t], acc[2 * t + 1]));
     }
-    UNROLL for (int g = 0; g < G; g++)
-        UNROLL for (int c = 0; c < C; c++) _mm_storeu_ps(y + c * ys + 4 * g, sums[g * C + c]);
+    x4_sums_store(sums, G, C, y, ys);
 }
 
 /* Prefill tile: G groups x C columns over one k-block of n elements (x4_drive's wp, xp). */

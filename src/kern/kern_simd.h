@@ -199,6 +199,29 @@ static inline void x4_convert_w(enum nx_type wt, const uint8_t *w, size_t ws, in
     }
 }
 
+/* The in-place tiles' shared steps (both sets). Running sums of G groups x C columns, [g * C +
+ * c]: 0 for the first k-block, else what y holds; stored back to y at the end. */
+AI void x4_sums_load(__m128 *sums, const int G, const int C, int64_t k0, const float *y,
+                     int64_t ys) {
+    UNROLL for (int g = 0; g < G; g++)
+        UNROLL for (int c = 0; c < C; c++)
+            sums[g * C + c] = k0 == 0 ? _mm_setzero_ps() : _mm_loadu_ps(y + c * ys + 4 * g);
+}
+AI void x4_sums_store(const __m128 *sums, const int G, const int C, float *y, int64_t ys) {
+    UNROLL for (int g = 0; g < G; g++)
+        UNROLL for (int c = 0; c < C; c++) _mm_storeu_ps(y + c * ys + 4 * g, sums[g * C + c]);
+}
+/* Prefetch for the 16 columns from i of G groups (gbytes apart): each group's stream PF_DIST
+ * ahead, on into the next G groups past the end. */
+AI void x4_prefetch_groups(const uint8_t *w, size_t gbytes, const int G, int64_t i) {
+    UNROLL for (int g = 0; g < G; g++) {
+        const uint8_t *grp = w + (size_t)g * gbytes;
+        const char *p = pf_row_ahead(grp, (size_t)i * 8, gbytes, (size_t)G * gbytes);
+        kern_prefetch(KERN_PF_GROUPED, p);
+        kern_prefetch(KERN_PF_GROUPED, p + 64);
+    }
+}
+
 /* In place: per row tile (dg groups for the first column chunk's width), all of k at once
  * for up to dc columns, else per k-block the column chunks of up to dc columns (the block's
  * weights come from memory once, in order, and from L1 for the later chunks). Any nc, no
