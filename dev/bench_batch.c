@@ -84,7 +84,8 @@ int main(int argc, char **argv) {
         for (int i = 0; i < nn; i++) ncmax = ncs[i] > ncmax ? ncs[i] : ncmax;
         size_t xr = kern_act_row_bytes(mt, k);
         uint8_t *xq = malloc(xr * (size_t)ncmax);
-        float *x = malloc(sizeof(float) * (size_t)k), *y = malloc(sizeof(float) * (size_t)(rows * ncmax));
+        float *x = malloc(sizeof(float) * (size_t)k);
+        float *y = malloc(sizeof(float) * (size_t)(rows * ncmax));
         if (!xq || !x || !y || !kern_reserve(k, ncmax))
             return fprintf(stderr, "bench_batch: out of memory\n"), 1;
         for (int c = 0; c < ncmax; c++) {

@@ -21,8 +21,10 @@ static inline double now_s(void) {
 /* Uniform floats in [-1, 1) from a fixed-seed xorshift, the same sequence in every run. */
 static uint64_t g_bench_rng = 88172645463325252ull;
 static inline float rnd_f(void) {
-    g_bench_rng ^= g_bench_rng << 13, g_bench_rng ^= g_bench_rng >> 7, g_bench_rng ^= g_bench_rng << 17;
-    return (float)((g_bench_rng >> 40) * 0x1p-24) * 2.0f - 1.0f;
+    uint64_t s = g_bench_rng;
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    g_bench_rng = s;
+    return (float)((s >> 40) * 0x1p-24) * 2.0f - 1.0f;
 }
 
 /* BENCH_SHAPES=ROWSxK[,ROWSxK...] (env, may be NULL) into shapes[max][2]: the count, or the

@@ -280,7 +280,7 @@ bool kern_reserve(int64_t k_max, int64_t nc_max) {
     /* the AVX-512 set runs Q4_K_IL through the AVX2 driver */
     if (set == &kern_table_ref) return true;
     bool ok = kern_avx2_reserve(k_max, nc_max);
-    if (nc_max >= 2) /* X4 float weights (kern_impl.h) */
+    if (nc_max > NX_MIN(X4_INPLACE_NC_AVX2, X4_INPLACE_NC_AVX512)) /* X4 (kern_impl.h) */
         ok = ok && kern_avx2_scratch(kern_x4_scratch_bytes(nc_max)) != NULL;
     return ok;
 }

@@ -900,8 +900,10 @@ static const int g_x4_dec8_groups[4] = {4, 2, 1, 1};
    7.6-7.9 / 9.1-9.4; nc 32 13.6 / 15.9-16.0, 13.7 / 15.2-15.5; nc 48 20.1 / 21.4-22.0, 20.9 /
    19.8-20.7. */
 static const struct x4_set g_x4_sets8[2] = {
-    {&g_x4_tiles8[0][0], 2, 3, &g_x4_dec8[0][0][0], 4, 4, g_x4_dec8_groups, 32},
-    {&g_x4_tiles8[0][0], 2, 3, &g_x4_dec8[1][0][0], 4, 4, g_x4_dec8_groups, 32}};
+    {&g_x4_tiles8[0][0], 2, 3, &g_x4_dec8[0][0][0], 4, 4, g_x4_dec8_groups,
+     X4_INPLACE_NC_AVX2},
+    {&g_x4_tiles8[0][0], 2, 3, &g_x4_dec8[1][0][0], 4, 4, g_x4_dec8_groups,
+     X4_INPLACE_NC_AVX2}};
 
 void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                       int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,

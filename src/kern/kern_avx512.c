@@ -538,7 +538,8 @@ AI void x4_step_narrow(enum nx_type wt, const int G, const int C, int64_t i, con
     __m512 xv[4][4];
     UNROLL for (int c = 0; c < C; c++) {
         const float *xc = (const float *)(x + (size_t)c * xs) + i;
-        UNROLL for (int j = 0; j < 4; j++) xv[c][j] = _mm512_broadcast_f32x4(_mm_loadu_ps(xc + 4 * j));
+        UNROLL for (int j = 0; j < 4; j++)
+            xv[c][j] = _mm512_broadcast_f32x4(_mm_loadu_ps(xc + 4 * j));
     }
     UNROLL for (int g = 0; g < G; g++) {
         const uint8_t *p = w + (size_t)g * gbytes + (size_t)i * 8;
@@ -661,8 +662,10 @@ static const int g_x4_dec_groups[X4_DC] = {4, 2, 2, 2, 3, 3, 3, 3};
    130-132 / 102-103; nc 64 139-142 / 119-122, 130-131 / 131; nc 96 137 / 123, 117 / 134;
    nc 512 118-119 / 133-139, 106-108 / 147-148. */
 static const struct x4_set g_x4_sets[2] = {
-    {&g_x4_tiles[0][0], X4_G, X4_C, &g_x4_dec[0][0][0], X4_DC, X4_DG, g_x4_dec_groups, 64},
-    {&g_x4_tiles[0][0], X4_G, X4_C, &g_x4_dec[1][0][0], X4_DC, X4_DG, g_x4_dec_groups, 64}};
+    {&g_x4_tiles[0][0], X4_G, X4_C, &g_x4_dec[0][0][0], X4_DC, X4_DG, g_x4_dec_groups,
+     X4_INPLACE_NC_AVX512},
+    {&g_x4_tiles[0][0], X4_G, X4_C, &g_x4_dec[1][0][0], X4_DC, X4_DG, g_x4_dec_groups,
+     X4_INPLACE_NC_AVX512}};
 
 static enum nx_type avx512_weight_layout(enum nx_type t, int64_t ne0, int64_t ne1) {
     if ((t == NX_TYPE_F16 || t == NX_TYPE_BF16) && ne0 % 16 == 0 && ne1 % 4 == 0)

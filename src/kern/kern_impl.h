@@ -237,6 +237,10 @@ uint8_t *kern_avx2_scratch(size_t n);
 #define X4_C 8
 #define X4_DG 4
 #define X4_DC 8
+/* each set's x4_set.inplace_nc (the measurements are beside the sets' x4_set tables); the
+   scratch is needed only above the smaller */
+#define X4_INPLACE_NC_AVX2 32
+#define X4_INPLACE_NC_AVX512 64
 static inline size_t kern_x4_scratch_bytes(int64_t nc) {
     return ((size_t)nc * X4_KC + 4 * X4_G * X4_KC) * sizeof(float);
 }
