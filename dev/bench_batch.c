@@ -1,12 +1,13 @@
 /*
- * bench_batch.c - single-thread time of kern_matmul for F16 / BF16 / Q8_0 weights (in the
+ * bench_batch.c - single-thread time of kern_matmul for a file weight type (in the
  * layout the kernels take them in memory: kern_weight_layout) at small batches, the weights
  * coming from DRAM as in a batched decode step of a model far larger than L3.
  *
  * Build and run (after `make build/libnexus.a`):
  *   cc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc dev/bench_batch.c build/libnexus.a \
  *     -lmicrohttpd -lpcre2-8 -lutf8proc -ljansson -lm -lpthread -o build/bench_batch
- *   ./build/bench_batch [F16|BF16|Q8_0] [nc ...]     (default F16, nc 1 2 4 6 8 12 16)
+ *   ./build/bench_batch [TYPE] [nc ...]   (TYPE: a file type name, F16 BF16 Q8_0 Q4_K Q6_K ...;
+ *                                          default F16, nc 1 2 4 6 8 12 16)
  * BENCH_SET=avx2|avx512|ref calls that set's table directly; BENCH_SHAPES=ROWSxK,... replaces
  * the three default shapes (2048 x 2048, 8192 x 2048, 2048 x 8192).
  *
@@ -38,9 +39,12 @@ int main(int argc, char **argv) {
     enum nx_type ft = NX_TYPE_F16;
     int ncs[32], nn = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "F16")) ft = NX_TYPE_F16;
-        else if (!strcmp(argv[i], "BF16")) ft = NX_TYPE_BF16;
-        else if (!strcmp(argv[i], "Q8_0")) ft = NX_TYPE_Q8_0;
+        int named = -1;
+        for (int t = 0; t < NX_TYPE_COUNT && named < 0; t++) {
+            const struct nx_type_info *ti = nx_type_info_get(t);
+            if (ti && ti->name && !strcmp(argv[i], ti->name)) named = t;
+        }
+        if (named >= 0) ft = (enum nx_type)named;
         else if (atoi(argv[i]) > 0 && atoi(argv[i]) <= 4096 && nn < 32) ncs[nn++] = atoi(argv[i]);
         else return fprintf(stderr, "bench_batch: bad argument %s\n", argv[i]), 2;
     }

@@ -770,8 +770,9 @@ TEST(matmul_large_vs_ref) {
 /*
  * A column's result does not depend on how many other columns share the call: for every set
  * and weight type, columns 0..nc-1 of one call with nc = 1..20 (the decode kernel, the
- * small-batch kernels of 2..16 columns in one or two passes, the prefill tiles) and of a
- * 33-column call, over odd row pieces, are bit-identical to the same column computed alone
+ * small-batch kernels of 2..16 columns in one or two passes or groups of two passes, the
+ * prefill tiles) and of 33-, 49- and 70-column calls (the K-quants' small-batch limits, 16 and
+ * 48 on AVX2), over odd row pieces, are bit-identical to the same column computed alone
  * (nc = 1, all rows in one call).
  */
 TEST(matmul_columns_bit_identical_any_nc) {
@@ -781,12 +782,12 @@ TEST(matmul_columns_bit_identical_any_nc) {
         for (int t = 0; t < N_WTYPES; t++) {
             enum nx_type wt = g_wtypes[t];
             int64_t k = blck(wt) == 1 ? 1003 : (blck(wt) == QK_K ? 8 : 32) * blck(wt);
-            const int64_t rows = 23, ncmax = 33;
+            const int64_t rows = 23, ncmax = 70;
             struct mm_problem p;
             mm_setup(&p, wt, k, rows, ncmax, W_RANDOM, X_RANDOM);
             float *y1 = malloc(ncmax * rows * sizeof(float)), *yn = malloc(ncmax * rows * sizeof(float));
             for (int64_t c = 0; c < ncmax; c++) sets[s]->matmul(wt, k, p.w, p.ws, 0, rows, p.xq + c * p.xs, p.xs, 1, y1 + c * rows, rows);
-            for (int64_t nc = 2; nc <= ncmax; nc = nc < 20 ? nc + 1 : ncmax + 1) {
+            for (int64_t nc = 2; nc <= ncmax; nc = nc < 20 ? nc + 1 : nc == 20 ? 33 : nc == 33 ? 49 : nc == 49 ? 70 : ncmax + 1) {
                 memset(yn, 0xff, ncmax * rows * sizeof(float));
                 /* odd row pieces: 1, 3, 5, 7, ... rows */
                 for (int64_t r0 = 0, len = 1; r0 < rows; r0 += len, len += 2) {
@@ -800,6 +801,42 @@ TEST(matmul_columns_bit_identical_any_nc) {
                         break;
                     }
                 }
+            }
+            free(y1), free(yn);
+            mm_free(&p);
+        }
+    }
+}
+
+/*
+ * K-quant batches run through the small-batch kernels in blocks of rows (KQ_RAW_BLOCK bytes,
+ * kern_avx2.c: 18-28 rows at k = 16384) under groups of columns: rows cut by block, by thread
+ * piece (odd pieces of 1, 3, 5, ... rows, so a pair kernel's last row is sometimes alone) and
+ * columns cut into groups still give every column the bits it gets alone, for 17, 40 and 64
+ * columns (one group of passes short of two, several groups, the AVX2 prefill tiles' side).
+ */
+TEST(matmul_kq_row_blocks_bit_identical) {
+    const struct kern_table *sets[3] = {&kern_table_ref};
+    int ns = 1 + simd_sets(sets + 1);
+    const enum nx_type types[3] = {NX_TYPE_Q4_K, NX_TYPE_Q4_K_IL, NX_TYPE_Q6_K};
+    const int64_t k = 16384, rows = 61, ncs[3] = {17, 40, 64};
+    for (int s = 0; s < ns; s++) {
+        for (int t = 0; t < 3; t++) {
+            struct mm_problem p;
+            mm_setup(&p, types[t], k, rows, 64, W_RANDOM, X_RANDOM);
+            float *y1 = malloc(64 * rows * sizeof(float)), *yn = malloc(64 * rows * sizeof(float));
+            for (int64_t c = 0; c < 64; c++) sets[s]->matmul(p.wt, k, p.w, p.ws, 0, rows, p.xq + c * p.xs, p.xs, 1, y1 + c * rows, rows);
+            for (int i = 0; i < 3; i++) {
+                int64_t nc = ncs[i];
+                memset(yn, 0xff, 64 * rows * sizeof(float));
+                sets[s]->matmul(p.wt, k, p.w, p.ws, 0, rows, p.xq, p.xs, nc, yn, rows);
+                if (memcmp(y1, yn, (size_t)(nc * rows) * sizeof(float)) != 0)
+                    FAILF("%s %s nc=%lld: all rows in one call differ from nc=1", sets[s]->name, nx_type_name(p.wt), (long long)nc);
+                memset(yn, 0xff, 64 * rows * sizeof(float));
+                for (int64_t r0 = 0, len = 1; r0 < rows; r0 += len, len += 2)
+                    sets[s]->matmul(p.wt, k, p.w, p.ws, r0, NX_MIN(rows, r0 + len), p.xq, p.xs, nc, yn, rows);
+                if (memcmp(y1, yn, (size_t)(nc * rows) * sizeof(float)) != 0)
+                    FAILF("%s %s nc=%lld: odd row pieces differ from nc=1", sets[s]->name, nx_type_name(p.wt), (long long)nc);
             }
             free(y1), free(yn);
             mm_free(&p);

@@ -42,7 +42,7 @@
  * - Activation quantization repeats quant_ref.c's float operations in the same order, so it
  *   is bit-identical to the reference (rounding is vroundps nearest-even = rintf).
  * - Cache blocking: rows are walked in blocks of ~128 KiB of weights (L2-resident; Q4_K/Q6_K:
- *   ~96 KiB unpacked) and, inside a block, every column tile sweeps the rows, so activations
+ *   ~256 KiB unpacked, or raw rows for the small-batch kernels) and, inside a block, every column tile sweeps the rows, so activations
  *   stay in L1 and weights in L2.
  */
 #include <immintrin.h>
@@ -309,12 +309,13 @@ Q_TILES(q5k)
 
 /*
  * Q4_K and Q6_K weights x Q8_K activations (kq_drive). Per call, the activation quants of all
- * columns are permuted into a per-thread buffer; per block of rows (~96 KiB unpacked, L2), the
+ * columns are permuted into a per-thread buffer; per block of rows (~256 KiB unpacked, L2), the
  * weight rows are unpacked (unsigned quants in the same permuted order, scale vectors, float
  * scales); then 3 x 3 (Q4_K) or 2 x 3 (Q6_K) register tiles (rows x columns) run over the
  * unpacked rows: each activation load feeds three (two) rows, each weight load three columns.
- * Decode and small batches (nc <= KQ_SMALL_NC) skip the weight buffer: q4k_dec / q6k_dec and
- * the small-batch kernels unpack in registers with the same operations.
+ * Decode and batches of up to raw_nc columns (kern_impl.h: per set and type) skip the weight
+ * buffer: q4k_dec / q6k_dec and the small-batch kernels unpack in registers with the same
+ * operations.
  *
  * The permutation lets several vpmaddubsw products be summed in int16 before one vpmaddwd
  * applies the sub-block scales: every i16 lane of the summed products belongs to one
@@ -633,17 +634,24 @@ Q6K_TILE_FN(2, 1)
 Q6K_TILE_FN(1, 1)
 
 /*
- * Small batches (2 <= nc <= KQ_SMALL_NC, e.g. one decode step of several sequences): neither
- * the decode path (weights streamed and unpacked once per column) nor the prefill path (an
- * unpacked copy of every row written to and read back from the buffer, amortized over too few
- * columns) fits. One weight row at a time, each block is unpacked in registers once and applied
+ * Small batches (2 <= nc <= raw_nc, e.g. one decode step of several sequences; with the
+ * AVX-512 pair kernels every width): the decode path would stream and unpack the weights once
+ * per column, and the prefill path writes an unpacked copy of every row to the buffer and reads
+ * it back, amortized over too few columns (and, on AVX-512, slower than these kernels at any
+ * width). One weight row at a time, each block is unpacked in registers once and applied
  * to C <= KQ_SMALL_C permuted columns (q4k_small / q6k_small, whose C = 1 case is the decode
  * kernel), each column with its own float accumulator, one block after another, then hsum8:
  * a column's result is bit-identical to its nc = 1 result.
  * nc > KQ_SMALL_C runs ceil(nc / KQ_SMALL_C) passes of near-equal width per row, the row then
- * being in L1 for the later passes. The AVX-512 set runs the same driver with kernels that
- * take two rows per zmm (kern_avx512.c, same per-column operations).
+ * being in L1 for the later passes; beyond two passes the rows go in blocks of KQ_RAW_BLOCK
+ * bytes, each block read from memory once and from L2 by the later groups of two passes (the
+ * activations of one group, 2 x 8 columns, stay in L2 beside it: ~150 KiB at k = 8192).
+ * The AVX-512 set runs the same driver with kernels that take two rows per zmm (kern_avx512.c,
+ * same per-column operations).
  */
+#define KQ_RAW_BLOCK (256 * 1024) /* bytes: 512 KiB and 1 MiB were 1-3% faster on the Xeon's 2 MiB
+                                     L2 at k = 8192, 512 columns; 256 KiB leaves room in Zen 3's
+                                     512 KiB for the activations */
 /* One weight row w x C permuted columns (stride xps) -> y[c * ys]. */
 typedef void (*kq_small_fn)(int64_t nb, const uint8_t *w, const uint8_t *xp, size_t xps, float *y,
                             int64_t ys);
@@ -697,15 +705,18 @@ static void kq_rows(const struct kq_kern *kk, kq_tile_fn const ts[4], int64_t nb
     }
 }
 
-/* The scratch layout of one kq_drive call: permuted activations (xbytes), then (prefill) rb
- * unpacked weight rows. Returns the bytes needed. */
-static size_t kq_plan(const struct kq_kern *kk, int64_t k, int64_t nc, size_t *xbytes, int64_t *rb) {
+/* The scratch layout of one kq_drive call: permuted activations (xbytes), then (prefill
+ * tiles, raw = false) rb unpacked weight rows. Returns the bytes needed. */
+static size_t kq_plan(const struct kq_kern *kk, int64_t k, int64_t nc, bool raw, size_t *xbytes, int64_t *rb) {
     int64_t nb = k / QK_K;
     size_t xps = (size_t)nb * kk->xb, wps = (size_t)nb * kk->wb;
-    /* decode and small batches: raw rows, no weight buffer */
-    bool raw = nc <= KQ_SMALL_NC;
-    /* rows per block: ~96 KiB of unpacked weights (L2), a multiple of 6 */
-    int64_t r = raw ? 0 : (int64_t)((96 * 1024) / wps);
+    /* rows per block: ~256 KiB of unpacked weights (L2), a multiple of 6. Every row block
+       streams all columns' activations past it, so small blocks at large k cost L3 bandwidth:
+       at k = 8192 and 512 columns 96 KiB (6 rows) gave 176 / 131 GFLOP/s (Q4_K / Q6_K,
+       dev/bench_batch, AVX2 kernels, Xeon), 256 KiB 211-213 / 155-159, 384 KiB 218 / 154;
+       smaller k and batches within noise. 256 KiB leaves Zen 3's 512 KiB L2 room for the
+       activations. */
+    int64_t r = raw ? 0 : (int64_t)((256 * 1024) / wps);
     *rb = raw ? 0 : r < 6 ? 6 : r - r % 6;
     *xbytes = (xps * (size_t)nc + 63) & ~(size_t)63;
     return *xbytes + wps * (size_t)*rb;
@@ -718,8 +729,7 @@ bool kern_avx2_reserve(int64_t k_max, int64_t nc_max) {
     /* the weight buffer is not monotonic in k (rows per block round down): try every k */
     for (int64_t k = QK_K; k <= k_max; k += QK_K) {
         for (int i = 0; i < 2; i++) {
-            need = NX_MAX(need, kq_plan(kks[i], k, nc_max, &xb, &rb));
-            need = NX_MAX(need, kq_plan(kks[i], k, NX_MIN(nc_max, KQ_SMALL_NC), &xb, &rb));
+            need = NX_MAX(need, kq_plan(kks[i], k, nc_max, false, &xb, &rb));
         }
         if (nc_max >= Q8T5_MIN_NC) { /* Q8_0 / Q4_0 prefill, either SIMD set */
             need = NX_MAX(need, q8t2_plan(k, nc_max, &xb, &rb));
@@ -733,12 +743,34 @@ bool kern_avx2_reserve(int64_t k_max, int64_t nc_max) {
     return need == 0 || kq_scratch(need) != NULL;
 }
 
-/* pair: small-batch kernels over two rows ([C], C = 2..KQ_SMALL_C), or NULL */
-static void kq_drive(const struct kq_kern *kk, const kern_kq_pair_fn *pair, int64_t k, const uint8_t *w, size_t ws,
-                     int64_t r0, int64_t r1, const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
+/* Rows [r0, r1) x nc permuted columns through the small-batch kernels, row by row (two at a
+ * time through pair when it is not NULL), the columns in ceil(nc / KQ_SMALL_C) passes of
+ * near-equal width, the row being in L1 for the later passes. */
+static void kq_small_rows(const struct kq_kern *kk, const kern_kq_pair_fn *pair, int64_t nb, const uint8_t *w,
+                          size_t ws, int64_t r0, int64_t r1, const uint8_t *xp, size_t xps, int64_t nc,
+                          float *y, int64_t ys) {
+    int64_t np = (nc + KQ_SMALL_C - 1) / KQ_SMALL_C; /* passes of width nc / np or one more */
+    for (int64_t r = r0; r < r1;) {
+        bool two = pair && r + 1 < r1;
+        for (int64_t p = 0, c = 0; p < np; p++) {
+            int64_t cw = (nc - c) / (np - p);
+            if (two) pair[cw](nb, w + (size_t)r * ws, ws, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
+            else kk->small[cw](nb, w + (size_t)r * ws, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
+            c += cw;
+        }
+        r += two ? 2 : 1;
+    }
+}
+
+/* pair: small-batch kernels over two rows ([C], C = 2..KQ_SMALL_C), or NULL; calls of up to
+ * raw_nc columns run through the small-batch kernels, wider ones through the prefill tiles. */
+static void kq_drive(const struct kq_kern *kk, const kern_kq_pair_fn *pair, int64_t raw_nc, int64_t k,
+                     const uint8_t *w, size_t ws, int64_t r0, int64_t r1, const uint8_t *x, size_t xs,
+                     int64_t nc, float *y, int64_t ys) {
     int64_t nb = k / QK_K, rb;
+    bool raw = nc <= raw_nc;
     size_t xps = (size_t)nb * kk->xb, wps = (size_t)nb * kk->wb, xbytes;
-    uint8_t *xp = kq_scratch(kq_plan(kk, k, nc, &xbytes, &rb));
+    uint8_t *xp = kq_scratch(kq_plan(kk, k, nc, raw, &xbytes, &rb));
     if (!xp) {
         kern_ref_matmul(kk->type, k, w, ws, r0, r1, x, xs, nc, y, ys);
         return;
@@ -749,17 +781,20 @@ static void kq_drive(const struct kq_kern *kk, const kern_kq_pair_fn *pair, int6
         for (int64_t r = r0; r < r1; r++) kk->dec(nb, w + (size_t)r * ws, xp, y + r);
         return;
     }
-    if (nc <= KQ_SMALL_NC) {
-        int64_t np = (nc + KQ_SMALL_C - 1) / KQ_SMALL_C; /* passes of width nc / np or one more */
-        for (int64_t r = r0; r < r1;) {
-            bool two = pair && r + 1 < r1;
-            for (int64_t p = 0, c = 0; p < np; p++) {
+    if (raw) {
+        /* blocks of KQ_RAW_BLOCK bytes of rows (an even count) x groups of two passes:
+           ceil(nc / KQ_SMALL_C) passes of near-equal width, two at a time (the last alone when
+           their count is odd); one group over all rows up to 2 x KQ_SMALL_C columns */
+        int64_t bs = NX_MAX((int64_t)2, (int64_t)(KQ_RAW_BLOCK / ws)) & ~(int64_t)1;
+        int64_t np = (nc + KQ_SMALL_C - 1) / KQ_SMALL_C;
+        for (int64_t b0 = r0; b0 < r1; b0 += bs) {
+            int64_t b1 = NX_MIN(r1, b0 + bs);
+            for (int64_t p = 0, c = 0; p < np; p += 2) {
                 int64_t cw = (nc - c) / (np - p);
-                if (two) pair[cw](nb, w + (size_t)r * ws, ws, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
-                else kk->small[cw](nb, w + (size_t)r * ws, xp + (size_t)c * xps, xps, y + c * ys + r, ys);
+                if (p + 1 < np) cw += (nc - c - cw) / (np - p - 1);
+                kq_small_rows(kk, pair, nb, w, ws, b0, b1, xp + (size_t)c * xps, xps, cw, y + c * ys, ys);
                 c += cw;
             }
-            r += two ? 2 : 1;
         }
         return;
     }
@@ -775,10 +810,19 @@ static void kq_drive(const struct kq_kern *kk, const kern_kq_pair_fn *pair, int6
 void kern_avx2_kq_matmul(enum nx_type wt, int64_t k, const void *w, size_t ws, int64_t r0, int64_t r1,
                          const void *xq, size_t xs, int64_t nc, float *y, int64_t ys,
                          const struct kern_kq_pairs *pairs) {
-    if (wt == NX_TYPE_Q4_K_IL) kq_drive(&q4kil_kern, pairs ? pairs->q4kil : NULL, k, w, ws, r0, r1, xq, xs, nc, y, ys);
-    else if (wt == NX_TYPE_Q4_K) kq_drive(&q4k_kern, pairs ? pairs->q4k : NULL, k, w, ws, r0, r1, xq, xs, nc, y, ys);
-    else if (wt == NX_TYPE_Q6_K) kq_drive(&q6k_kern, pairs ? pairs->q6k : NULL, k, w, ws, r0, r1, xq, xs, nc, y, ys);
-    else NX_ASSERT(!"kern_avx2_kq_matmul: not a Q4_K / Q6_K type");
+    const struct kq_kern *kk;
+    const kern_kq_pair_fn *pair = NULL;
+    int64_t raw_nc;
+    if (wt == NX_TYPE_Q6_K) {
+        kk = &q6k_kern, raw_nc = KQ_RAW_NC_AVX2_Q6K;
+        if (pairs && pairs->q6k[2]) pair = pairs->q6k, raw_nc = pairs->raw_nc_q6k;
+    } else {
+        NX_ASSERT((wt == NX_TYPE_Q4_K || wt == NX_TYPE_Q4_K_IL) && "kern_avx2_kq_matmul: not a Q4_K / Q6_K type");
+        kk = wt == NX_TYPE_Q4_K_IL ? &q4kil_kern : &q4k_kern, raw_nc = KQ_RAW_NC_AVX2_Q4K;
+        if (pairs && (wt == NX_TYPE_Q4_K_IL ? pairs->q4kil : pairs->q4k)[2])
+            pair = wt == NX_TYPE_Q4_K_IL ? pairs->q4kil : pairs->q4k, raw_nc = pairs->raw_nc_q4k;
+    }
+    kq_drive(kk, pair, raw_nc, k, w, ws, r0, r1, xq, xs, nc, y, ys);
 }
 
 /* ---- F16_X4 / BF16_X4 weights (rows interleaved by fours, types.h) x F32 activations ------ */

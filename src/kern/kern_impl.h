@@ -133,21 +133,34 @@ void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride
                       int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                       int64_t y_stride);
 /*
- * Q4_K / Q4_K_IL / Q6_K small batches (2 <= nc <= KQ_SMALL_NC columns; kern_avx2.c): each
- * weight block unpacked once for up to KQ_SMALL_C columns, with the decode kernel's operations
- * per column. A pair kernel does the same for two weight rows at once (w, w + ws) and writes
- * y[c * ys] and y[c * ys + 1] for c < C, from the AVX2 driver's permuted columns (xp, xps);
- * the AVX-512 set has such kernels (kern_avx512.c), bit-identical to the AVX2 ones.
+ * Q4_K / Q4_K_IL / Q6_K small-batch kernels (kern_avx2.c): each weight block unpacked in
+ * registers once for up to KQ_SMALL_C columns, with the decode kernel's operations per column.
+ * A pair kernel does the same for two weight rows at once (w, w + ws) and writes y[c * ys] and
+ * y[c * ys + 1] for c < C, from the AVX2 driver's permuted columns (xp, xps); the AVX-512 set
+ * has such kernels (kern_avx512.c), bit-identical to the AVX2 ones.
+ * Calls of 2 .. raw_nc columns run through these kernels straight from the weight rows (in
+ * blocks of rows that stay in L2 while groups of 2 x KQ_SMALL_C columns pass over them), wider
+ * calls through the prefill tiles (each row block unpacked once into a buffer). raw_nc per set
+ * and type, where dev/bench_batch measured the prefill tiles to overtake (Xeon SPR-class,
+ * weights from DRAM, one thread, GFLOP/s on 8192 x 2048 / 2048 x 8192):
+ * - AVX2 kernels: Q4_K 16 (at 24 columns small 181 / 162 against tiles 176 / 177, at 64 184 /
+ *   164 against 203 / 207); Q6_K 48 (at 32 147 / 144 against 138 / 134, at 48 even, at 64 145
+ *   / 146 against 155 / 154).
+ * - AVX-512 pair kernels: every width (Q4_K_IL at 24 / 64 / 512 columns 240 / 257 / 254
+ *   against tiles 175 / 201 / 214 on 8192 x 2048; Q6_K 161 / 173 / 182 against 121 / 143 /
+ *   158).
  */
-#define KQ_SMALL_NC 16
 #define KQ_SMALL_C 8
+#define KQ_RAW_NC_AVX2_Q4K 16
+#define KQ_RAW_NC_AVX2_Q6K 48
 typedef void (*kern_kq_pair_fn)(int64_t nb, const uint8_t *w, size_t ws, const uint8_t *xp, size_t xps,
                                 float *y, int64_t ys);
 struct kern_kq_pairs {
     kern_kq_pair_fn q4k[KQ_SMALL_C + 1], q4kil[KQ_SMALL_C + 1], q6k[KQ_SMALL_C + 1]; /* [C] */
+    int64_t raw_nc_q4k, raw_nc_q6k; /* raw_nc above of the types whose pair kernels are there */
 };
 /* kern_avx2_matmul for wt = Q4_K, Q4_K_IL or Q6_K; small batches take rows two at a time
- * through pairs when it is not NULL. */
+ * through pairs, with its raw_nc, where it has that type's kernels (pairs may be NULL). */
 void kern_avx2_kq_matmul(enum nx_type wt, int64_t k, const void *w, size_t ws, int64_t r0, int64_t r1,
                          const void *xq, size_t xs, int64_t nc, float *y, int64_t ys,
                          const struct kern_kq_pairs *pairs);
