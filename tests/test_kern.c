@@ -847,8 +847,8 @@ TEST(matmul_kq_row_blocks_bit_identical) {
 /*
  * The Q8_0 / Q4_0 row-lane contract (src/kern/q8t_avx2.c), written out here in scalar C: per
  * output, acc = fmaf((float)isum_b, dw_b * dx_b, acc) over the blocks in order. Both SIMD sets
- * must match it bit for bit, in decode (nc < 4) and prefill (tiles of 8 / 16 rows, ragged
- * last groups, 1..12-column tiles), for every kind of weight block.
+ * must match it bit for bit, in decode (1..8 columns, up to 4 per pass) and prefill (tiles of
+ * 8 / 16 rows, ragged last groups, 1..12-column tiles), for every kind of weight block.
  */
 static float q8_model(enum nx_type wt, const uint8_t *w, const uint8_t *x, int64_t nb) {
     float acc = 0.0f;
@@ -877,12 +877,12 @@ TEST(matmul_q8_row_lane_contract) {
     const struct kern_table *sets[2];
     int ns = simd_sets(sets);
     const enum nx_type types[2] = {NX_TYPE_Q8_0, NX_TYPE_Q4_0};
-    const int64_t ncs[6] = {1, 3, 4, 13, 29, 2};
+    const int64_t ncs[7] = {1, 3, 4, 13, 29, 2, 6};
     for (int s = 0; s < ns; s++) {
         for (int t = 0; t < 2; t++) {
             for (int wk = 0; wk < W_KINDS; wk++) {
                 int64_t k = (int64_t[]){32, 96, 2048, 320, 64, 160}[wk], rows = (int64_t[]){37, 16, 9, 8, 17, 1}[wk];
-                int64_t nc = ncs[(wk + t) % 6];
+                int64_t nc = ncs[(wk + t) % 7];
                 struct mm_problem p;
                 mm_setup(&p, types[t], k, rows, nc, (enum wkind)wk, (enum xkind)(wk % X_KINDS));
                 float *y = malloc(sizeof(float) * (size_t)(rows * nc));

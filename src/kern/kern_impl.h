@@ -199,13 +199,17 @@ void kern_avx2_attn_values(enum nx_type kvt, int64_t hd, const void *v, size_t v
  * Q8T_MIN_NC in the AVX2 set, Q8T5_MIN_NC in the AVX-512 one) uses the per-thread scratch:
  * the prepared activation columns (xbytes) then gpb unpacked groups of rows. The plans are
  * here so that kern_reserve can size the buffer for both sets without running AVX-512 code.
- * The AVX-512 tile beats the per-column decode from 2 columns, the AVX2 one from 4
+ * The decode path takes up to 4 columns per pass over a group of 8 rows (each weight block
+ * loaded once for them); the AVX-512 tile beats it from 4 columns, the AVX2 one from 9
  * (dev/bench_batch Q8_0 on the Xeon, ms per call, 8192 x 2048 / 2048 x 8192, decode / tile:
- * AVX-512 nc 2 1.79-1.81 / 1.74-1.76, 1.57-1.60 / 1.44; nc 3 2.26-2.27 / 1.77-1.83,
- * 2.00-2.04 / 1.47-1.50; AVX2 nc 2 1.73-1.80 / 2.34-2.35, nc 3 2.18-2.26 / 2.61-2.62).
+ * AVX-512 nc 2 1.53-1.54 / 1.79-1.81, 1.13-1.17 / 1.39-1.41; nc 3 1.67-1.70 / 1.84,
+ * 1.27-1.30 / 1.44-1.46; nc 4 1.87-1.90 / 1.90-1.92, 1.62-1.65 / 1.47-1.51; nc 5 2.30-2.39 /
+ * 1.95-2.01. AVX2 nc 8 3.47-3.61 / 3.74-3.76, 3.14-3.15 / 3.25-3.40; nc 9 3.90-4.06 /
+ * 3.94-4.06, 3.60 / 3.43-3.48; nc 12 4.96-5.04 / 4.61-4.86). Before the shared weight loads
+ * (one column per pass) the AVX-512 tile won from 2 columns and the AVX2 one from 4.
  */
-#define Q8T_MIN_NC 4
-#define Q8T5_MIN_NC 2
+#define Q8T_MIN_NC 9
+#define Q8T5_MIN_NC 4
 #define Q8T2_XB 68  /* AVX2 prepared activation block: 32 x int16, dx (float) */
 #define Q8T2_WB 544 /* AVX2 unpacked block of a group of 8 rows: 16 x 8 int16 pairs, 8 scales */
 #define Q8T2_C 6    /* AVX2 tile columns */

@@ -20,8 +20,10 @@
  *   of -128 are fine).
  * - Decode (nc < Q8T_MIN_NC) reads the rows as they are: 8 rows at a time, each block's dot
  *   product with the |w| / sign(x, w) vpmaddubsw trick (x != -128, kern_impl.h), the 8 sums
- *   folded into one vector (lane r = row r) and accumulated as above. Rows past the end of a
- *   group repeat the last row and are not stored.
+ *   folded into one vector (lane r = row r) and accumulated as above; up to DEC_C columns
+ *   share each weight load (a batched decode step costs little more than one column while
+ *   the rows stream from memory). Rows past the end of a group repeat the last row and are
+ *   not stored.
  * - When the scratch buffer cannot grow, prefill runs the decode path column by column (the
  *   same bits, no memory needed).
  */
@@ -59,51 +61,81 @@ AI __m256i fold8(const __m256i v[8]) {
     return _mm256_add_epi32(lo, hi);
 }
 
-/* Rows w, w + ws, ... (n <= 8 of them) x one Q8_0 activation row x: y[r] for r < n. */
-AI void dec_group(bool is_q4, int64_t nb, const uint8_t *w, size_t ws, int n, const uint8_t *x, float *y) {
+/* Rows w, w + ws, ... (n <= 8 of them) x C <= DEC_C Q8_0 activation rows x + c * xs:
+ * y[c * ys + r] for r < n. Each weight block is loaded (and its sign taken) once for the C
+ * columns; per column the same operations as one column alone. */
+#define DEC_C 4
+AI void dec_group(bool is_q4, const int C, int64_t nb, const uint8_t *w, size_t ws, int n,
+                  const uint8_t *x, size_t xs, float *y, int64_t ys) {
     const size_t bs = is_q4 ? sizeof(struct block_q4_0) : sizeof(struct block_q8_0);
     const uint8_t *row[G];
     for (int r = 0; r < G; r++) row[r] = w + (size_t)(r < n ? r : n - 1) * ws;
     const __m256i ones16 = _mm256_set1_epi16(1);
     const size_t rowb = (size_t)nb * bs;
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[DEC_C];
+    UNROLL for (int c = 0; c < C; c++) acc[c] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const struct block_q8_0 *bx = (const struct block_q8_0 *)x + b;
-        __m256i xq = loadu256(bx->qs);
-        __m256i p[G];
+        __m256i xq[DEC_C];
+        UNROLL for (int c = 0; c < C; c++) xq[c] = loadu256(((const struct block_q8_0 *)(x + (size_t)c * xs) + b)->qs);
+        __m256i p[DEC_C][G];
         UNROLL for (int r = 0; r < G; r++) {
             const uint8_t *blk = row[r] + (size_t)b * bs;
             /* every block, though a line holds ~2: one per 2 blocks streamed 15-30% slower
                from DRAM with 2048-element rows on a Zen 4 (dev/bench_kern.c, one thread) */
             kern_prefetch(KERN_PF_GROUPED, pf_row_ahead(row[r], (size_t)b * bs, rowb, (size_t)G * ws));
             __m256i wq = w32(is_q4, blk);
-            __m256i aw = _mm256_sign_epi8(wq, wq), sx = _mm256_sign_epi8(xq, wq);
-            p[r] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones16);
+            __m256i aw = _mm256_sign_epi8(wq, wq);
+            UNROLL for (int c = 0; c < C; c++)
+                p[c][r] = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq[c], wq)), ones16);
         }
-        __m256i isum = fold8(p);
         __m128i dh = _mm_setr_epi16((short)blk_d(row[0] + b * bs), (short)blk_d(row[1] + b * bs),
                                     (short)blk_d(row[2] + b * bs), (short)blk_d(row[3] + b * bs),
                                     (short)blk_d(row[4] + b * bs), (short)blk_d(row[5] + b * bs),
                                     (short)blk_d(row[6] + b * bs), (short)blk_d(row[7] + b * bs));
-        __m256 scale = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(h2f(bx->d)));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
+        __m256 dw = _mm256_cvtph_ps(dh);
+        UNROLL for (int c = 0; c < C; c++) {
+            const struct block_q8_0 *bx = (const struct block_q8_0 *)(x + (size_t)c * xs) + b;
+            __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(h2f(bx->d)));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold8(p[c])), scale, acc[c]);
+        }
     }
-    if (n == G) {
-        _mm256_storeu_ps(y, acc);
-    } else {
-        float t[G];
-        _mm256_storeu_ps(t, acc);
-        memcpy(y, t, (size_t)n * sizeof(float));
+    UNROLL for (int c = 0; c < C; c++) {
+        if (n == G) {
+            _mm256_storeu_ps(y + c * ys, acc[c]);
+        } else {
+            float t[G];
+            _mm256_storeu_ps(t, acc[c]);
+            memcpy(y + c * ys, t, (size_t)n * sizeof(float));
+        }
     }
 }
 
+typedef void (*dec_fn)(int64_t nb, const uint8_t *w, size_t ws, int n, const uint8_t *x, size_t xs,
+                       float *y, int64_t ys);
+#define DEC_FNS(C) \
+    __attribute__((noinline)) static void dec8_##C(int64_t nb, const uint8_t *w, size_t ws, int n, \
+                                                   const uint8_t *x, size_t xs, float *y, int64_t ys) { \
+        dec_group(false, C, nb, w, ws, n, x, xs, y, ys); \
+    } \
+    __attribute__((noinline)) static void dec4_##C(int64_t nb, const uint8_t *w, size_t ws, int n, \
+                                                   const uint8_t *x, size_t xs, float *y, int64_t ys) { \
+        dec_group(true, C, nb, w, ws, n, x, xs, y, ys); \
+    }
+DEC_FNS(1)
+DEC_FNS(2)
+DEC_FNS(3)
+DEC_FNS(4)
+static const dec_fn g_dec[2][DEC_C + 1] = {{NULL, dec8_1, dec8_2, dec8_3, dec8_4},
+                                           {NULL, dec4_1, dec4_2, dec4_3, dec4_4}};
+
+/* Groups of 8 rows x columns in passes of up to DEC_C. */
 static void dec_rows(bool is_q4, int64_t nb, const uint8_t *w, size_t ws, int64_t r0, int64_t r1,
                      const uint8_t *x, size_t xs, int64_t nc, float *y, int64_t ys) {
     for (int64_t r = r0; r < r1; r += G) {
         int n = (int)NX_MIN((int64_t)G, r1 - r);
-        for (int64_t c = 0; c < nc; c++) {
-            if (is_q4) dec_group(true, nb, w + (size_t)r * ws, ws, n, x + (size_t)c * xs, y + c * ys + r);
-            else dec_group(false, nb, w + (size_t)r * ws, ws, n, x + (size_t)c * xs, y + c * ys + r);
+        for (int64_t c = 0; c < nc; c += DEC_C) {
+            int C = (int)NX_MIN((int64_t)DEC_C, nc - c);
+            g_dec[is_q4][C](nb, w + (size_t)r * ws, ws, n, x + (size_t)c * xs, xs, y + c * ys + r, ys);
         }
     }
 }
