@@ -42,8 +42,8 @@
  * - Activation quantization repeats quant_ref.c's float operations in the same order, so it
  *   is bit-identical to the reference (rounding is vroundps nearest-even = rintf).
  * - Cache blocking: rows are walked in blocks of ~128 KiB of weights (L2-resident; Q4_K/Q6_K:
- *   ~256 KiB unpacked, or raw rows for the small-batch kernels) and, inside a block, every column tile sweeps the rows, so activations
- *   stay in L1 and weights in L2.
+ *   ~256 KiB unpacked, or 256 KiB of raw rows for the small-batch kernels) and, inside a
+ *   block, every column tile sweeps the rows, so activations stay in L1 and weights in L2.
  */
 #include <immintrin.h>
 #include <pthread.h>

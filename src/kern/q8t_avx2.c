@@ -24,8 +24,8 @@
  *   share each weight load (a batched decode step costs little more than one column while
  *   the rows stream from memory). Rows past the end of a group repeat the last row and are
  *   not stored.
- * - When the scratch buffer cannot grow, prefill runs the decode path column by column (the
- *   same bits, no memory needed).
+ * - When the scratch buffer cannot grow, prefill runs the decode path, DEC_C columns per pass
+ *   (the same bits, no memory needed).
  */
 #include <immintrin.h>
 #include <stdbool.h>
