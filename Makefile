@@ -61,9 +61,11 @@ FUZZ_TGT_SRC = $(sort $(wildcard fuzz/targets/*.c))
 FUZZ_TGT_OBJ = $(FUZZ_TGT_SRC:%.c=$(BUILD)/%.o)
 
 MODEL ?= ../shared/models/stories260K/stories260K.gguf
+# test_kern and test_attn again, with the AVX-512 kernels built on the plain-C emulation (below)
+EMU_BIN = $(BUILD)/tests/test_kern_avx512emu $(BUILD)/tests/test_attn_avx512emu
 
 .PHONY: all deps run test test-san bench clean install
-all: deps $(BUILD)/nexus $(TEST_BIN)
+all: deps $(BUILD)/nexus $(TEST_BIN) $(EMU_BIN)
 
 # Install the Debian packages the build needs, once (stamp), only when one is missing.
 deps: .deps.stamp
@@ -102,6 +104,21 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TSUP_OBJ) $(BUILD)/libnexus.a | $(BUILD)/
 # The regression replay links every fuzz target, built normally (fuzz.h registers them by name).
 $(BUILD)/tests/test_fuzz_regress: $(FUZZ_TGT_OBJ) $(FUZZ_SUP_OBJ)
 $(BUILD)/fuzz/%.o $(BUILD)/tests/test_fuzz_regress.o: ALL_CFLAGS += -Ifuzz
+
+# test_kern / test_attn with kern_avx512.c / attn_avx512.c compiled on src/kern/avx512_emu.h
+# (plain C over AVX2): they run wherever AVX2 does, so a CPU without AVX-512 still checks that
+# set's kernels against the scalar references and the AVX2 set bit for bit (issue 16). The
+# emulated object comes before the library on the link line, so the archive's native object
+# is never pulled in.
+$(BUILD)/emu512/%_avx512.o: src/kern/%_avx512.c | .deps.stamp
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(AVX2_FLAGS) $(SIMD_FLAGS) -DNX_AVX512_EMULATE -c $< -o $@
+$(BUILD)/emu512/test_%.o: tests/test_%.c | .deps.stamp
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -DNX_TEST_AVX512_EMULATED -c $< -o $@
+$(BUILD)/tests/test_%_avx512emu: $(BUILD)/emu512/test_%.o $(BUILD)/emu512/%_avx512.o $(TSUP_OBJ) $(BUILD)/libnexus.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The main job: greedy generation from BOS on the default model.
 run: all
@@ -226,5 +243,5 @@ $(BUILD)/tests/test_fuzz_smoke: tests/fuzz_smoke.sh $(BUILD)/nexus FORCE
 
 .SECONDARY:
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TSUP_OBJ:.o=.d) $(TEST_BIN:=.d) \
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TSUP_OBJ:.o=.d) $(TEST_BIN:=.d) $(BUILD)/emu512/*.d \
          $(FUZZ_SUP_OBJ:.o=.d) $(FUZZ_TGT_OBJ:.o=.d)
