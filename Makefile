@@ -109,10 +109,11 @@ $(BUILD)/fuzz/%.o $(BUILD)/tests/test_fuzz_regress.o: ALL_CFLAGS += -Ifuzz
 # (plain C over AVX2): they run wherever AVX2 does, so a CPU without AVX-512 still checks that
 # set's kernels against the scalar references and the AVX2 set bit for bit (issue 16). The
 # emulated object comes before the library on the link line, so the archive's native object
-# is never pulled in.
+# is never pulled in. -O1 -g0: gcc's variable tracking over the unrolled emulation took
+# minutes at -O2 -g (over 10 with the sanitizers), 15-20 s so.
 $(BUILD)/emu512/%_avx512.o: src/kern/%_avx512.c | .deps.stamp
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(AVX2_FLAGS) $(SIMD_FLAGS) -DNX_AVX512_EMULATE -c $< -o $@
+	$(CC) $(ALL_CFLAGS) -O1 -g0 $(AVX2_FLAGS) $(SIMD_FLAGS) -DNX_AVX512_EMULATE -c $< -o $@
 $(BUILD)/emu512/test_%.o: tests/test_%.c | .deps.stamp
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -DNX_TEST_AVX512_EMULATED -c $< -o $@
