@@ -136,8 +136,8 @@ static bool have_avx2(void) {
 /*
  * Whether the AVX-512 kernels (attn_avx512.c) may run here. NX_TEST_AVX512_EMULATED: this
  * binary was linked with an attn_avx512.o built on the plain-C emulation of the intrinsics
- * (src/kern/avx512_emu.h), which runs wherever AVX2 does. The command, from the project root:
- *   make build/libnexus.a && mkdir -p build/emu512 && cc -std=c11 -D_GNU_SOURCE -O1 -Iinclude -Isrc -mavx2 -mfma -mf16c -DNX_AVX512_EMULATE -c src/kern/attn_avx512.c -o build/emu512/attn_avx512.o && cc -std=c11 -D_GNU_SOURCE -O1 -Iinclude -Isrc -DNX_TEST_AVX512_EMULATED -c tests/test_attn.c -o build/emu512/test_attn.o && cp build/libnexus.a build/emu512/lib_attn.a && ar d build/emu512/lib_attn.a attn_avx512.o && cc -o build/emu512/test_attn build/emu512/test_attn.o build/emu512/attn_avx512.o build/emu512/lib_attn.a -lm -lpthread && ./build/emu512/test_attn
+ * (src/kern/avx512_emu.h), which runs wherever AVX2 does: build/tests/test_attn_avx512emu,
+ * built by `make` (the Makefile's emu512 rules) and run by `make test`.
  */
 static bool have_avx512(void) {
 #ifdef NX_TEST_AVX512_EMULATED

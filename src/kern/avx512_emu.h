@@ -3,10 +3,11 @@
  * attn_avx512.c use, so that their kernels can be checked against the reference on a machine
  * without AVX-512. Each emulation follows the instruction's definition in Intel's SDM (lane by
  * lane); it is slow and never part of the library build. Those files include it only with
- * -DNX_AVX512_EMULATE (the attention tests' command is in tests/test_attn.c).
+ * -DNX_AVX512_EMULATE.
  *
- * Run the kernel tests with the emulated AVX-512 set (one line, from the project root):
- *   make build/libnexus.a && mkdir -p build/emu512 && cc -std=c11 -D_GNU_SOURCE -O1 -Iinclude -Isrc -mavx2 -mfma -mf16c -DNX_AVX512_EMULATE -c src/kern/kern_avx512.c -o build/emu512/kern_avx512.o && cc -std=c11 -D_GNU_SOURCE -O1 -Iinclude -Isrc -DNX_TEST_AVX512_EMULATED -c tests/test_kern.c -o build/emu512/test_kern.o && cp build/libnexus.a build/emu512/lib.a && ar d build/emu512/lib.a kern_avx512.o && cc -o build/emu512/test_kern build/emu512/test_kern.o build/emu512/kern_avx512.o build/emu512/lib.a -lm -lpthread && ./build/emu512/test_kern
+ * `make` builds the kernel and attention tests with the emulated AVX-512 set
+ * (build/tests/test_kern_avx512emu, test_attn_avx512emu: the Makefile's emu512 rules) and
+ * `make test` runs them, on any CPU with AVX2.
  *
  * Included after <immintrin.h>: the type and intrinsic names below are macros that shadow the
  * real ones for the rest of the file.
