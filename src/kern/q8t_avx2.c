@@ -61,6 +61,17 @@ AI __m256i fold8(const __m256i v[8]) {
     return _mm256_add_epi32(lo, hi);
 }
 
+/* The first n <= 8 lanes of v (rows of a group, lane r = row r) to y[0 .. n). */
+AI void store_rows(__m256 v, float *y, int n) {
+    if (n == G) {
+        _mm256_storeu_ps(y, v);
+    } else {
+        float t[G];
+        _mm256_storeu_ps(t, v);
+        memcpy(y, t, (size_t)n * sizeof(float));
+    }
+}
+
 /* Rows w, w + ws, ... (n <= 8 of them) x C <= DEC_C Q8_0 activation rows x + c * xs:
  * y[c * ys + r] for r < n. Each weight block is loaded (and its sign taken) once for the C
  * columns; per column the same operations as one column alone. */
@@ -99,15 +110,7 @@ AI void dec_group(bool is_q4, const int C, int64_t nb, const uint8_t *w, size_t 
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(fold8(p[c])), scale, acc[c]);
         }
     }
-    UNROLL for (int c = 0; c < C; c++) {
-        if (n == G) {
-            _mm256_storeu_ps(y + c * ys, acc[c]);
-        } else {
-            float t[G];
-            _mm256_storeu_ps(t, acc[c]);
-            memcpy(y + c * ys, t, (size_t)n * sizeof(float));
-        }
-    }
+    UNROLL for (int c = 0; c < C; c++) store_rows(acc[c], y + c * ys, n);
 }
 
 typedef void (*dec_fn)(int64_t nb, const uint8_t *w, size_t ws, int n, const uint8_t *x, size_t xs,
@@ -212,15 +215,7 @@ AI void tile(const int C, int64_t nb, const uint8_t *wp, const uint8_t *xp, size
             acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(is[c]), s, acc[c]);
         }
     }
-    UNROLL for (int c = 0; c < C; c++) {
-        if (n == G) {
-            _mm256_storeu_ps(y + c * ys, acc[c]);
-        } else {
-            float t[G];
-            _mm256_storeu_ps(t, acc[c]);
-            memcpy(y + c * ys, t, (size_t)n * sizeof(float));
-        }
-    }
+    UNROLL for (int c = 0; c < C; c++) store_rows(acc[c], y + c * ys, n);
 }
 
 typedef void (*tile_c_fn)(int64_t nb, const uint8_t *wp, const uint8_t *xp, size_t xps, float *y,
