@@ -810,18 +810,12 @@ static void kq_drive(const struct kq_kern *kk, const kern_kq_pair_fn *pair, int6
 void kern_avx2_kq_matmul(enum nx_type wt, int64_t k, const void *w, size_t ws, int64_t r0, int64_t r1,
                          const void *xq, size_t xs, int64_t nc, float *y, int64_t ys,
                          const struct kern_kq_pairs *pairs) {
-    const struct kq_kern *kk;
-    const kern_kq_pair_fn *pair = NULL;
-    int64_t raw_nc;
-    if (wt == NX_TYPE_Q6_K) {
-        kk = &q6k_kern, raw_nc = KQ_RAW_NC_AVX2_Q6K;
-        if (pairs && pairs->q6k[2]) pair = pairs->q6k, raw_nc = pairs->raw_nc_q6k;
-    } else {
-        NX_ASSERT((wt == NX_TYPE_Q4_K || wt == NX_TYPE_Q4_K_IL) && "kern_avx2_kq_matmul: not a Q4_K / Q6_K type");
-        kk = wt == NX_TYPE_Q4_K_IL ? &q4kil_kern : &q4k_kern, raw_nc = KQ_RAW_NC_AVX2_Q4K;
-        if (pairs && (wt == NX_TYPE_Q4_K_IL ? pairs->q4kil : pairs->q4k)[2])
-            pair = wt == NX_TYPE_Q4_K_IL ? pairs->q4kil : pairs->q4k, raw_nc = pairs->raw_nc_q4k;
-    }
+    bool q6 = wt == NX_TYPE_Q6_K, il = wt == NX_TYPE_Q4_K_IL;
+    NX_ASSERT((q6 || il || wt == NX_TYPE_Q4_K) && "kern_avx2_kq_matmul: not a Q4_K / Q6_K type");
+    const struct kq_kern *kk = q6 ? &q6k_kern : il ? &q4kil_kern : &q4k_kern;
+    const kern_kq_pair_fn *pair = !pairs ? NULL : q6 ? pairs->q6k : il ? pairs->q4kil : pairs->q4k;
+    if (pair && !pair[2]) pair = NULL; /* the set has none for this type */
+    int64_t raw_nc = pair ? pairs->raw_nc : q6 ? KQ_RAW_NC_AVX2_Q6K : KQ_RAW_NC_AVX2_Q4K;
     kq_drive(kk, pair, raw_nc, k, w, ws, r0, r1, xq, xs, nc, y, ys);
 }
 

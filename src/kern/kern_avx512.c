@@ -365,7 +365,7 @@ KQ_PAIR_FNS(q4kil_p, Q4KIL_PAIR)
 KQ_PAIR_FNS(q6k_p, Q6K_PAIR)
 #define KQ_PAIR_TABLE(name) {NULL, NULL, name##_2, name##_3, name##_4, name##_5, name##_6, name##_7, name##_8}
 /* raw Q4_K: none (it is routed to the AVX2 set, dispatch.c) */
-static const struct kern_kq_pairs g_kq_pairs = {{NULL}, KQ_PAIR_TABLE(q4kil_p), KQ_PAIR_TABLE(q6k_p), INT64_MAX, INT64_MAX};
+static const struct kern_kq_pairs g_kq_pairs = {{NULL}, KQ_PAIR_TABLE(q4kil_p), KQ_PAIR_TABLE(q6k_p), INT64_MAX};
 
 /* ---- Q4_0 / Q8_0 prefill: row-lane VNNI tile ----------------------------------------------- */
 

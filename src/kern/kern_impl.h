@@ -157,7 +157,7 @@ typedef void (*kern_kq_pair_fn)(int64_t nb, const uint8_t *w, size_t ws, const u
                                 float *y, int64_t ys);
 struct kern_kq_pairs {
     kern_kq_pair_fn q4k[KQ_SMALL_C + 1], q4kil[KQ_SMALL_C + 1], q6k[KQ_SMALL_C + 1]; /* [C] */
-    int64_t raw_nc_q4k, raw_nc_q6k; /* raw_nc above of the types whose pair kernels are there */
+    int64_t raw_nc; /* raw_nc above, for the types whose pair kernels are there */
 };
 /* kern_avx2_matmul for wt = Q4_K, Q4_K_IL or Q6_K; small batches take rows two at a time
  * through pairs, with its raw_nc, where it has that type's kernels (pairs may be NULL). */
