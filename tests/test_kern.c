@@ -767,6 +767,20 @@ TEST(matmul_large_vs_ref) {
     }
 }
 
+/* The first nc columns of p by set's matmul over rows in odd pieces (1, 3, 5, ... rows), or in
+ * one call when whole, into yn (rows apart); the first column differing from y1 (each column
+ * computed alone), or -1. */
+static int64_t first_column_differing(const struct kern_table *set, const struct mm_problem *p,
+                                      int64_t nc, bool whole, const float *y1, float *yn) {
+    int64_t rows = p->rows;
+    memset(yn, 0xff, (size_t)(nc * rows) * sizeof(float));
+    for (int64_t r0 = 0, len = whole ? rows : 1; r0 < rows; r0 += len, len += 2)
+        set->matmul(p->wt, p->k, p->w, p->ws, r0, NX_MIN(rows, r0 + len), p->xq, p->xs, nc, yn, rows);
+    for (int64_t c = 0; c < nc; c++)
+        if (memcmp(y1 + c * rows, yn + c * rows, (size_t)rows * sizeof(float)) != 0) return c;
+    return -1;
+}
+
 /*
  * A column's result does not depend on how many other columns share the call: for every set
  * and weight type, columns 0..nc-1 of one call with nc = 1..20 (the decode kernel, the
@@ -778,6 +792,7 @@ TEST(matmul_large_vs_ref) {
 TEST(matmul_columns_bit_identical_any_nc) {
     const struct kern_table *sets[3] = {&kern_table_ref};
     int ns = 1 + simd_sets(sets + 1);
+    static const int64_t ncs[] = {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 33, 49, 70};
     for (int s = 0; s < ns; s++) {
         for (int t = 0; t < N_WTYPES; t++) {
             enum nx_type wt = g_wtypes[t];
@@ -787,20 +802,11 @@ TEST(matmul_columns_bit_identical_any_nc) {
             mm_setup(&p, wt, k, rows, ncmax, W_RANDOM, X_RANDOM);
             float *y1 = malloc(ncmax * rows * sizeof(float)), *yn = malloc(ncmax * rows * sizeof(float));
             for (int64_t c = 0; c < ncmax; c++) sets[s]->matmul(wt, k, p.w, p.ws, 0, rows, p.xq + c * p.xs, p.xs, 1, y1 + c * rows, rows);
-            for (int64_t nc = 2; nc <= ncmax; nc = nc < 20 ? nc + 1 : nc == 20 ? 33 : nc == 33 ? 49 : nc == 49 ? 70 : ncmax + 1) {
-                memset(yn, 0xff, ncmax * rows * sizeof(float));
-                /* odd row pieces: 1, 3, 5, 7, ... rows */
-                for (int64_t r0 = 0, len = 1; r0 < rows; r0 += len, len += 2) {
-                    int64_t r1 = NX_MIN(rows, r0 + len);
-                    sets[s]->matmul(wt, k, p.w, p.ws, r0, r1, p.xq, p.xs, nc, yn, rows);
-                }
-                for (int64_t c = 0; c < nc; c++) {
-                    if (memcmp(y1 + c * rows, yn + c * rows, rows * sizeof(float)) != 0) {
-                        FAILF("%s %s: column %lld of an nc=%lld call differs from nc=1", sets[s]->name,
-                              nx_type_name(wt), (long long)c, (long long)nc);
-                        break;
-                    }
-                }
+            for (size_t i = 0; i < sizeof ncs / sizeof ncs[0]; i++) {
+                int64_t c = first_column_differing(sets[s], &p, ncs[i], false, y1, yn);
+                if (c >= 0)
+                    FAILF("%s %s: column %lld of an nc=%lld call differs from nc=1", sets[s]->name,
+                          nx_type_name(wt), (long long)c, (long long)ncs[i]);
             }
             free(y1), free(yn);
             mm_free(&p);
@@ -827,16 +833,10 @@ TEST(matmul_kq_row_blocks_bit_identical) {
             float *y1 = malloc(64 * rows * sizeof(float)), *yn = malloc(64 * rows * sizeof(float));
             for (int64_t c = 0; c < 64; c++) sets[s]->matmul(p.wt, k, p.w, p.ws, 0, rows, p.xq + c * p.xs, p.xs, 1, y1 + c * rows, rows);
             for (int i = 0; i < 3; i++) {
-                int64_t nc = ncs[i];
-                memset(yn, 0xff, 64 * rows * sizeof(float));
-                sets[s]->matmul(p.wt, k, p.w, p.ws, 0, rows, p.xq, p.xs, nc, yn, rows);
-                if (memcmp(y1, yn, (size_t)(nc * rows) * sizeof(float)) != 0)
-                    FAILF("%s %s nc=%lld: all rows in one call differ from nc=1", sets[s]->name, nx_type_name(p.wt), (long long)nc);
-                memset(yn, 0xff, 64 * rows * sizeof(float));
-                for (int64_t r0 = 0, len = 1; r0 < rows; r0 += len, len += 2)
-                    sets[s]->matmul(p.wt, k, p.w, p.ws, r0, NX_MIN(rows, r0 + len), p.xq, p.xs, nc, yn, rows);
-                if (memcmp(y1, yn, (size_t)(nc * rows) * sizeof(float)) != 0)
-                    FAILF("%s %s nc=%lld: odd row pieces differ from nc=1", sets[s]->name, nx_type_name(p.wt), (long long)nc);
+                if (first_column_differing(sets[s], &p, ncs[i], true, y1, yn) >= 0)
+                    FAILF("%s %s nc=%lld: all rows in one call differ from nc=1", sets[s]->name, nx_type_name(p.wt), (long long)ncs[i]);
+                if (first_column_differing(sets[s], &p, ncs[i], false, y1, yn) >= 0)
+                    FAILF("%s %s nc=%lld: odd row pieces differ from nc=1", sets[s]->name, nx_type_name(p.wt), (long long)ncs[i]);
             }
             free(y1), free(yn);
             mm_free(&p);
