@@ -1184,6 +1184,12 @@ static void check_x4_set(const struct kern_table *set, enum nx_type wt, const st
         if (memcmp(y1, yn, nc * rows * sizeof(float)) != 0)
             FAILF("%s %s k=%lld: an nc=%lld call differs from nc=1", set->name, nx_type_name(wt),
                   (long long)k, (long long)nc);
+        /* all rows in one call (the widest prefill tiles, then a narrower one) */
+        memset(yn, 0xff, n * sizeof(float));
+        set->matmul(wt, k, wx, p->ws, 0, rows, p->xq, p->xs, nc, yn, rows);
+        if (memcmp(y1, yn, nc * rows * sizeof(float)) != 0)
+            FAILF("%s %s k=%lld: an nc=%lld call over all rows differs from nc=1", set->name,
+                  nx_type_name(wt), (long long)k, (long long)nc);
     }
     /* no scratch (a fresh thread, whose first buffer fails): the decode tiles, same bits */
     memset(yn, 0xff, n * sizeof(float));
@@ -1206,10 +1212,12 @@ TEST(x4_matmul_vs_ref_and_invariance) {
         ASSERT_EQ((int)sets[s]->weight_layout(NX_TYPE_BF16, 40, 8), (int)NX_TYPE_BF16);
     }
     static const enum nx_type plain[2] = {NX_TYPE_F16, NX_TYPE_BF16}, il[2] = {NX_TYPE_F16_X4, NX_TYPE_BF16_X4};
-    /* k: below one k-block, a block and a 16-element tail block, several blocks */
-    static const int64_t ks[3] = {16, X4_KC + 16, 2 * X4_KC + 96}, rowss[3] = {4, 28, 12};
+    /* k: below one k-block, a block and a 16-element tail block, several blocks; rows: up to
+       2 x 32 + 12 (the AVX-512 prefill tiles' 32 rows, then 12) */
+    static const int64_t ks[4] = {16, X4_KC + 16, 2 * X4_KC + 96, X4_KC + 16},
+                         rowss[4] = {4, 28, 12, 76};
     for (int t = 0; t < 2; t++) {
-        for (int ki = 0; ki < 3; ki++) {
+        for (int ki = 0; ki < 4; ki++) {
             int64_t k = ks[ki], rows = rowss[ki], nc = 70, n = nc * rows;
             struct mm_problem p;
             mm_setup(&p, plain[t], k, rows, nc, W_RANDOM, X_RANDOM);

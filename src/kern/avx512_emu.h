@@ -218,6 +218,31 @@ EMU void emu_mask_storeu_ps(float *p, unsigned m, emu512 v) {
 }
 #define _mm512_mask_storeu_ps(p, m, v) emu_mask_storeu_ps((p), (unsigned)(m), (v))
 
+/* the X4 prefill tiles, their activation packing and weight conversion */
+EMU emu512 emu_maskz_loadu_ps(unsigned m, const float *p) { /* reads only the masked lanes */
+    emu512 r = emu_zero();
+    for (int i = 0; i < 16; i++) {
+        if (m >> i & 1) r.f[i] = p[i];
+    }
+    return r;
+}
+#define _mm512_maskz_loadu_ps(m, p) emu_maskz_loadu_ps((unsigned)(m), (p))
+/* vpermt2ps: r[i] = (idx[i] bit 4 ? b : a)[idx[i] & 15] */
+EMU emu512 emu_permutex2var_ps(emu512 a, emu512 idx, emu512 b) {
+    emu512 r;
+    for (int i = 0; i < 16; i++) r.f[i] = (idx.d[i] & 16 ? b : a).f[idx.d[i] & 15];
+    return r;
+}
+#define _mm512_permutex2var_ps emu_permutex2var_ps
+/* vblendmps: r[i] = m bit i ? b[i] : a[i] */
+EMU emu512 emu_mask_blend_ps(unsigned m, emu512 a, emu512 b) {
+    for (int i = 0; i < 16; i++) {
+        if (m >> i & 1) a.f[i] = b.f[i];
+    }
+    return a;
+}
+#define _mm512_mask_blend_ps(m, a, b) emu_mask_blend_ps((unsigned)(m), (a), (b))
+
 /* the small-batch pair kernels (Q4_K / Q6_K) */
 EMU emu512 emu_broadcast_i64x4(__m256i v) { return emu_inserti64x4(emu_castsi256_si512(v), v, 1); }
 #define _mm512_broadcast_i64x4 emu_broadcast_i64x4

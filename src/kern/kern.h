@@ -85,9 +85,11 @@ void kern_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int
  * grows with the columns; 2 measured 0-10% faster than 3 for X4 on the F16 1B model's
  * prefill), 8 for the others. */
 int kern_matmul_chunks_per_thread(enum nx_type t, int64_t nc);
-/* Rows of every set's prefill tiles divide this: splitting a many-column product into row
- * ranges of multiples of it leaves no range with narrower leftover tiles (only the last one). */
-#define KERN_MATMUL_ROW_QUANTUM 48
+/* A row count that the rows of every set's prefill tiles for weights of type t divide (32 for
+ * X4 weights: AVX-512 tiles of 32 rows, AVX2 of 8; 48 for the others: 6, 16, 3 ...): splitting
+ * a many-column product into row ranges of multiples of it leaves no range with narrower
+ * leftover tiles (only the last one). */
+int kern_matmul_row_quantum(enum nx_type t);
 
 /* ---- attention helpers over a KV cache row of type kvt (F32 or F16) ---- */
 /* sum_i k[i]*q[i] */

@@ -915,6 +915,39 @@ X4_TILE8(1, 1) X4_TILE8(1, 2) X4_TILE8(1, 3) X4_TILE8(2, 1) X4_TILE8(2, 2) X4_TI
 static const x4_tile_fn g_x4_tiles8[2][3] = {{x4_tile8_1x1, x4_tile8_1x2, x4_tile8_1x3},
                                              {x4_tile8_2x1, x4_tile8_2x2, x4_tile8_2x3}};
 
+/* Packs the activations of the k-block [k0, k0 + n) of nc columns for the tiles above:
+ * column tile c0 (tc columns, fewer in the last) at dst + c0 * n, as [n / 4][C][4]. */
+static void x4_pack_x8(const uint8_t *x, size_t xs, int64_t nc, int tc, int64_t k0, int64_t n,
+                       float *dst) {
+    for (int64_t c0 = 0; c0 < nc; c0 += tc) {
+        int C = (int)NX_MIN((int64_t)tc, nc - c0);
+        float *d = dst + (size_t)c0 * (size_t)n;
+        for (int c = 0; c < C; c++) {
+            const float *src = (const float *)(x + (size_t)(c0 + c) * xs) + k0;
+            for (int64_t i = 0; i < n; i += 4)
+                _mm_storeu_ps(d + i * C + 4 * c, _mm_loadu_ps(src + i));
+        }
+    }
+}
+
+/* The k-block [k0, k0 + n) of G groups of rows from row r as floats for the tiles above,
+ * wp: [g][n / 4][16]; each group's stream prefetched PF_DIST ahead (on into the next tile's
+ * rows past its end). */
+static void x4_convert_w8(enum nx_type wt, const uint8_t *w, size_t ws, int64_t r, int G,
+                          int64_t k0, int64_t n, float *wp) {
+    const size_t gbytes = 4 * ws;
+    for (int g = 0; g < G; g++) {
+        const uint8_t *grp = w + (size_t)(r + 4 * g) * ws;
+        float *dst = wp + (size_t)g * (size_t)n * 4;
+        for (int64_t i = 0; i < 4 * n; i += 32) {
+            size_t off = (size_t)(4 * k0 + i) * 2;
+            kern_prefetch(KERN_PF_GROUPED, pf_row_ahead(grp, off, gbytes, (size_t)G * gbytes));
+            UNROLL for (int h = 0; h < 4; h++)
+                _mm256_storeu_ps(dst + i + 8 * h, x4_cvt8(wt, grp + off + 16 * h));
+        }
+    }
+}
+
 #define X4_DEC8(wname, wt, G, C) \
     static void x4_dec8_##wname##_##G##x##C(int64_t k0, int64_t n, const uint8_t *w, \
                                             size_t ws, const uint8_t *x, size_t xs, float *y, \
@@ -938,10 +971,10 @@ static const int g_x4_dec8_groups[4] = {4, 2, 1, 1};
    7.6-7.9 / 9.1-9.4; nc 32 13.6 / 15.9-16.0, 13.7 / 15.2-15.5; nc 48 20.1 / 21.4-22.0, 20.9 /
    19.8-20.7. */
 static const struct x4_set g_x4_sets8[2] = {
-    {&g_x4_tiles8[0][0], 2, 3, &g_x4_dec8[0][0][0], 4, 4, g_x4_dec8_groups,
-     X4_INPLACE_NC_AVX2},
-    {&g_x4_tiles8[0][0], 2, 3, &g_x4_dec8[1][0][0], 4, 4, g_x4_dec8_groups,
-     X4_INPLACE_NC_AVX2}};
+    {&g_x4_tiles8[0][0], 2, 3, x4_pack_x8, x4_convert_w8, &g_x4_dec8[0][0][0], 4, 4,
+     g_x4_dec8_groups, X4_INPLACE_NC_AVX2},
+    {&g_x4_tiles8[0][0], 2, 3, x4_pack_x8, x4_convert_w8, &g_x4_dec8[1][0][0], 4, 4,
+     g_x4_dec8_groups, X4_INPLACE_NC_AVX2}};
 
 void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                       int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,

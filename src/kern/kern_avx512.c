@@ -24,12 +24,12 @@
  * - F16 / BF16 weights copied into memory are rewritten as F16_X4 / BF16_X4 (types.h: rows
  *   interleaved by fours, when the row count divides by 4 and the row length by 16), so a
  *   32-byte load is a 4 x 4 (row, column) tile and an accumulator's lanes are [row][column mod
- *   4]: 4 outputs per register instead of 1, so prefill tiles of 3 groups (12 rows) x 8 columns
- *   cover 96 outputs and need a quarter of the loads per FMA of the 6 x 4 tile. The driver and
- *   the order of operations are kern_simd.h's (x4_drive), shared with the AVX2 set (same
- *   bits); up to 64 columns (decode, batched decode, short prompts) the 4 x 4 tiles are read
- *   in place, 4 groups x 1 column, 2 x 2..4, 3 x 5..8, in column chunks of 8 per k-block
- *   beyond 8.
+ *   4]: 4 outputs per register instead of 1. The driver and the order of operations are
+ *   kern_simd.h's (x4_drive), shared with the AVX2 set (same bits); up to 64 columns (decode,
+ *   batched decode, short prompts) the 4 x 4 tiles are read in place, 4 groups x 1 column,
+ *   2 x 2..4, 3 x 5..8, in column chunks of 8 per k-block beyond 8. Prefill tiles put rows in
+ *   lanes instead (x4p_tile: 32 rows x 3 columns, one accumulator per k mod 4, the same
+ *   arithmetic per output), over weights converted and transposed once per k-block.
  *   F16 / BF16 kept in the file layout (mmap, other shapes) run the 6 x 4 tiles below.
  * - Activation quantization, the values kernel, softmax and SwiGLU are the AVX2 ones (not the
  *   bottleneck); attention scores and fused attention are attn_avx512.c's.
@@ -594,48 +594,162 @@ AI void x4_dec_tile(enum nx_type wt, const int G, const int C, int64_t k0, int64
     x4_sums_store(sums, G, C, y, ys);
 }
 
-/* Prefill tile: G groups x C columns over one k-block of n elements, from the block's weights
- * as floats (wp: [g][n / 4][16]) and its packed activations (xp: [n / 4][C][4]); adds the
- * block's row sums to y (to 0 for the first block). */
-AI void x4_tile(const int G, const int C, int64_t n, const float *wp, const float *xp, float *y,
-                int64_t ys, bool first) {
-    __m512 acc[X4_G * X4_C];
-    UNROLL for (int t = 0; t < G * C; t++) acc[t] = _mm512_setzero_ps();
+/*
+ * Prefill tiles, rows in lanes: a tile is R = ceil(G / 4) vectors of 16 rows (G groups of 4)
+ * x C columns, with one accumulator per (vector, column, phase j = k mod 4): lane r of the
+ * phase-j accumulator chains fma(w, x, acc) over the block's k = 4i + j in order, exactly what
+ * lane (r, j) of an in-place tile does, and the block's sum (a0 + a1) + (a2 + a3) is a lane-wise
+ * addition (no horizontal sums). Each step is R weight loads and C scalar broadcasts for
+ * R x C FMAs. Against the 12-row x 8-column tile this replaced (lanes [row][k mod 4], 128-bit
+ * activation broadcasts), the k-block's packed activations (1 MiB at 512 columns: Zen 5's
+ * whole L2) stream past 32 rows at a time instead of 12, while the tile's 64 KiB of converted
+ * weights come from L2: on Zen 5, one thread, nc = 512 (dev/bench_kern), 160-186 -> 210-224
+ * GFLOP/s, where the FMA peak is ~245; with everything in L1 the two tiles differ by only
+ * 5-10% (189-210 against 221-232 in one microbenchmark run).
+ * The block's weights as floats, wp: [n][16 R] (rows of absent groups zero); its packed
+ * activations, xp: [n][C].
+ */
+/* keeps v in a register: without it GCC folds each weight load into every FMA that uses it
+   (C loads of each vector instead of one) */
+#ifdef NX_AVX512_EMULATE
+#define REG_BARRIER(v) (void)(v)
+#else
+#define REG_BARRIER(v) __asm__("" : "+v"(v))
+#endif
+AI void x4p_tile(const int G, const int C, int64_t n, const float *wp, const float *xp, float *y,
+                 int64_t ys, bool first) {
+    const int R = (G + 3) / 4;
+    __m512 acc[4][2 * X4_C];
+    UNROLL for (int j = 0; j < 4; j++)
+        UNROLL for (int t = 0; t < R * C; t++) acc[j][t] = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 4) {
-        __m512 wv[X4_G];
-        UNROLL for (int g = 0; g < G; g++)
-            wv[g] = _mm512_loadu_ps(wp + ((size_t)g * (size_t)n + (size_t)i) * 4);
-        UNROLL for (int c = 0; c < C; c++) {
-            __m512 xv = _mm512_broadcast_f32x4(_mm_loadu_ps(xp + i * C + 4 * c));
-            UNROLL for (int g = 0; g < G; g++)
-                acc[c * G + g] = _mm512_fmadd_ps(wv[g], xv, acc[c * G + g]);
+        UNROLL for (int j = 0; j < 4; j++) {
+            const float *wk = wp + (size_t)(i + j) * 16 * R, *xk = xp + (i + j) * C;
+            __m512 wv[2];
+            UNROLL for (int v = 0; v < R; v++) {
+                wv[v] = _mm512_loadu_ps(wk + 16 * v);
+                REG_BARRIER(wv[v]);
+            }
+            UNROLL for (int c = 0; c < C; c++) {
+                __m512 xv = _mm512_set1_ps(xk[c]);
+                UNROLL for (int v = 0; v < R; v++)
+                    acc[j][c * R + v] = _mm512_fmadd_ps(wv[v], xv, acc[j][c * R + v]);
+            }
         }
     }
     UNROLL for (int c = 0; c < C; c++) {
-        UNROLL for (int g = 0; g < G; g++) {
-            float *o = y + c * ys + 4 * g;
-            __m128 prev = first ? _mm_setzero_ps() : _mm_loadu_ps(o);
-            _mm_storeu_ps(o, _mm_add_ps(prev, x4_rowsums(acc[c * G + g])));
+        UNROLL for (int v = 0; v < R; v++) {
+            const int t = c * R + v, lanes = NX_MIN(16, 4 * G - 16 * v);
+            const __mmask16 m = (__mmask16)((1u << lanes) - 1);
+            float *o = y + c * ys + 16 * v;
+            __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[0][t], acc[1][t]),
+                                       _mm512_add_ps(acc[2][t], acc[3][t]));
+            __m512 prev = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m, o);
+            _mm512_mask_storeu_ps(o, m, _mm512_add_ps(prev, sum));
         }
     }
 }
 
-#define X4_TILE(G, C) \
-    static void x4_tile_##G##x##C(int64_t n, const float *wp, const float *xp, float *y, \
-                                  int64_t ys, bool first) { \
-        x4_tile(G, C, n, wp, xp, y, ys, first); \
+#define X4P_TILE(G, C) \
+    static void x4p_tile_##G##x##C(int64_t n, const float *wp, const float *xp, float *y, \
+                                   int64_t ys, bool first) { \
+        x4p_tile(G, C, n, wp, xp, y, ys, first); \
     }
-#define X4_TILE_ROW(G) \
-    X4_TILE(G, 1) X4_TILE(G, 2) X4_TILE(G, 3) X4_TILE(G, 4) X4_TILE(G, 5) X4_TILE(G, 6) \
-    X4_TILE(G, 7) X4_TILE(G, 8)
-X4_TILE_ROW(1)
-X4_TILE_ROW(2)
-X4_TILE_ROW(3)
-#define X4_TILE_PTRS(G) \
-    {x4_tile_##G##x1, x4_tile_##G##x2, x4_tile_##G##x3, x4_tile_##G##x4, x4_tile_##G##x5, \
-     x4_tile_##G##x6, x4_tile_##G##x7, x4_tile_##G##x8}
-static const x4_tile_fn g_x4_tiles[X4_G][X4_C] = {X4_TILE_PTRS(1), X4_TILE_PTRS(2),
-                                                  X4_TILE_PTRS(3)};
+#define X4P_TILE_ROW(G) X4P_TILE(G, 1) X4P_TILE(G, 2) X4P_TILE(G, 3)
+X4P_TILE_ROW(1)
+X4P_TILE_ROW(2)
+X4P_TILE_ROW(3)
+X4P_TILE_ROW(4)
+X4P_TILE_ROW(5)
+X4P_TILE_ROW(6)
+X4P_TILE_ROW(7)
+X4P_TILE_ROW(8)
+#define X4P_TILE_PTRS(G) {x4p_tile_##G##x1, x4p_tile_##G##x2, x4p_tile_##G##x3}
+/* [G - 1][C - 1]: 8 groups (2 vectors of 16 rows) x 3 columns: 24 accumulators, 2 weight
+ * vectors and a broadcast */
+static const x4_tile_fn g_x4_tiles[X4_G][X4_C] = {
+    X4P_TILE_PTRS(1), X4P_TILE_PTRS(2), X4P_TILE_PTRS(3), X4P_TILE_PTRS(4),
+    X4P_TILE_PTRS(5), X4P_TILE_PTRS(6), X4P_TILE_PTRS(7), X4P_TILE_PTRS(8)};
+
+/* Packs the activations of the k-block [k0, k0 + n) (n a multiple of 16) of nc columns for
+ * the tiles above: column tile c0 (tc columns, fewer in the last) at dst + c0 * n, as [n][C];
+ * 3-column tiles interleaved 16 elements at a time. */
+static void x4p_pack_x(const uint8_t *x, size_t xs, int64_t nc, int tc, int64_t k0, int64_t n,
+                       float *dst) {
+    /* output vector m of 16 k from three columns: lane l holds element e = 16 m + l, column
+       e % 3, k e / 3 (within the 16); ab: from columns 0 (index k) or 1 (16 + k), c: column 2 */
+    static const int32_t ab[3][16] = {{0, 16, 0, 1, 17, 0, 2, 18, 0, 3, 19, 0, 4, 20, 0, 5},
+                                      {21, 0, 6, 22, 0, 7, 23, 0, 8, 24, 0, 9, 25, 0, 10, 26},
+                                      {0, 11, 27, 0, 12, 28, 0, 13, 29, 0, 14, 30, 0, 15, 31, 0}};
+    static const int32_t cc[3][16] = {{0, 0, 0, 0, 0, 1, 0, 0, 2, 0, 0, 3, 0, 0, 4, 0},
+                                      {0, 5, 0, 0, 6, 0, 0, 7, 0, 0, 8, 0, 0, 9, 0, 0},
+                                      {10, 0, 0, 11, 0, 0, 12, 0, 0, 13, 0, 0, 14, 0, 0, 15}};
+    static const __mmask16 cm[3] = {0x4924, 0x2492, 0x9249}; /* lanes of column 2 */
+    for (int64_t c0 = 0; c0 < nc; c0 += tc) {
+        int C = (int)NX_MIN((int64_t)tc, nc - c0);
+        float *d = dst + (size_t)c0 * (size_t)n;
+        const float *src[3];
+        for (int c = 0; c < C; c++) src[c] = (const float *)(x + (size_t)(c0 + c) * xs) + k0;
+        if (C == 3) {
+            for (int64_t i = 0; i < n; i += 16) {
+                __m512 a = _mm512_loadu_ps(src[0] + i), b = _mm512_loadu_ps(src[1] + i),
+                       c2 = _mm512_loadu_ps(src[2] + i);
+                UNROLL for (int m = 0; m < 3; m++) {
+                    __m512 v = _mm512_permutex2var_ps(a, _mm512_loadu_si512(ab[m]), b);
+                    v = _mm512_mask_blend_ps(cm[m], v,
+                                             _mm512_permutexvar_ps(_mm512_loadu_si512(cc[m]), c2));
+                    _mm512_storeu_ps(d + 3 * i + 16 * m, v);
+                }
+            }
+        } else {
+            for (int64_t i = 0; i < n; i++)
+                for (int c = 0; c < C; c++) d[i * C + c] = src[c][i];
+        }
+    }
+}
+
+/* The k-block [k0, k0 + n) of G groups of rows from row r as floats for the tiles above, wp:
+ * [n][16 R], each 4 x 4 (row, k) tile of 4 groups transposed to 4 k of 16 rows; each group's
+ * stream prefetched PF_DIST ahead (on into the next tile's rows past its end). */
+static void x4p_convert_w(enum nx_type wt, const uint8_t *w, size_t ws, int64_t r, int G,
+                          int64_t k0, int64_t n, float *wp) {
+    /* pairs: lane 8 jj + 4 q + a <- group q (of two), row a, k jj (+ 2 for the second);
+       quads: lane 4 g + a <- group g (of four: 16 + for the second pair), row a */
+    static const int32_t pair[2][16] = {{0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29},
+                                        {2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31}};
+    static const int32_t quad[2][16] = {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+                                        {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}};
+    const __m512i p0 = _mm512_loadu_si512(pair[0]), p1 = _mm512_loadu_si512(pair[1]);
+    const __m512i q0 = _mm512_loadu_si512(quad[0]), q1 = _mm512_loadu_si512(quad[1]);
+    const size_t gbytes = 4 * ws;
+    const int R = (G + 3) / 4;
+    for (int v = 0; v < R; v++) {
+        const int have = NX_MIN(4, G - 4 * v);
+        const uint8_t *grp = w + (size_t)(r + 16 * v) * ws;
+        float *dst = wp + 16 * v;
+        for (int64_t i = 0; i < n; i += 4) {
+            size_t off = (size_t)(k0 + i) * 8;
+            __m512 t[4];
+            UNROLL for (int q = 0; q < 4; q++) {
+                if (q < have) {
+                    if (i % 8 == 0)
+                        kern_prefetch(KERN_PF_GROUPED, pf_row_ahead(grp + (size_t)q * gbytes, off, gbytes,
+                                                                    (size_t)G * gbytes));
+                    t[q] = x4_cvt(wt, grp + (size_t)q * gbytes + off);
+                } else {
+                    t[q] = _mm512_setzero_ps();
+                }
+            }
+            __m512 a0 = _mm512_permutex2var_ps(t[0], p0, t[1]), a1 = _mm512_permutex2var_ps(t[0], p1, t[1]);
+            __m512 b0 = _mm512_permutex2var_ps(t[2], p0, t[3]), b1 = _mm512_permutex2var_ps(t[2], p1, t[3]);
+            float *o = dst + (size_t)i * 16 * R;
+            _mm512_storeu_ps(o, _mm512_permutex2var_ps(a0, q0, b0));
+            _mm512_storeu_ps(o + 16 * R, _mm512_permutex2var_ps(a0, q1, b0));
+            _mm512_storeu_ps(o + 32 * R, _mm512_permutex2var_ps(a1, q0, b1));
+            _mm512_storeu_ps(o + 48 * R, _mm512_permutex2var_ps(a1, q1, b1));
+        }
+    }
+}
 
 #define X4_DEC(wname, wt, G, C) \
     static void x4_dec_##wname##_##G##x##C(int64_t k0, int64_t n, const uint8_t *w, size_t ws, \
@@ -662,10 +776,10 @@ static const int g_x4_dec_groups[X4_DC] = {4, 2, 2, 2, 3, 3, 3, 3};
    130-132 / 102-103; nc 64 139-142 / 119-122, 130-131 / 131; nc 96 137 / 123, 117 / 134;
    nc 512 118-119 / 133-139, 106-108 / 147-148. */
 static const struct x4_set g_x4_sets[2] = {
-    {&g_x4_tiles[0][0], X4_G, X4_C, &g_x4_dec[0][0][0], X4_DC, X4_DG, g_x4_dec_groups,
-     X4_INPLACE_NC_AVX512},
-    {&g_x4_tiles[0][0], X4_G, X4_C, &g_x4_dec[1][0][0], X4_DC, X4_DG, g_x4_dec_groups,
-     X4_INPLACE_NC_AVX512}};
+    {&g_x4_tiles[0][0], X4_G, X4_C, x4p_pack_x, x4p_convert_w, &g_x4_dec[0][0][0], X4_DC, X4_DG,
+     g_x4_dec_groups, X4_INPLACE_NC_AVX512},
+    {&g_x4_tiles[0][0], X4_G, X4_C, x4p_pack_x, x4p_convert_w, &g_x4_dec[1][0][0], X4_DC, X4_DG,
+     g_x4_dec_groups, X4_INPLACE_NC_AVX512}};
 
 static enum nx_type avx512_weight_layout(enum nx_type t, int64_t ne0, int64_t ne1) {
     if ((t == NX_TYPE_F16 || t == NX_TYPE_BF16) && ne0 % 16 == 0 && ne1 % 4 == 0)

@@ -151,9 +151,19 @@ typedef void (*x4_tile_fn)(int64_t n, const float *wp, const float *xp, float *y
    prefetching ahead when pf */
 typedef void (*x4_dec_fn)(int64_t k0, int64_t n, const uint8_t *w, size_t ws, const uint8_t *x,
                           size_t xs, float *y, int64_t ys, bool pf);
+/* packs the activations of the k-block [k0, k0 + n) of nc columns in column tiles of tc for
+   the prefill tiles (tile c0 at dst + c0 * n) */
+typedef void (*x4_pack_fn)(const uint8_t *x, size_t xs, int64_t nc, int tc, int64_t k0, int64_t n,
+                           float *dst);
+/* converts the k-block [k0, k0 + n) of G groups of rows from row r to floats for the prefill
+   tiles */
+typedef void (*x4_convert_fn)(enum nx_type wt, const uint8_t *w, size_t ws, int64_t r, int G,
+                              int64_t k0, int64_t n, float *wp);
 struct x4_set {
     const x4_tile_fn *tiles; /* [G - 1][C - 1], rows of tc */
     int tg, tc;              /* prefill tiles: up to tg groups x tc columns */
+    x4_pack_fn pack;         /* their activation and weight layouts */
+    x4_convert_fn convert;
     const x4_dec_fn *dec;    /* [C - 1][G - 1], rows of dgmax: every G <= dgmax for C = 1,
                                 every G <= dg[dc - 1] for every C */
     int dc, dgmax;           /* in-place tiles: up to dc columns */
@@ -165,38 +175,6 @@ struct x4_set {
 AI __m256 x4_cvt8(enum nx_type wt, const uint8_t *p) {
     if (wt == NX_TYPE_F16_X4) return _mm256_cvtph_ps(loadu128(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(p)), 16));
-}
-
-/* Packs the activations of the k-block [k0, k0 + n) of nc columns: column tile c0 (tc
- * columns, fewer in the last) at dst + c0 * n, as [n / 4][C][4]. */
-static inline void x4_pack_x(const uint8_t *x, size_t xs, int64_t nc, int tc, int64_t k0,
-                             int64_t n, float *dst) {
-    for (int64_t c0 = 0; c0 < nc; c0 += tc) {
-        int C = (int)NX_MIN((int64_t)tc, nc - c0);
-        float *d = dst + (size_t)c0 * (size_t)n;
-        for (int c = 0; c < C; c++) {
-            const float *src = (const float *)(x + (size_t)(c0 + c) * xs) + k0;
-            for (int64_t i = 0; i < n; i += 4)
-                _mm_storeu_ps(d + i * C + 4 * c, _mm_loadu_ps(src + i));
-        }
-    }
-}
-
-/* The k-block [k0, k0 + n) of G groups of rows from row r as floats, wp: [g][n / 4][16];
- * each group's stream prefetched PF_DIST ahead (on into the next tile's rows past its end). */
-static inline void x4_convert_w(enum nx_type wt, const uint8_t *w, size_t ws, int64_t r, int G,
-                                int64_t k0, int64_t n, float *wp) {
-    const size_t gbytes = 4 * ws;
-    for (int g = 0; g < G; g++) {
-        const uint8_t *grp = w + (size_t)(r + 4 * g) * ws;
-        float *dst = wp + (size_t)g * (size_t)n * 4;
-        for (int64_t i = 0; i < 4 * n; i += 32) {
-            size_t off = (size_t)(4 * k0 + i) * 2;
-            kern_prefetch(KERN_PF_GROUPED, pf_row_ahead(grp, off, gbytes, (size_t)G * gbytes));
-            UNROLL for (int h = 0; h < 4; h++)
-                _mm256_storeu_ps(dst + i + 8 * h, x4_cvt8(wt, grp + off + 16 * h));
-        }
-    }
 }
 
 /* The in-place tiles' shared steps (both sets). Running sums of G groups x C columns, [g * C +
@@ -248,9 +226,9 @@ static inline void x4_inplace(const struct x4_set *s, int64_t k, const uint8_t *
 /*
  * kern_matmul for X4 weights: rows r0, r1 multiples of 4, k of 16. Up to s->inplace_nc
  * columns (decode, batches): x4_inplace, one pass over the weights. More: k-block by
- * k-block, the block's activations packed (they stay in L2) and each tile's weights converted
- * once into floats (L1), then every column tile of the call over it. No scratch: x4_inplace,
- * same bits.
+ * k-block, the block's activations packed (s->pack: they stay in L2) and each tile's weights
+ * converted once into floats (s->convert: L1 or L2), then every column tile of the call over
+ * it. No scratch: x4_inplace, same bits.
  */
 static inline void x4_drive(const struct x4_set *s, enum nx_type wt, int64_t k, const void *wv,
                             size_t ws, int64_t r0, int64_t r1, const void *xv, size_t xs,
@@ -265,10 +243,10 @@ static inline void x4_drive(const struct x4_set *s, enum nx_type wt, int64_t k, 
     float *xp = (float *)buf, *wp = xp + (size_t)nc * X4_KC;
     for (int64_t k0 = 0; k0 < k; k0 += X4_KC) {
         int64_t n = NX_MIN((int64_t)X4_KC, k - k0);
-        x4_pack_x(x, xs, nc, s->tc, k0, n, xp);
+        s->pack(x, xs, nc, s->tc, k0, n, xp);
         for (int64_t r = r0; r < r1; r += 4 * s->tg) {
             int G = (int)NX_MIN((int64_t)s->tg, (r1 - r) / 4);
-            x4_convert_w(wt, w, ws, r, G, k0, n, wp);
+            s->convert(wt, w, ws, r, G, k0, n, wp);
             for (int64_t c0 = 0; c0 < nc; c0 += s->tc) {
                 int C = (int)NX_MIN((int64_t)s->tc, nc - c0);
                 s->tiles[(G - 1) * s->tc + C - 1](n, wp, xp + (size_t)c0 * (size_t)n,

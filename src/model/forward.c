@@ -78,10 +78,10 @@ static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs,
         int64_t rows = jobs[j].w->ne1;
         /* chunks per thread: kern_matmul_chunks_per_thread (few where each kernel call
            re-arranges its activations); prefill chunks are multiples of
-           KERN_MATMUL_ROW_QUANTUM rows, so no chunk ends in a narrower leftover tile */
-        int64_t per_thread = kern_matmul_chunks_per_thread(jobs[j].w->type, n);
-        int64_t align = n > 16 ? KERN_MATMUL_ROW_QUANTUM : 16;
-        int64_t ch = nx_align_up((size_t)(rows / ((int64_t)nth * per_thread) + 1), (size_t)align);
+           kern_matmul_row_quantum rows, so no chunk ends in a narrower leftover tile */
+        int64_t parts = (int64_t)nth * kern_matmul_chunks_per_thread(jobs[j].w->type, n);
+        int64_t align = n > 16 ? kern_matmul_row_quantum(jobs[j].w->type) : 16;
+        int64_t ch = nx_align_up((size_t)((rows + parts - 1) / parts), (size_t)align);
         chunk[j] = ch;
         count[j] = (rows + ch - 1) / ch;
         total += count[j];
