@@ -715,10 +715,12 @@ static void x4p_convert_w(enum nx_type wt, const uint8_t *w, size_t ws, int64_t 
                           int64_t k0, int64_t n, float *wp) {
     /* pairs: lane 8 jj + 4 q + a <- group q (of two), row a, k jj (+ 2 for the second);
        quads: lane 4 g + a <- group g (of four: 16 + for the second pair), row a */
-    static const int32_t pair[2][16] = {{0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29},
-                                        {2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31}};
-    static const int32_t quad[2][16] = {{0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
-                                        {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}};
+    static const int32_t pair[2][16] = {
+        {0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29},
+        {2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31}};
+    static const int32_t quad[2][16] = {
+        {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23},
+        {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31}};
     const __m512i p0 = _mm512_loadu_si512(pair[0]), p1 = _mm512_loadu_si512(pair[1]);
     const __m512i q0 = _mm512_loadu_si512(quad[0]), q1 = _mm512_loadu_si512(quad[1]);
     const size_t gbytes = 4 * ws;
@@ -732,16 +734,19 @@ static void x4p_convert_w(enum nx_type wt, const uint8_t *w, size_t ws, int64_t 
             __m512 t[4];
             UNROLL for (int q = 0; q < 4; q++) {
                 if (q < have) {
-                    if (i % 8 == 0)
-                        kern_prefetch(KERN_PF_GROUPED, pf_row_ahead(grp + (size_t)q * gbytes, off, gbytes,
-                                                                    (size_t)G * gbytes));
-                    t[q] = x4_cvt(wt, grp + (size_t)q * gbytes + off);
+                    const uint8_t *gq = grp + (size_t)q * gbytes;
+                    if (i % 8 == 0) /* one prefetch per 64 bytes of each group */
+                        kern_prefetch(KERN_PF_GROUPED,
+                                      pf_row_ahead(gq, off, gbytes, (size_t)G * gbytes));
+                    t[q] = x4_cvt(wt, gq + off);
                 } else {
                     t[q] = _mm512_setzero_ps();
                 }
             }
-            __m512 a0 = _mm512_permutex2var_ps(t[0], p0, t[1]), a1 = _mm512_permutex2var_ps(t[0], p1, t[1]);
-            __m512 b0 = _mm512_permutex2var_ps(t[2], p0, t[3]), b1 = _mm512_permutex2var_ps(t[2], p1, t[3]);
+            __m512 a0 = _mm512_permutex2var_ps(t[0], p0, t[1]);
+            __m512 a1 = _mm512_permutex2var_ps(t[0], p1, t[1]);
+            __m512 b0 = _mm512_permutex2var_ps(t[2], p0, t[3]);
+            __m512 b1 = _mm512_permutex2var_ps(t[2], p1, t[3]);
             float *o = dst + (size_t)i * 16 * R;
             _mm512_storeu_ps(o, _mm512_permutex2var_ps(a0, q0, b0));
             _mm512_storeu_ps(o + 16 * R, _mm512_permutex2var_ps(a0, q1, b0));
@@ -774,7 +779,9 @@ static const int g_x4_dec_groups[X4_DC] = {4, 2, 2, 2, 3, 3, 3, 3};
 /* In place up to 64 columns. dev/bench_batch on the Xeon (weights from DRAM, one thread),
    GFLOP/s in place / prefill tiles, 8192 x 2048 then 2048 x 8192: nc 32 124-136 / 97-99,
    130-132 / 102-103; nc 64 139-142 / 119-122, 130-131 / 131; nc 96 137 / 123, 117 / 134;
-   nc 512 118-119 / 133-139, 106-108 / 147-148. */
+   nc 512 118-119 / 133-139, 106-108 / 147-148 (the 12 x 8 prefill tiles). On Zen 5 with the
+   32 x 3 tiles, 2 alternated rounds: nc 32 147-170 / 141-149, nc 48 154-169 / 162-174, nc 64
+   153-165 / 164-182: the crossover there is 48-64. */
 static const struct x4_set g_x4_sets[2] = {
     {&g_x4_tiles[0][0], X4_G, X4_C, x4p_pack_x, x4p_convert_w, &g_x4_dec[0][0][0], X4_DC, X4_DG,
      g_x4_dec_groups, X4_INPLACE_NC_AVX512},

@@ -246,9 +246,10 @@ uint8_t *kern_avx2_scratch(size_t n);
 /* The SIMD sets' X4 float matmul (x4_drive, kern_simd.h): k-blocks of X4_KC elements (a
  * constant of its order of operations); prefill tiles of at most X4_G groups of 4 rows x X4_C
  * columns (AVX-512 8 x 3, AVX2 2 x 3), in-place tiles of at most X4_DG groups x X4_DC columns
- * (each set's own shapes within these). Up to a column count of each set's (x4_set.inplace_nc) the weights are read
- * in place, without scratch; beyond it, the scratch for nc columns holds one k-block of
- * packed activations and one tile's k-block of weights as floats. */
+ * (each set's own shapes within these). Up to a column count of each set's
+ * (x4_set.inplace_nc) the weights are read in place, without scratch; beyond it, the scratch
+ * for nc columns holds one k-block of packed activations and one tile's k-block of weights as
+ * floats. */
 #define X4_KC 512
 #define X4_G 8
 #define X4_C 3
