@@ -234,7 +234,8 @@ int kern_matmul_chunks_per_thread(enum nx_type t, int64_t nc) {
     return ti && ti->quantized ? 3 : 8;
 }
 
-int kern_matmul_row_quantum(enum nx_type t) { return nx_type_is_x4(t) ? 32 : 48; }
+/* X4: the AVX-512 prefill tile's rows (4 * X4_G = 32; the AVX2 tile's 8 divide it) */
+int kern_matmul_row_quantum(enum nx_type t) { return nx_type_is_x4(t) ? 4 * X4_G : 48; }
 
 void kern_relayout(enum nx_type from, enum nx_type to, const void *src, void *dst, int64_t ne0,
                    int64_t rows) {

@@ -821,6 +821,12 @@ void kern_avx2_kq_matmul(enum nx_type wt, int64_t k, const void *w, size_t ws, i
 
 /* ---- F16_X4 / BF16_X4 weights (rows interleaved by fours, types.h) x F32 activations ------ */
 
+/* 8 16-bit elements (rows 2a, 2a + 1 of a 4 x 4 tile) as floats. */
+AI __m256 x4_cvt8(enum nx_type wt, const uint8_t *p) {
+    if (wt == NX_TYPE_F16_X4) return _mm256_cvtph_ps(loadu128(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(p)), 16));
+}
+
 /* The 4 row sums of a group's two accumulators (rows 0-1 and 2-3, lanes [row][column mod 4]),
  * each (l0 + l1) + (l2 + l3), x4_drive's order (kern_simd.h). */
 AI __m128 x4_rowsums8(__m256 a01, __m256 a23) {

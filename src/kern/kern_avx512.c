@@ -594,6 +594,14 @@ AI void x4_dec_tile(enum nx_type wt, const int G, const int C, int64_t k0, int64
     x4_sums_store(sums, G, C, y, ys);
 }
 
+/* keeps v in a register: without it GCC folds each weight load into every FMA that uses it
+   (C loads of each vector instead of one) */
+#ifdef NX_AVX512_EMULATE
+#define REG_BARRIER(v) (void)(v)
+#else
+#define REG_BARRIER(v) __asm__("" : "+v"(v))
+#endif
+
 /*
  * Prefill tiles, rows in lanes: a tile is R = ceil(G / 4) vectors of 16 rows (G groups of 4)
  * x C columns, with one accumulator per (vector, column, phase j = k mod 4): lane r of the
@@ -609,13 +617,6 @@ AI void x4_dec_tile(enum nx_type wt, const int G, const int C, int64_t k0, int64
  * The block's weights as floats, wp: [n][16 R] (rows of absent groups zero); its packed
  * activations, xp: [n][C].
  */
-/* keeps v in a register: without it GCC folds each weight load into every FMA that uses it
-   (C loads of each vector instead of one) */
-#ifdef NX_AVX512_EMULATE
-#define REG_BARRIER(v) (void)(v)
-#else
-#define REG_BARRIER(v) __asm__("" : "+v"(v))
-#endif
 AI void x4p_tile(const int G, const int C, int64_t n, const float *wp, const float *xp, float *y,
                  int64_t ys, bool first) {
     const int R = (G + 3) / 4;
@@ -685,19 +686,23 @@ static void x4p_pack_x(const uint8_t *x, size_t xs, int64_t nc, int tc, int64_t 
                                       {0, 5, 0, 0, 6, 0, 0, 7, 0, 0, 8, 0, 0, 9, 0, 0},
                                       {10, 0, 0, 11, 0, 0, 12, 0, 0, 13, 0, 0, 14, 0, 0, 15}};
     static const __mmask16 cm[3] = {0x4924, 0x2492, 0x9249}; /* lanes of column 2 */
+    __m512i abv[3], ccv[3];
+    for (int m = 0; m < 3; m++) {
+        abv[m] = _mm512_loadu_si512(ab[m]);
+        ccv[m] = _mm512_loadu_si512(cc[m]);
+    }
     for (int64_t c0 = 0; c0 < nc; c0 += tc) {
         int C = (int)NX_MIN((int64_t)tc, nc - c0);
         float *d = dst + (size_t)c0 * (size_t)n;
-        const float *src[3];
+        const float *src[X4_C];
         for (int c = 0; c < C; c++) src[c] = (const float *)(x + (size_t)(c0 + c) * xs) + k0;
         if (C == 3) {
             for (int64_t i = 0; i < n; i += 16) {
                 __m512 a = _mm512_loadu_ps(src[0] + i), b = _mm512_loadu_ps(src[1] + i),
                        c2 = _mm512_loadu_ps(src[2] + i);
                 UNROLL for (int m = 0; m < 3; m++) {
-                    __m512 v = _mm512_permutex2var_ps(a, _mm512_loadu_si512(ab[m]), b);
-                    v = _mm512_mask_blend_ps(cm[m], v,
-                                             _mm512_permutexvar_ps(_mm512_loadu_si512(cc[m]), c2));
+                    __m512 v = _mm512_permutex2var_ps(a, abv[m], b);
+                    v = _mm512_mask_blend_ps(cm[m], v, _mm512_permutexvar_ps(ccv[m], c2));
                     _mm512_storeu_ps(d + 3 * i + 16 * m, v);
                 }
             }

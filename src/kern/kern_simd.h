@@ -171,12 +171,6 @@ struct x4_set {
     int inplace_nc;          /* up to this many columns x4_inplace, beyond the prefill tiles */
 };
 
-/* 8 16-bit elements (rows 2a, 2a + 1 of a 4 x 4 tile) as floats. */
-AI __m256 x4_cvt8(enum nx_type wt, const uint8_t *p) {
-    if (wt == NX_TYPE_F16_X4) return _mm256_cvtph_ps(loadu128(p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(loadu128(p)), 16));
-}
-
 /* The in-place tiles' shared steps (both sets). Running sums of G groups x C columns, [g * C +
  * c]: 0 for the first k-block, else what y holds; stored back to y at the end. */
 AI void x4_sums_load(__m128 *sums, const int G, const int C, int64_t k0, const float *y,
