@@ -137,7 +137,7 @@ static void bench(enum nx_type wt, int64_t rows, int64_t k) {
         for (int64_t i = 0; i < k; i++) tmp[i] = rnd_f();
         quant_quantize_row_ref(nx_type_in_file(wt), tmp, w + (size_t)r * ws, k);
     }
-    if (nx_type_is_x4(wt)) { /* rows interleaved by fours (types.h) */
+    if (wt != nx_type_in_file(wt)) { /* an in-memory layout (types.h) */
         uint8_t *wx = malloc(wbytes);
         kern_relayout(nx_type_in_file(wt), wt, w, wx, k, rows);
         free(w);
@@ -212,7 +212,7 @@ int main(int argc, char **argv) {
            read_bw());
     static const enum nx_type types[] = {NX_TYPE_Q4_K, NX_TYPE_Q6_K, NX_TYPE_Q5_K, NX_TYPE_Q4_0,
                                          NX_TYPE_Q8_0, NX_TYPE_F16,  NX_TYPE_BF16, NX_TYPE_F32,
-                                         NX_TYPE_F16_X4, NX_TYPE_BF16_X4};
+                                         NX_TYPE_F16_X4, NX_TYPE_BF16_X4, NX_TYPE_Q4_K_IL};
     int64_t shapes[16][2] = {{2048, 2048}, {8192, 2048}, {2048, 8192}};
     int nshapes = 3;
     nshapes = bench_shapes(getenv("BENCH_SHAPES"), shapes, 16, nshapes);

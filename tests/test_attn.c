@@ -710,6 +710,56 @@ TEST(avx512_head_slices) {
     if (diff) FAILF("%lld elements differ from the head alone", (long long)diff);
 }
 
+/*
+ * Wide calls (many query rows per KV head, as a prompt's attention tiles make: attn_avx512.c's
+ * wide path) give every row the bits it gets alone, through kern_attn_block and
+ * kern_attn_blocks: row counts around the wide threshold and the tiles' widths (6-row score
+ * tiles, 5-row value tiles, 32-row passes), head dims with 1..4 value chunks per pass and two
+ * passes (144 > the wide path's 128 stays on the per-group path), ranges below, across and
+ * above a 16-position vector and a 64-position chunk, scrambled blocks with a short last one.
+ */
+TEST(avx512_wide_rows_match_row_alone) {
+    if (!have_avx512()) return;
+    static const int64_t ngs[] = {15, 16, 17, 32, 33, 70};
+    static const int64_t hds[] = {16, 48, 64, 80, 128, 144};
+    static const int64_t nposs[] = {1, 7, 16, 17, 64, 65, 150};
+    const float scale = 0.2f;
+    for (g_stride_mode = 0; g_stride_mode < 2; g_stride_mode++)
+    for (int a = 0; a < N_OF(g_kvts); a++)
+    for (int b = 0; b < N_OF(hds); b++)
+    for (int c = 0; c < N_OF(ngs); c++) {
+        enum nx_type kvt = g_kvts[a];
+        int64_t hd = hds[b], ng = ngs[c], npos = nposs[(b + c + g_stride_mode) % N_OF(nposs)];
+        int64_t rec = ng * (hd + 2), br = 32, nblk = (npos + br - 1) / br;
+        struct kv k, v;
+        kv_make(&k, kvt, hd, nblk * br, 2.0f);
+        kv_make(&v, kvt, hd, nblk * br, 1.0f);
+        float *q = rand_floats(ng * hd, 1.0f);
+        float *pa = nan_floats(rec), *pb = nan_floats(nblk * rec), *p1 = nan_floats(hd + 2);
+        const void *kp[8], *vp[8];
+        for (int64_t i = 0; i < nblk; i++) {
+            int64_t slot = nblk - 1 - i; /* reversed, as a paged cache may hand them */
+            kp[i] = k.base + (size_t)(slot * br) * k.stride, vp[i] = v.base + (size_t)(slot * br) * v.stride;
+        }
+        kern_avx512_attn_block(kvt, hd, k.base, k.stride, v.base, v.stride, npos, q, ng, scale, pa);
+        kern_avx512_attn_blocks(kvt, hd, kp, vp, k.stride, nblk, br, npos, q, ng, scale, pb);
+        int64_t diff = 0;
+        for (int64_t g = 0; g < ng; g++) {
+            kern_avx512_attn_block(kvt, hd, k.base, k.stride, v.base, v.stride, npos, q + g * hd, 1, scale, p1);
+            for (int64_t i = 0; i < hd + 2; i++) diff += !same_bits(pa[g * (hd + 2) + i], p1[i]);
+            for (int64_t i = 0; i < nblk; i++) {
+                kern_avx512_attn_block(kvt, hd, kp[i], k.stride, vp[i], v.stride, NX_MIN(br, npos - i * br),
+                                       q + g * hd, 1, scale, p1);
+                for (int64_t x = 0; x < hd + 2; x++) diff += !same_bits(pb[i * rec + g * (hd + 2) + x], p1[x]);
+            }
+        }
+        free(q), free(pa), free(pb), free(p1);
+        kv_free(&k), kv_free(&v);
+        if (diff) FAILF("stride mode %d type %d hd %lld ng %lld npos %lld: %lld part elements differ from the row alone",
+                        g_stride_mode, (int)kvt, (long long)hd, (long long)ng, (long long)npos, (long long)diff);
+    }
+}
+
 /* Empty parts: m = -inf, l = 0, o = 0; the merge skips them; all empty gives zeros. */
 TEST(fused_empty_parts) {
     float q[16], kbuf[64], part[3 * 10], out[16];

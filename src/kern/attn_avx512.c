@@ -31,6 +31,13 @@
  * - Fused attention (kern_attn_block(s)): attn_simd.h's driver, the AVX2 set's too (chunks of
  *   KERN_ATTN_CHUNK positions, the online-softmax step, head groups, block prefetch), around
  *   this file's scores and values.
+ * - Wide calls (>= WIDE_MIN_HEADS query rows per KV head: a prompt's attention tiles, several
+ *   tokens x the heads of a group): each chunk's K rows converted once and transposed (a lane
+ *   per position), its V rows converted once, then register tiles of 6 rows x 16 positions
+ *   (scores, 24 accumulators) and 5 rows x 64 elements (values) over them, with the same
+ *   operations per score and per output element as the tiles above (bit-identical parts).
+ *   Hot, one thread, 32 rows of hd 64 over 4096 positions (dev/bench_attn.c, Zen 5): 3.8 ->
+ *   2.1 ns per (position x row) for the whole fused attention.
  * - Testing without AVX-512 hardware: with -DNX_AVX512_EMULATE this file includes
  *   kern/avx512_emu.h (see that header; tests/test_attn.c has the command).
  */
@@ -279,6 +286,216 @@ AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n
     }
 }
 
+/* ---- wide calls: many query rows per KV head (prompt tiles) -------------------------------- */
+
+/*
+ * A prompt's attention tile hands kern_attn_blocks the queries of several tokens at once (the
+ * forward pass's CTX_ATT_TILE tokens x the heads sharing a KV head: 32 rows for Llama-3.2-1B).
+ * The per-group path above converts each K and V row once per four heads and spends about one
+ * load per FMA; with that many rows each chunk of K is instead converted once and transposed
+ * (wide_kt: element e of 16 positions in one vector), each chunk of V converted once (wide_vf),
+ * and both feed register tiles that keep the FMA units busy:
+ * - scores: WR rows x 16 positions (a lane per position), one accumulator per (row, element
+ *   mod 4): per 4 elements 4 K loads and 4 x WR FMAs with the query element broadcast. Lane p
+ *   of accumulator i sums K_p[4j+i]*q[4j+i] over j in order, then ((a0+a2)+(a1+a3)), then
+ *   times scale: exactly sc_tile's operations per score (same bits).
+ * - values: WV rows x 4 chunks of 16, one FMA per position in order per element from 0 (first
+ *   chunk) or from o: va_tile's operations (same bits).
+ * The online softmax and the rescale are the driver's (attn_simd.h: softmax_chunk), so a wide
+ * call's parts are bit-identical to the per-group path's.
+ */
+enum {
+    WIDE_MIN_HEADS = 16, /* calls with at least this many query rows take the wide path */
+    WIDE_MAX_HD = 128,   /* head dims it takes (its chunk buffers are on the stack) */
+    WIDE_HEADS = 32,     /* query rows per pass over a chunk (the score buffer's rows) */
+    WR = 6,              /* rows per score tile */
+    WV = 5,              /* rows per value tile */
+};
+
+/* Rows k + p*ks (p < n <= 16; row n-1 repeated past n) as floats, transposed: kt[e*16 + p] =
+ * K_p[e] for e < hd. 16 x 16 blocks through four shuffle stages. */
+AI void wide_kt(enum nx_type kvt, int64_t hd, const char *k, size_t ks, int64_t n, float *kt) {
+    for (int64_t e0 = 0; e0 < hd; e0 += 16) {
+        __m512 r[16], t[16], u[16];
+        UNROLL for (int p = 0; p < 16; p++) r[p] = kv16(kvt, k + (size_t)(p < n ? p : n - 1) * ks, e0);
+        UNROLL for (int i = 0; i < 8; i++) {
+            t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);     /* per 128-bit lane: a0 b0 a1 b1 */
+            t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]); /* a2 b2 a3 b3 */
+        }
+        UNROLL for (int i = 0; i < 4; i++) { /* u[4i + c], lane L: element 4L + c of rows 4i..4i+3 */
+            u[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+            u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+            u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+            u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+        }
+        UNROLL for (int c = 0; c < 4; c++) { /* 128-bit lane L of u[c], u[4+c], u[8+c], u[12+c] */
+            __m512 x0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), x1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+            __m512 y0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44), y1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+            _mm512_storeu_ps(kt + (e0 + c) * 16, _mm512_shuffle_f32x4(x0, y0, 0x88));
+            _mm512_storeu_ps(kt + (e0 + 4 + c) * 16, _mm512_shuffle_f32x4(x0, y0, 0xDD));
+            _mm512_storeu_ps(kt + (e0 + 8 + c) * 16, _mm512_shuffle_f32x4(x1, y1, 0x88));
+            _mm512_storeu_ps(kt + (e0 + 12 + c) * 16, _mm512_shuffle_f32x4(x1, y1, 0xDD));
+        }
+    }
+}
+
+/* s[r*ld + p] = scale * dot(q + r*hd, K_p) for r < R, p < np (<= 16), kt from wide_kt. */
+AI void wide_sc_tile(const int R, int64_t hd, const float *kt, const float *q, float scale,
+                     float *s, int64_t ld, int np) {
+    __m512 a[4][WR];
+    UNROLL for (int i = 0; i < 4; i++) {
+        UNROLL for (int r = 0; r < R; r++) a[i][r] = _mm512_setzero_ps();
+    }
+    for (int64_t j = 0; j < hd; j += 4) {
+        UNROLL for (int i = 0; i < 4; i++) {
+            __m512 kv = _mm512_loadu_ps(kt + (j + i) * 16);
+            UNROLL for (int r = 0; r < R; r++)
+                a[i][r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * hd + j + i]), kv, a[i][r]);
+        }
+    }
+    const __m512 vs = _mm512_set1_ps(scale);
+    UNROLL for (int r = 0; r < R; r++) {
+        __m512 t = _mm512_add_ps(_mm512_add_ps(a[0][r], a[2][r]), _mm512_add_ps(a[1][r], a[3][r]));
+        _mm512_mask_storeu_ps(s + r * ld, (__mmask16)((1u << np) - 1), _mm512_mul_ps(t, vs));
+    }
+}
+
+/* o[r*os + 16c + l] (+)= sum_j p[r*ld + j] * vf[j*hd + 16c + l] for r < R, c < NC, j < n
+ * (first: from 0, else from o). */
+AI void wide_va_tile(const int R, const int NC, const float *vf, int64_t hd, int64_t n,
+                     const float *p, int64_t ld, float *o, int64_t os, bool first) {
+    __m512 a[WV][CT];
+    UNROLL for (int r = 0; r < R; r++) {
+        UNROLL for (int c = 0; c < NC; c++)
+            a[r][c] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(o + r * os + 16 * c);
+    }
+    for (int64_t j = 0; j < n; j++) {
+        __m512 x[CT];
+        UNROLL for (int c = 0; c < NC; c++) x[c] = _mm512_loadu_ps(vf + j * hd + 16 * c);
+        UNROLL for (int r = 0; r < R; r++) {
+            __m512 b = _mm512_set1_ps(p[r * ld + j]);
+            UNROLL for (int c = 0; c < NC; c++) a[r][c] = _mm512_fmadd_ps(b, x[c], a[r][c]);
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++) {
+        UNROLL for (int c = 0; c < NC; c++) _mm512_storeu_ps(o + r * os + 16 * c, a[r][c]);
+    }
+}
+
+/* Scores of ng rows x n (<= KERN_ATTN_CHUNK) positions: posvec by posvec, WR rows a tile. */
+static void wide_scores(int64_t hd, const float *kt, int64_t n, const float *q, int64_t ng,
+                        float scale, float *s, int64_t ld) {
+    for (int64_t p0 = 0; p0 < n; p0 += 16) {
+        const float *ktp = kt + p0 * hd;
+        int np = (int)NX_MIN(n - p0, (int64_t)16);
+        int64_t r = 0;
+        for (; r + WR <= ng; r += WR) wide_sc_tile(WR, hd, ktp, q + r * hd, scale, s + r * ld + p0, ld, np);
+        switch (ng - r) {
+        case 5: wide_sc_tile(5, hd, ktp, q + r * hd, scale, s + r * ld + p0, ld, np); break;
+        case 4: wide_sc_tile(4, hd, ktp, q + r * hd, scale, s + r * ld + p0, ld, np); break;
+        case 3: wide_sc_tile(3, hd, ktp, q + r * hd, scale, s + r * ld + p0, ld, np); break;
+        case 2: wide_sc_tile(2, hd, ktp, q + r * hd, scale, s + r * ld + p0, ld, np); break;
+        case 1: wide_sc_tile(1, hd, ktp, q + r * hd, scale, s + r * ld + p0, ld, np); break;
+        default: break;
+        }
+    }
+}
+
+/* Values of ng rows over n positions (vf: n rows of hd floats) into o (rows os apart). */
+static void wide_values(int64_t hd, const float *vf, int64_t n, const float *p, int64_t ld,
+                        int64_t ng, float *o, int64_t os, bool first) {
+    for (int64_t i = 0; i < hd; i += 16 * CT) {
+        int nc = (int)NX_MIN((hd - i) / 16, (int64_t)CT);
+#define WVA(R_, NC_) wide_va_tile(R_, NC_, vf + i, hd, n, p + r * ld, ld, o + r * os + i, os, first)
+#define WVA_NC(R_) \
+    switch (nc) { \
+    case 4: WVA(R_, 4); break; \
+    case 3: WVA(R_, 3); break; \
+    case 2: WVA(R_, 2); break; \
+    default: WVA(R_, 1); break; \
+    }
+        int64_t r = 0;
+        for (; r + WV <= ng; r += WV) WVA_NC(WV)
+        switch (ng - r) {
+        case 4: WVA_NC(4) break;
+        case 3: WVA_NC(3) break;
+        case 2: WVA_NC(2) break;
+        case 1: WVA_NC(1) break;
+        default: break;
+        }
+#undef WVA_NC
+#undef WVA
+    }
+}
+
+/*
+ * One KV range (rows k + j*ks, v + j*vs, j < npos) for ng query rows (q, hd apart) into part
+ * (kern_attn_block's layout), att_fused_group's steps per chunk of KERN_ATTN_CHUNK positions
+ * with the chunk's K transposed and V converted once for every pass of up to WIDE_HEADS rows.
+ * The next rows nk, nv (nn of them; NULL: none) are prefetched as the last chunk starts.
+ */
+static void wide_range(enum nx_type kvt, int64_t hd, const char *k, size_t ks, const char *v,
+                       size_t vs, int64_t npos, const float *q, int64_t ng, float scale,
+                       float *part, const char *nk, const char *nv, int64_t nn) {
+    float kt[KERN_ATTN_CHUNK * WIDE_MAX_HD] __attribute__((aligned(64)));
+    float vf[KERN_ATTN_CHUNK * WIDE_MAX_HD] __attribute__((aligned(64)));
+    float sbuf[WIDE_HEADS * KERN_ATTN_CHUNK] __attribute__((aligned(64)));
+    float m[WIDE_HEADS], l[WIDE_HEADS];
+    const int64_t os = hd + 2;
+    const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
+    if (npos <= 0) {
+        for (int64_t g = 0; g < ng; g++) {
+            part[g * os] = -INFINITY, part[g * os + 1] = 0.0f;
+            memset(part + g * os + 2, 0, sizeof(float) * (size_t)hd);
+        }
+        return;
+    }
+    for (int64_t j0 = 0; j0 < npos; j0 += KERN_ATTN_CHUNK) {
+        int64_t n = NX_MIN(npos - j0, (int64_t)KERN_ATTN_CHUNK);
+        if (j0 + n >= npos && nk) {
+            for (int64_t j = 0; j < nn; j++) {
+                prefetch_span(nk + (size_t)j * ks, slice);
+                prefetch_span(nv + (size_t)j * vs, slice);
+            }
+        }
+        for (int64_t p0 = 0; p0 < n; p0 += 16)
+            wide_kt(kvt, hd, k + (size_t)(j0 + p0) * ks, ks, NX_MIN(n - p0, (int64_t)16), kt + p0 * hd);
+        for (int64_t j = 0; j < n; j++) {
+            const char *row = v + (size_t)(j0 + j) * vs;
+            for (int64_t i = 0; i < hd; i += 16) _mm512_storeu_ps(vf + j * hd + i, kv16(kvt, row, i));
+        }
+        for (int64_t g0 = 0; g0 < ng; g0 += WIDE_HEADS) {
+            int64_t gn = NX_MIN(ng - g0, (int64_t)WIDE_HEADS);
+            float *ob = part + g0 * os + 2, *mg = m, *lg = l;
+            if (npos > KERN_ATTN_CHUNK) { /* running states of these rows across chunks */
+                mg = part + g0 * os, lg = part + g0 * os + 1;
+            }
+            wide_scores(hd, kt, n, q + g0 * hd, gn, scale, sbuf, KERN_ATTN_CHUNK);
+            for (int64_t g = 0; g < gn; g++) {
+                float *mp = npos > KERN_ATTN_CHUNK ? mg + g * os : mg + g;
+                float *lp = npos > KERN_ATTN_CHUNK ? lg + g * os : lg + g;
+                if (j0 == 0) *mp = -INFINITY, *lp = 0.0f;
+                float alpha = softmax_chunk(sbuf + g * KERN_ATTN_CHUNK, n, mp, lp);
+                if (j0 > 0) {
+                    float *o = ob + g * os;
+                    __m256 va = _mm256_set1_ps(alpha);
+                    int64_t i = 0;
+                    for (; i + 8 <= hd; i += 8) _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), va));
+                    for (; i < hd; i++) o[i] *= alpha;
+                }
+            }
+            wide_values(hd, vf, n, sbuf, KERN_ATTN_CHUNK, gn, ob, os, j0 == 0);
+            if (npos <= KERN_ATTN_CHUNK) {
+                for (int64_t g = 0; g < gn; g++) part[(g0 + g) * os] = m[g], part[(g0 + g) * os + 1] = l[g];
+            }
+        }
+    }
+}
+
+static inline bool wide_call(int64_t hd, int64_t ng) {
+    return ng >= WIDE_MIN_HEADS && hd <= WIDE_MAX_HD;
+}
+
 /* ---- fused attention (kern_attn_block, kern_attn_blocks) ----------------------------------- */
 
 /* va_all per KV type, state rows os apart (the fused driver's values kernels) */
@@ -304,6 +521,10 @@ void kern_avx512_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t 
         kern_avx2_attn_block(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part);
         return;
     }
+    if (wide_call(hd, ng)) {
+        wide_range(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part, NULL, NULL, 0);
+        return;
+    }
     float qz[SC_QZ_FLOATS] __attribute__((aligned(64)));
     for (int64_t g0 = 0, step = sc_slice_heads(hd); g0 < ng; g0 += step) {
         int64_t n = NX_MIN(step, ng - g0);
@@ -320,6 +541,15 @@ void kern_avx512_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k,
     NX_ASSERT(kvt == NX_TYPE_F32 || kvt == NX_TYPE_F16);
     if (!own_hd(hd)) {
         kern_avx2_attn_blocks(kvt, hd, k, v, stride, nblk, brows, npos, q, ng, scale, parts);
+        return;
+    }
+    if (wide_call(hd, ng)) {
+        for (int64_t b = 0; b < nblk; b++) {
+            int64_t nn = b + 1 < nblk ? NX_MIN(brows, npos - (b + 1) * brows) : 0;
+            wide_range(kvt, hd, k[b], stride, v[b], stride, NX_MIN(brows, npos - b * brows), q, ng,
+                       scale, parts + b * ng * (hd + 2), nn > 0 ? k[b + 1] : NULL,
+                       nn > 0 ? v[b + 1] : NULL, nn);
+        }
         return;
     }
     float qz[SC_QZ_FLOATS] __attribute__((aligned(64)));
