@@ -92,6 +92,7 @@ AI __m512 kv16(enum nx_type kvt, const char *row, int64_t i) {
  * the spare lanes with the last one: a head's bits do not depend on the others in its group.
  */
 enum { SC_QZ_FLOATS = 8192 }; /* prepared queries per slice of heads (32 KiB, on the stack) */
+enum { SC_AHEAD = 16 };        /* kern_attn_scores: how many positions ahead it prefetches */
 
 /* The ng heads of q (rows hd apart) in the scores' layout, ceil(ng/4)*4*hd floats: group g0
  * (a multiple of 4) at qz + g0*hd, its vector j holding elements 4j..4j+3 of each of its heads;
@@ -211,8 +212,12 @@ void kern_avx512_attn_scores(enum nx_type kvt, int64_t hd, const void *k, size_t
     for (int64_t g0 = 0, step = sc_slice_heads(hd); g0 < ng; g0 += step) {
         int64_t n = NX_MIN(step, ng - g0);
         sc_prep_q(hd, q + g0 * hd, n, qz);
+        /* rows SC_AHEAD positions on prefetched as the pass reaches each position (the
+           AVX2 scores prefetch their next block the same way) */
+        const char *pf = npos > SC_AHEAD ? (const char *)k + (size_t)SC_AHEAD * k_stride : NULL;
         (kvt == NX_TYPE_F32 ? sc_f32 : sc_f16)(hd, k, k_stride, npos, qz, n, scale,
-                                               scores + g0 * ld, ld, NULL, 0, NULL);
+                                               scores + g0 * ld, ld, pf, pf ? npos - SC_AHEAD : 0,
+                                               NULL);
     }
 }
 
