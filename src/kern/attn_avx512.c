@@ -294,12 +294,12 @@ AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n
 /* ---- wide calls: many query rows per KV head (prompt tiles) -------------------------------- */
 
 /*
- * A prompt's attention tile hands kern_attn_blocks the queries of several tokens at once (the
- * forward pass's CTX_ATT_TILE tokens x the heads sharing a KV head: 32 rows for Llama-3.2-1B).
+ * A prompt's attention hands kern_attn_blocks the queries of several tokens at once (a tile of
+ * tokens x the heads sharing a KV head: 8 x 4 = 32 rows in the forward pass for Llama-3.2-1B).
  * The per-group path above converts each K and V row once per four heads and spends about one
  * load per FMA; with that many rows each chunk of K is instead converted once and transposed
- * (wide_kt: element e of 16 positions in one vector), each chunk of V converted once (wide_vf),
- * and both feed register tiles that keep the FMA units busy:
+ * (wide_kt: element e of 16 positions in one vector), each chunk of V converted once (into vf,
+ * wide_range), and both feed register tiles that keep the FMA units busy:
  * - scores: WR rows x 16 positions (a lane per position), one accumulator per (row, element
  *   mod 4): per 4 elements 4 K loads and 4 x WR FMAs with the query element broadcast. Lane p
  *   of accumulator i sums K_p[4j+i]*q[4j+i] over j in order, then ((a0+a2)+(a1+a3)), then
