@@ -36,8 +36,9 @@
  *   per position), its V rows converted once, then register tiles of 6 rows x 16 positions
  *   (scores, 24 accumulators) and 5 rows x 64 elements (values) over them, with the same
  *   operations per score and per output element as the tiles above (bit-identical parts).
- *   Hot, one thread, 32 rows of hd 64 over 4096 positions (dev/bench_attn.c, Zen 5): 3.8 ->
- *   2.1 ns per (position x row) for the whole fused attention.
+ *   One thread, 32 rows of hd 64 over 4096 F16 positions (dev/bench_attn.c, Zen 5, old and
+ *   new alternated): 2.7-2.8 -> 2.0-2.1 ns per (position x row) hot, 3.4-3.5 -> 2.8-2.9 from
+ *   DRAM, for the whole fused attention (the AVX2 set's: 3.3-3.5 hot).
  * - Testing without AVX-512 hardware: with -DNX_AVX512_EMULATE this file includes
  *   kern/avx512_emu.h (see that header; tests/test_attn.c has the command).
  */
@@ -310,7 +311,11 @@ AI void va_all(enum nx_type kvt, int64_t hd, const char *v, size_t vs, int64_t n
  * call's parts are bit-identical to the per-group path's.
  */
 enum {
-    WIDE_MIN_HEADS = 16, /* calls with at least this many query rows take the wide path */
+    /* calls with at least this many query rows take the wide path: fused attention over 4096
+       F16 positions, hd 64, ns per (position x row), per-group / wide (dev/bench_attn.c,
+       Zen 5): 4 rows hot 3.96-4.06 / 3.95-4.17, from DRAM 8.4-9.1 / 9.9-10.0; 8 rows 3.19 /
+       2.91-3.08, 5.6-5.9 / 5.9-6.1; 12 rows 3.08-3.13 / 2.48-2.49, 4.55-4.59 / 4.30-4.37 */
+    WIDE_MIN_HEADS = 12,
     WIDE_MAX_HD = 128,   /* head dims it takes (its chunk buffers are on the stack) */
     WIDE_HEADS = 32,     /* query rows per pass over a chunk (the score buffer's rows) */
     WR = 6,              /* rows per score tile */
@@ -437,11 +442,12 @@ static void wide_values(int64_t hd, const float *vf, int64_t n, const float *p, 
  * One KV range (rows k + j*ks, v + j*vs, j < npos) for ng query rows (q, hd apart) into part
  * (kern_attn_block's layout), att_fused_group's steps per chunk of KERN_ATTN_CHUNK positions
  * with the chunk's K transposed and V converted once for every pass of up to WIDE_HEADS rows.
- * The next rows nk, nv (nn of them; NULL: none) are prefetched as the last chunk starts.
+ * Prefetch as the driver's: the first chunk up front when pre, each next chunk as one starts,
+ * the caller's next rows nk, nv (nn of them; NULL: none) as the last one starts.
  */
 static void wide_range(enum nx_type kvt, int64_t hd, const char *k, size_t ks, const char *v,
                        size_t vs, int64_t npos, const float *q, int64_t ng, float scale,
-                       float *part, const char *nk, const char *nv, int64_t nn) {
+                       float *part, const char *nk, const char *nv, int64_t nn, bool pre) {
     float kt[KERN_ATTN_CHUNK * WIDE_MAX_HD] __attribute__((aligned(64)));
     float vf[KERN_ATTN_CHUNK * WIDE_MAX_HD] __attribute__((aligned(64)));
     float sbuf[WIDE_HEADS * KERN_ATTN_CHUNK] __attribute__((aligned(64)));
@@ -457,11 +463,23 @@ static void wide_range(enum nx_type kvt, int64_t hd, const char *k, size_t ks, c
     }
     for (int64_t j0 = 0; j0 < npos; j0 += KERN_ATTN_CHUNK) {
         int64_t n = NX_MIN(npos - j0, (int64_t)KERN_ATTN_CHUNK);
-        if (j0 + n >= npos && nk) {
-            for (int64_t j = 0; j < nn; j++) {
-                prefetch_span(nk + (size_t)j * ks, slice);
-                prefetch_span(nv + (size_t)j * vs, slice);
+        /* this chunk's rows at once when no earlier call asked for them, then the next
+           chunk's (the last chunk: the caller's next rows) while this one is reduced */
+        if (j0 == 0 && pre) {
+            for (int64_t j = 0; j < n; j++) {
+                prefetch_span(k + (size_t)j * ks, slice);
+                prefetch_span(v + (size_t)j * vs, slice);
             }
+        }
+        const char *pk = nk, *pv = nv;
+        int64_t pn = nk ? nn : 0;
+        if (j0 + n < npos) {
+            pk = k + (size_t)(j0 + n) * ks, pv = v + (size_t)(j0 + n) * vs;
+            pn = NX_MIN(npos - j0 - n, (int64_t)KERN_ATTN_CHUNK);
+        }
+        for (int64_t j = 0; j < pn; j++) {
+            prefetch_span(pk + (size_t)j * ks, slice);
+            prefetch_span(pv + (size_t)j * vs, slice);
         }
         for (int64_t p0 = 0; p0 < n; p0 += 16)
             wide_kt(kvt, hd, k + (size_t)(j0 + p0) * ks, ks, NX_MIN(n - p0, (int64_t)16), kt + p0 * hd);
@@ -527,7 +545,7 @@ void kern_avx512_attn_block(enum nx_type kvt, int64_t hd, const void *k, size_t 
         return;
     }
     if (wide_call(hd, ng)) {
-        wide_range(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part, NULL, NULL, 0);
+        wide_range(kvt, hd, k, k_stride, v, v_stride, npos, q, ng, scale, part, NULL, NULL, 0, true);
         return;
     }
     float qz[SC_QZ_FLOATS] __attribute__((aligned(64)));
@@ -553,7 +571,7 @@ void kern_avx512_attn_blocks(enum nx_type kvt, int64_t hd, const void *const *k,
             int64_t nn = b + 1 < nblk ? NX_MIN(brows, npos - (b + 1) * brows) : 0;
             wide_range(kvt, hd, k[b], stride, v[b], stride, NX_MIN(brows, npos - b * brows), q, ng,
                        scale, parts + b * ng * (hd + 2), nn > 0 ? k[b + 1] : NULL,
-                       nn > 0 ? v[b + 1] : NULL, nn);
+                       nn > 0 ? v[b + 1] : NULL, nn, b == 0);
         }
         return;
     }
