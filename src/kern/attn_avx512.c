@@ -451,8 +451,7 @@ static void wide_range(enum nx_type kvt, int64_t hd, const char *k, size_t ks, c
     float kt[KERN_ATTN_CHUNK * WIDE_MAX_HD] __attribute__((aligned(64)));
     float vf[KERN_ATTN_CHUNK * WIDE_MAX_HD] __attribute__((aligned(64)));
     float sbuf[WIDE_HEADS * KERN_ATTN_CHUNK] __attribute__((aligned(64)));
-    float m[WIDE_HEADS], l[WIDE_HEADS];
-    const int64_t os = hd + 2;
+    const int64_t os = hd + 2; /* row g's running m, l and values: part + g*os, +1, +2 */
     const size_t slice = (size_t)hd * (kvt == NX_TYPE_F32 ? 4 : 2);
     if (npos <= 0) {
         for (int64_t g = 0; g < ng; g++) {
@@ -465,22 +464,10 @@ static void wide_range(enum nx_type kvt, int64_t hd, const char *k, size_t ks, c
         int64_t n = NX_MIN(npos - j0, (int64_t)KERN_ATTN_CHUNK);
         /* this chunk's rows at once when no earlier call asked for them, then the next
            chunk's (the last chunk: the caller's next rows) while this one is reduced */
-        if (j0 == 0 && pre) {
-            for (int64_t j = 0; j < n; j++) {
-                prefetch_span(k + (size_t)j * ks, slice);
-                prefetch_span(v + (size_t)j * vs, slice);
-            }
-        }
-        const char *pk = nk, *pv = nv;
-        int64_t pn = nk ? nn : 0;
-        if (j0 + n < npos) {
-            pk = k + (size_t)(j0 + n) * ks, pv = v + (size_t)(j0 + n) * vs;
-            pn = NX_MIN(npos - j0 - n, (int64_t)KERN_ATTN_CHUNK);
-        }
-        for (int64_t j = 0; j < pn; j++) {
-            prefetch_span(pk + (size_t)j * ks, slice);
-            prefetch_span(pv + (size_t)j * vs, slice);
-        }
+        if (j0 == 0 && pre) prefetch_rows(k, ks, v, vs, n, slice);
+        const char *pk, *pv;
+        int64_t pn = att_next_rows(k, ks, v, vs, j0, n, npos, nk, nv, nn, &pk, &pv);
+        prefetch_rows(pk, ks, pv, vs, pn, slice);
         for (int64_t p0 = 0; p0 < n; p0 += 16)
             wide_kt(kvt, hd, k + (size_t)(j0 + p0) * ks, ks, NX_MIN(n - p0, (int64_t)16), kt + p0 * hd);
         for (int64_t j = 0; j < n; j++) {
@@ -489,28 +476,15 @@ static void wide_range(enum nx_type kvt, int64_t hd, const char *k, size_t ks, c
         }
         for (int64_t g0 = 0; g0 < ng; g0 += WIDE_HEADS) {
             int64_t gn = NX_MIN(ng - g0, (int64_t)WIDE_HEADS);
-            float *ob = part + g0 * os + 2, *mg = m, *lg = l;
-            if (npos > KERN_ATTN_CHUNK) { /* running states of these rows across chunks */
-                mg = part + g0 * os, lg = part + g0 * os + 1;
-            }
+            float *pg = part + g0 * os;
             wide_scores(hd, kt, n, q + g0 * hd, gn, scale, sbuf, KERN_ATTN_CHUNK);
             for (int64_t g = 0; g < gn; g++) {
-                float *mp = npos > KERN_ATTN_CHUNK ? mg + g * os : mg + g;
-                float *lp = npos > KERN_ATTN_CHUNK ? lg + g * os : lg + g;
-                if (j0 == 0) *mp = -INFINITY, *lp = 0.0f;
-                float alpha = softmax_chunk(sbuf + g * KERN_ATTN_CHUNK, n, mp, lp);
-                if (j0 > 0) {
-                    float *o = ob + g * os;
-                    __m256 va = _mm256_set1_ps(alpha);
-                    int64_t i = 0;
-                    for (; i + 8 <= hd; i += 8) _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), va));
-                    for (; i < hd; i++) o[i] *= alpha;
-                }
+                float *r = pg + g * os;
+                if (j0 == 0) r[0] = -INFINITY, r[1] = 0.0f;
+                float alpha = softmax_chunk(sbuf + g * KERN_ATTN_CHUNK, n, &r[0], &r[1]);
+                if (j0 > 0) att_rescale(r + 2, hd, alpha);
             }
-            wide_values(hd, vf, n, sbuf, KERN_ATTN_CHUNK, gn, ob, os, j0 == 0);
-            if (npos <= KERN_ATTN_CHUNK) {
-                for (int64_t g = 0; g < gn; g++) part[(g0 + g) * os] = m[g], part[(g0 + g) * os + 1] = l[g];
-            }
+            wide_values(hd, vf, n, sbuf, KERN_ATTN_CHUNK, gn, pg + 2, os, j0 == 0);
         }
     }
 }

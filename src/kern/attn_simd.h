@@ -118,6 +118,41 @@ static inline __attribute__((always_inline)) float softmax_chunk(float *s, int64
     return alpha;
 }
 
+/* ---- steps of a fused pass over one KV range (the driver below and attn_avx512.c's wide path) - */
+
+/* The K and V slices of rows [0, n) (rows ks / vs bytes apart) asked for at once. */
+static inline __attribute__((always_inline)) void prefetch_rows(const char *k, size_t ks, const char *v,
+                                                                size_t vs, int64_t n, size_t slice) {
+    for (int64_t j = 0; j < n; j++) {
+        prefetch_span(k + (size_t)j * ks, slice);
+        prefetch_span(v + (size_t)j * vs, slice);
+    }
+}
+
+/* The rows to prefetch while the chunk [j0, j0 + n) of a range of npos positions is reduced: the
+ * next chunk's (at most KERN_ATTN_CHUNK), or after the last chunk the caller's next rows nk, nv
+ * (nn of them; NULL: none). Sets *pk, *pv; returns how many. */
+static inline __attribute__((always_inline)) int64_t att_next_rows(const char *k, size_t ks, const char *v,
+                                                                   size_t vs, int64_t j0, int64_t n,
+                                                                   int64_t npos, const char *nk,
+                                                                   const char *nv, int64_t nn,
+                                                                   const char **pk, const char **pv) {
+    if (j0 + n < npos) {
+        *pk = k + (size_t)(j0 + n) * ks, *pv = v + (size_t)(j0 + n) * vs;
+        return NX_MIN(npos - j0 - n, (int64_t)KERN_ATTN_CHUNK);
+    }
+    *pk = nk, *pv = nv;
+    return nk ? nn : 0;
+}
+
+/* o[0..hd) *= alpha (a head's running values, rescaled after softmax_chunk). */
+static inline __attribute__((always_inline)) void att_rescale(float *o, int64_t hd, float alpha) {
+    __m256 va = _mm256_set1_ps(alpha);
+    int64_t i = 0;
+    for (; i + 8 <= hd; i += 8) _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), va));
+    for (; i < hd; i++) o[i] *= alpha;
+}
+
 /* ---- the fused driver (kern_attn_block / kern_attn_blocks) ----------------------------------- */
 
 enum { ATT_FUSED_HEADS = 8 }; /* heads per fused pass (the driver's buffers are on the stack) */
@@ -174,18 +209,9 @@ static inline void att_fused_group(const struct att_chunk_fns *f, int64_t hd, co
          * unless the previous call prefetched them (a paged KV block is a few KiB the hardware
          * prefetchers have no time to ramp up on); each chunk prefetches the next one's (the
          * last chunk: the caller's next rows) as its scores and values run */
-        if (j0 == 0 && pre) {
-            for (int64_t j = 0; j < n; j++) {
-                prefetch_span(k + (size_t)j * ks, slice);
-                prefetch_span(v + (size_t)j * vs, slice);
-            }
-        }
-        const char *pk = nk, *pv = nv;
-        int64_t pn = nk ? nn : 0;
-        if (j0 + n < npos) {
-            pk = k + (size_t)(j0 + n) * ks, pv = v + (size_t)(j0 + n) * vs;
-            pn = NX_MIN(npos - j0 - n, (int64_t)KERN_ATTN_CHUNK);
-        }
+        if (j0 == 0 && pre) prefetch_rows(k, ks, v, vs, n, slice);
+        const char *pk, *pv;
+        int64_t pn = att_next_rows(k, ks, v, vs, j0, n, npos, nk, nv, nn, &pk, &pv);
         struct att_ahead ah = {0};
         if (ahead) {
             ah = *ahead;
@@ -195,13 +221,7 @@ static inline void att_fused_group(const struct att_chunk_fns *f, int64_t hd, co
                   ahead && ah.n > 0 ? &ah : NULL);
         for (int64_t g = 0; g < ng; g++) {
             float alpha = softmax_chunk(sbuf + g * KERN_ATTN_CHUNK, n, &m[g], &l[g]);
-            if (j0 > 0) {
-                float *o = ob + g * os;
-                __m256 va = _mm256_set1_ps(alpha);
-                int64_t i = 0;
-                for (; i + 8 <= hd; i += 8) _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_loadu_ps(o + i), va));
-                for (; i < hd; i++) o[i] *= alpha;
-            }
+            if (j0 > 0) att_rescale(ob + g * os, hd, alpha);
         }
         f->values(hd, v + (size_t)j0 * vs, vs, n, sbuf, KERN_ATTN_CHUNK, ng, ob, os, j0 == 0, pv,
                   pn);
