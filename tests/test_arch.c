@@ -637,6 +637,47 @@ TEST(arch_threads_identical) {
 }
 
 /*
+ * A batch beyond the X4 in-place tiles' columns (100 tokens; all logits, so the output product
+ * has 100 columns too) runs on prepared batches (kern_batch_cols): 1, 2 and 3 threads (every
+ * operation split, the batch's columns prepared in each thread's share) and one token per call
+ * (the in-place tiles, rows prepared one at a time) give bit-identical logits.
+ */
+TEST(arch_x4_prepared_batch_identical) {
+    struct mkmodel_params p;
+    struct nx_err err;
+    char path[256], msg[512] = "";
+    const char *types[] = {"f16", "bf16"};
+    kern_set_min_ns_per_thread(0);
+    for (size_t i = 0; i < NX_ARRAY_LEN(types); i++) {
+        arch_params(&p, &g_archs[0], types[i]);
+        p.n_layer = 2;
+        ASSERT_OK(mkmodel_write(&p, test_tmp_path("x4batch.gguf", path, sizeof path), &err));
+        const int n = 100, nv = p.n_vocab;
+        int32_t tok[100];
+        make_tokens(tok, n, nv, 9);
+        size_t sz = (size_t)n * (size_t)nv;
+        double *l[4];
+        for (int r = 0; r < 4; r++) ASSERT_TRUE((l[r] = malloc(sz * sizeof(double))) != NULL);
+        static const int threads[4] = {1, 2, 3, 2};
+        for (int r = 0; r < 4; r++)
+            if (!engine_logits(path, tok, n, threads[r], r == 3, l[r], msg, sizeof msg))
+                FAILF("%s: %s", types[i], msg);
+        if (kern_batch_cols(kern_weight_layout(NX_TYPE_F16, p.n_embd, p.n_embd), n) == 0)
+            printf("  %s: no prepared batches in this kernel set (the paths still agree)\n",
+                   types[i]);
+        for (int r = 1; r < 4; r++)
+            if (memcmp(l[0], l[r], sz * sizeof(double)) != 0) {
+                int wp = 0, wi = 0;
+                worst_diff(l[0], l[r], n, nv, &wp, &wi);
+                FAILF("%s: %d threads%s differ from 1 thread, e.g. pos %d id %d", types[i],
+                      threads[r], r == 3 ? " one token per call" : "", wp, wi);
+            }
+        for (int r = 0; r < 4; r++) free(l[r]);
+    }
+    kern_set_min_ns_per_thread(-1);
+}
+
+/*
  * Q4_K weights copied into memory take the kernels' layout (Q4_K_IL on AVX2); with mmap they
  * stay as in the file. Logits (a batch, then single tokens) are bit-identical either way, and
  * the model fingerprint of KV block files is the same.

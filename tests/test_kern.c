@@ -1152,13 +1152,57 @@ struct x4_call {
     const uint8_t *w;
     const struct mm_problem *p;
     float *y;
+    const float *xb; /* a prepared batch of nc columns, or NULL: the rows */
+    int64_t nc;
 };
 static void *x4_call_without_scratch(void *arg) {
     const struct x4_call *a = arg;
     kern_avx2_test_fail_scratch(true);
-    a->set->matmul(a->wt, a->k, a->w, a->p->ws, 0, a->p->rows, a->p->xq, a->p->xs, a->p->nc, a->y, a->p->rows);
+    if (a->xb)
+        a->set->matmul_batch(a->wt, a->k, a->w, a->p->ws, 0, a->p->rows, a->xb, a->nc, a->y, a->p->rows);
+    else
+        a->set->matmul(a->wt, a->k, a->w, a->p->ws, 0, a->p->rows, a->p->xq, a->p->xs, a->nc, a->y, a->p->rows);
     kern_avx2_test_fail_scratch(false);
     return NULL;
+}
+
+/* The prepared-batch path (kern_batch_cols > 0: X4 weights beyond the in-place columns): the
+ * batch prepared from the float rows in growing column pieces (as threads share it), then the
+ * product in row pieces, over all rows, and without scratch: each the bits of the row calls
+ * (y1, the nc = 1 results). */
+static void check_x4_batch(const struct kern_table *set, enum nx_type wt, const struct mm_problem *p,
+                           const uint8_t *wx, const float *y1, float *yn, int64_t nc) {
+    int q = set->batch_cols(wt, nc);
+    if (q == 0) return;
+    int64_t k = p->k, rows = p->rows;
+    ASSERT_TRUE(KERN_BATCH_ALIGN % q == 0);
+    size_t bytes = (size_t)nc * (size_t)k * sizeof(float);
+    ASSERT_TRUE(bytes <= (size_t)nc * kern_act_row_bytes(wt, k));
+    float *xb = malloc(bytes);
+    memset(xb, 0xff, bytes); /* NaN: a hole the preparation leaves shows in the results */
+    for (int64_t c0 = 0, len = q; c0 < nc; c0 += len, len += q)
+        set->prepare_batch(wt, k, (const float *)p->xq, (int64_t)(p->xs / sizeof(float)), nc, c0,
+                           NX_MIN(nc, c0 + len), xb);
+    memset(yn, 0xff, (size_t)(nc * rows) * sizeof(float));
+    for (int64_t r0 = 0, len = 4; r0 < rows; r0 += len, len += 4)
+        set->matmul_batch(wt, k, wx, p->ws, r0, NX_MIN(rows, r0 + len), xb, nc, yn, rows);
+    if (memcmp(y1, yn, (size_t)(nc * rows) * sizeof(float)) != 0)
+        FAILF("%s %s k=%lld nc=%lld: the prepared batch in row pieces differs from nc=1", set->name,
+              nx_type_name(wt), (long long)k, (long long)nc);
+    memset(yn, 0xff, (size_t)(nc * rows) * sizeof(float));
+    set->matmul_batch(wt, k, wx, p->ws, 0, rows, xb, nc, yn, rows);
+    if (memcmp(y1, yn, (size_t)(nc * rows) * sizeof(float)) != 0)
+        FAILF("%s %s k=%lld nc=%lld: the prepared batch over all rows differs from nc=1", set->name,
+              nx_type_name(wt), (long long)k, (long long)nc);
+    memset(yn, 0xff, (size_t)(nc * rows) * sizeof(float));
+    struct x4_call call = {set, wt, k, wx, p, yn, xb, nc};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, x4_call_without_scratch, &call), 0);
+    pthread_join(th, NULL);
+    if (memcmp(y1, yn, (size_t)(nc * rows) * sizeof(float)) != 0)
+        FAILF("%s %s k=%lld nc=%lld: the prepared batch without scratch differs", set->name,
+              nx_type_name(wt), (long long)k, (long long)nc);
+    free(xb);
 }
 
 /* One SIMD set on an X4 matrix: within tolerance of the reference; columns, row ranges and
@@ -1190,10 +1234,12 @@ static void check_x4_set(const struct kern_table *set, enum nx_type wt, const st
         if (memcmp(y1, yn, nc * rows * sizeof(float)) != 0)
             FAILF("%s %s k=%lld: an nc=%lld call over all rows differs from nc=1", set->name,
                   nx_type_name(wt), (long long)k, (long long)nc);
+        check_x4_batch(set, wt, p, wx, y1, yn, nc);
     }
+    ASSERT_TRUE(set->batch_cols(wt, p->nc) > 0); /* every set prepares a batch of 70 columns */
     /* no scratch (a fresh thread, whose first buffer fails): the decode tiles, same bits */
     memset(yn, 0xff, n * sizeof(float));
-    struct x4_call call = {set, wt, k, wx, p, yn};
+    struct x4_call call = {set, wt, k, wx, p, yn, NULL, p->nc};
     pthread_t th;
     ASSERT_EQ(pthread_create(&th, NULL, x4_call_without_scratch, &call), 0);
     pthread_join(th, NULL);

@@ -313,6 +313,28 @@ void kern_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int
     mm_set(wt)->matmul(wt, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
 }
 
+int kern_batch_cols(enum nx_type wt, int64_t nc) {
+    const struct kern_table *t = mm_set(wt);
+    int q = t->batch_cols ? t->batch_cols(wt, nc) : 0;
+    NX_ASSERT(q >= 0 && (q == 0 || KERN_BATCH_ALIGN % q == 0));
+    return q;
+}
+
+void kern_prepare_batch(enum nx_type wt, int64_t k, const float *x, int64_t ldx, int64_t nc,
+                        int64_t c0, int64_t c1, void *xb) {
+    const struct kern_table *t = mm_set(wt);
+    NX_ASSERT(t->prepare_batch && t->batch_cols(wt, nc) > 0 && "kern_prepare_batch: no batch");
+    t->prepare_batch(wt, k, x, ldx, nc, c0, c1, xb);
+}
+
+void kern_matmul_batch(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
+                       int64_t r1, const void *xb, int64_t nc, float *y, int64_t y_stride) {
+    if (r1 <= r0 || nc <= 0) return;
+    const struct kern_table *t = mm_set(wt);
+    NX_ASSERT(t->matmul_batch && t->batch_cols(wt, nc) > 0 && "kern_matmul_batch: no batch");
+    t->matmul_batch(wt, k, w, w_stride, r0, r1, xb, nc, y, y_stride);
+}
+
 float kern_dot_kv(enum nx_type kvt, int64_t n, const void *k, const float *q) {
     return kern_table_current()->dot_kv(kvt, n, k, q);
 }

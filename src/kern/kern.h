@@ -79,11 +79,29 @@ void kern_quantize_act(enum nx_type wt, const float *x, void *xq, int64_t k);
 void kern_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
                  int64_t r1, const void *xq, size_t xq_stride, int64_t nc, float *y,
                  int64_t y_stride);
+/*
+ * Prepared batches (prefill). For some weight types and column counts a set's kernels
+ * re-arrange the activations of a many-column product inside every kern_matmul call (each call,
+ * each thread, each product that reads the same rows). kern_batch_cols(wt, nc) > 0 says that
+ * they can read them prepared once instead, for every product of weights of type wt over the
+ * same nc rows: kern_prepare_batch writes columns [c0, c1) of the batch from the float rows x
+ * (ldx floats apart; the rows kern_quantize_act would take), c0 a multiple of kern_batch_cols,
+ * c1 too or nc, so threads can share the work (the value divides KERN_BATCH_ALIGN); the batch
+ * takes at most nc * kern_act_row_bytes(wt, k) bytes. kern_matmul_batch is kern_matmul over it,
+ * with the same bits as kern_matmul over the rows prepared one at a time. 0: kern_matmul only.
+ * Calls for one batch must see the same kernel set (no kern_force_ref in between).
+ */
+#define KERN_BATCH_ALIGN 3
+int kern_batch_cols(enum nx_type wt, int64_t nc);
+void kern_prepare_batch(enum nx_type wt, int64_t k, const float *x, int64_t ldx, int64_t nc,
+                        int64_t c0, int64_t c1, void *xb);
+void kern_matmul_batch(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
+                       int64_t r1, const void *xb, int64_t nc, float *y, int64_t y_stride);
 /* How many row ranges per thread a product of weights of type t with nc columns is best split
  * into: 8 for decode and small batches (balance); for prefill, 3 for quantized weights and 2
- * for X4 ones, whose kernels re-arrange the activations in each call (a cost per call that
- * grows with the columns; 2 measured 0-10% faster than 3 for X4 on the F16 1B model's
- * prefill), 8 for the others. */
+ * for X4 ones (2 measured 0-10% faster than 3 on the F16 1B model's prefill when each call
+ * re-arranged its activations; with prepared batches, 4 alternated rounds on Zen 5, pp512 t/s
+ * at 2 / 4 / 8: 143-158 / 141-155 / 136-147), 8 for the others. */
 int kern_matmul_chunks_per_thread(enum nx_type t, int64_t nc);
 /* A row count that the rows of every set's prefill tiles for weights of type t divide (32 for
  * X4 weights: AVX-512 tiles of 32 rows, AVX2 of 8; 48 for the others: 6, 16, 3 ...): splitting

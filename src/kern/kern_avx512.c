@@ -810,7 +810,7 @@ static void avx512_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_st
     }
     if (nx_type_is_x4(wt)) { /* internal ids (types.h) */
         x4_drive(&g_x4_sets[wt == NX_TYPE_BF16_X4], wt, k, w, w_stride, r0, r1, xq, xq_stride,
-                 nc, y, y_stride);
+                 nc, y, y_stride, NULL);
         return;
     }
     const struct tile_set *t;
@@ -829,6 +829,23 @@ static void avx512_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_st
     mm_drive(t, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
 }
 
+/* Prepared batches: X4 weights beyond the in-place columns (x4_drive, x4_prepare_batch). */
+static int avx512_batch_cols(enum nx_type wt, int64_t nc) {
+    return nx_type_is_x4(wt) && nc > X4_INPLACE_NC_AVX512 ? g_x4_sets[0].tc : 0;
+}
+
+static void avx512_prepare_batch(enum nx_type wt, int64_t k, const float *x, int64_t ldx,
+                                 int64_t nc, int64_t c0, int64_t c1, void *xb) {
+    x4_prepare_batch(&g_x4_sets[wt == NX_TYPE_BF16_X4], k, x, ldx, nc, c0, c1, xb);
+}
+
+static void avx512_matmul_batch(enum nx_type wt, int64_t k, const void *w, size_t w_stride,
+                                int64_t r0, int64_t r1, const void *xb, int64_t nc, float *y,
+                                int64_t y_stride) {
+    x4_drive(&g_x4_sets[wt == NX_TYPE_BF16_X4], wt, k, w, w_stride, r0, r1, NULL, 0, nc, y,
+             y_stride, xb);
+}
+
 const struct kern_table kern_table_avx512 = {
     .name = "avx512",
     .quantize_act = kern_avx2_quantize_act,
@@ -845,4 +862,7 @@ const struct kern_table kern_table_avx512 = {
     .load_kv = kern_avx2_load_kv,
     .swiglu = kern_avx2_swiglu,
     .weight_layout = avx512_weight_layout,
+    .batch_cols = avx512_batch_cols,
+    .prepare_batch = avx512_prepare_batch,
+    .matmul_batch = avx512_matmul_batch,
 };

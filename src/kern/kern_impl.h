@@ -54,6 +54,12 @@ struct kern_table {
     void (*attn_merge)(int64_t hd, int64_t ng, int64_t nparts, const float *parts, float *out);
     /* kern_weight_layout for this set; NULL: every type as it is in files */
     enum nx_type (*weight_layout)(enum nx_type t, int64_t ne0, int64_t ne1);
+    /* kern_batch_cols, kern_prepare_batch, kern_matmul_batch; NULL: no prepared batches */
+    int (*batch_cols)(enum nx_type wt, int64_t nc);
+    void (*prepare_batch)(enum nx_type wt, int64_t k, const float *x, int64_t ldx, int64_t nc,
+                          int64_t c0, int64_t c1, void *xb);
+    void (*matmul_batch)(enum nx_type wt, int64_t k, const void *w, size_t w_stride, int64_t r0,
+                         int64_t r1, const void *xb, int64_t nc, float *y, int64_t y_stride);
 };
 
 void kern_ref_softmax(float *x, int64_t n);

@@ -224,29 +224,76 @@ static inline void x4_inplace(const struct x4_set *s, int64_t k, const uint8_t *
  * converted once into floats (s->convert: L1 or L2), then every column tile of the call over
  * it. No scratch: x4_inplace, same bits.
  */
-static inline void x4_drive(const struct x4_set *s, enum nx_type wt, int64_t k, const void *wv,
-                            size_t ws, int64_t r0, int64_t r1, const void *xv, size_t xs,
-                            int64_t nc, float *y, int64_t ys) {
-    const uint8_t *w = wv, *x = xv;
-    NX_ASSERT(r0 % 4 == 0 && r1 % 4 == 0 && k % 16 == 0);
-    uint8_t *buf = nc <= s->inplace_nc ? NULL : kern_avx2_scratch(kern_x4_scratch_bytes(nc));
-    if (!buf) {
-        x4_inplace(s, k, w, ws, r0, r1, x, xs, nc, y, ys);
-        return;
-    }
-    float *xp = (float *)buf, *wp = xp + (size_t)nc * X4_KC;
+/* x4_drive's k-blocks with tiles of up to tg groups: activations packed per k-block into xp
+ * (xb NULL) or read from the prepared batch xb; weights converted into wp. */
+static inline void x4_blocks(const struct x4_set *s, int tg, enum nx_type wt, int64_t k,
+                             const uint8_t *w, size_t ws, int64_t r0, int64_t r1, const uint8_t *x,
+                             size_t xs, int64_t nc, float *y, int64_t ys, const float *xb,
+                             float *xp, float *wp) {
     for (int64_t k0 = 0; k0 < k; k0 += X4_KC) {
         int64_t n = NX_MIN((int64_t)X4_KC, k - k0);
-        s->pack(x, xs, nc, s->tc, k0, n, xp);
-        for (int64_t r = r0; r < r1; r += 4 * s->tg) {
-            int G = (int)NX_MIN((int64_t)s->tg, (r1 - r) / 4);
+        if (!xb) s->pack(x, xs, nc, s->tc, k0, n, xp);
+        for (int64_t r = r0; r < r1; r += 4 * tg) {
+            int G = (int)NX_MIN((int64_t)tg, (r1 - r) / 4);
             s->convert(wt, w, ws, r, G, k0, n, wp);
             for (int64_t c0 = 0; c0 < nc; c0 += s->tc) {
                 int C = (int)NX_MIN((int64_t)s->tc, nc - c0);
-                s->tiles[(G - 1) * s->tc + C - 1](n, wp, xp + (size_t)c0 * (size_t)n,
-                                                  y + c0 * ys + r, ys, k0 == 0);
+                const float *xt = (xb ? xb + (size_t)k0 * (size_t)nc : xp) + (size_t)c0 * (size_t)n;
+                s->tiles[(G - 1) * s->tc + C - 1](n, wp, xt, y + c0 * ys + r, ys, k0 == 0);
             }
         }
+    }
+}
+
+/* A prepared batch without the scratch (it could not grow): tiles of one group, whose k-block
+ * of converted weights (16 x X4_KC floats at most, in either set's layout) fits the stack. */
+static __attribute__((noinline)) void x4_batch_small(const struct x4_set *s, enum nx_type wt,
+                                                     int64_t k, const uint8_t *w, size_t ws,
+                                                     int64_t r0, int64_t r1, int64_t nc, float *y,
+                                                     int64_t ys, const float *xb) {
+    float wp[16 * X4_KC];
+    x4_blocks(s, 1, wt, k, w, ws, r0, r1, NULL, 0, nc, y, ys, xb, NULL, wp);
+}
+
+/*
+ * The product over [r0, r1) x nc columns. Above s->inplace_nc columns, the activations of each
+ * k-block are packed for the prefill tiles in every call (xb NULL: x, xs are the rows), or were
+ * packed once for the whole batch (xb: x4_prepare_batch's layout, x unused): the k-blocks one
+ * after the other, each as the call's own packing lays it out, so both give the same bits.
+ */
+static inline void x4_drive(const struct x4_set *s, enum nx_type wt, int64_t k, const void *wv,
+                            size_t ws, int64_t r0, int64_t r1, const void *xv, size_t xs,
+                            int64_t nc, float *y, int64_t ys, const float *xb) {
+    const uint8_t *w = wv, *x = xv;
+    NX_ASSERT(r0 % 4 == 0 && r1 % 4 == 0 && k % 16 == 0);
+    NX_ASSERT((!xb || nc > s->inplace_nc) && "x4_drive: a prepared batch needs the prefill tiles");
+    size_t sbytes = kern_x4_scratch_bytes(nc) - (xb ? (size_t)nc * X4_KC * sizeof(float) : 0);
+    uint8_t *buf = nc <= s->inplace_nc ? NULL : kern_avx2_scratch(sbytes);
+    if (!buf && !xb) {
+        x4_inplace(s, k, w, ws, r0, r1, x, xs, nc, y, ys);
+        return;
+    }
+    if (!buf) { /* a prepared batch, no scratch for the weights: one group at a time */
+        x4_batch_small(s, wt, k, w, ws, r0, r1, nc, y, ys, xb);
+        return;
+    }
+    float *xp = xb ? NULL : (float *)buf, *wp = (float *)buf + (xb ? 0 : (size_t)nc * X4_KC);
+    x4_blocks(s, s->tg, wt, k, w, ws, r0, r1, x, xs, nc, y, ys, xb, xp, wp);
+}
+
+/* Columns [c0, c1) of a batch of nc activation rows (floats, x, ldx apart) packed for
+ * x4_drive's prefill tiles, at xb (nc * k floats in all): k-block [k0, k0 + n) at xb + k0 * nc
+ * as s->pack lays out one (column tile c0 at + c0 * n: each k-block contiguous, as the tiles
+ * stream it, not strided by whole columns, which maps a k = 8192 batch's tiles onto a fifth
+ * of a 16-way L2's sets). c0 is a multiple of s->tc, c1 too or nc. */
+static inline void x4_prepare_batch(const struct x4_set *s, int64_t k, const float *x, int64_t ldx,
+                                    int64_t nc, int64_t c0, int64_t c1, float *xb) {
+    NX_ASSERT(c0 % s->tc == 0 && (c1 % s->tc == 0 || c1 == nc) && k % 16 == 0);
+    if (c1 <= c0) return;
+    for (int64_t k0 = 0; k0 < k; k0 += X4_KC) {
+        int64_t n = NX_MIN((int64_t)X4_KC, k - k0);
+        s->pack((const uint8_t *)(x + c0 * ldx), (size_t)ldx * sizeof(float), c1 - c0, s->tc, k0,
+                n, xb + (size_t)k0 * (size_t)nc + (size_t)c0 * (size_t)n);
     }
 }
 

@@ -35,10 +35,26 @@
 #include "model/model.h"
 #include "model/ops.h"
 
-/* Prepare activation rows [t0,t1) of src (row length k, stride lds floats) for weight type wt. */
+/* Prepare this thread's activation rows [t0,t1) of the n rows of src (row length k, stride lds
+ * floats) for weight type wt: each row on its own (c->xq_row apart), or, where wt's kernels
+ * read n columns as a prepared batch (kern_batch_cols), the batch's columns [t0, t1) (row
+ * splits are aligned to KERN_BATCH_ALIGN). matmul_rows makes the same choice. */
 static void prep_rows(struct nx_ctx *c, unsigned char *xq, enum nx_type wt, const float *src,
-                      int64_t lds, int64_t k, int64_t t0, int64_t t1) {
+                      int64_t lds, int64_t k, int64_t n, int64_t t0, int64_t t1) {
+    if (kern_batch_cols(wt, n) > 0) {
+        kern_prepare_batch(wt, k, src, lds, n, t0, t1, xq);
+        return;
+    }
     for (int64_t t = t0; t < t1; t++) kern_quantize_act(wt, src + t * lds, xq + t * c->xq_row, k);
+}
+
+/* y = W . X over rows [r0, r1) for the n columns prep_rows prepared in xq. */
+static void matmul_rows(const struct nx_ctx *c, const struct nx_weight *w, const unsigned char *xq,
+                        int64_t r0, int64_t r1, int64_t n, float *y, int64_t ldy) {
+    if (kern_batch_cols(w->type, n) > 0)
+        kern_matmul_batch(w->type, w->ne0, w->data, w->row_bytes, r0, r1, xq, n, y, ldy);
+    else
+        kern_matmul(w->type, w->ne0, w->data, w->row_bytes, r0, r1, xq, c->xq_row, n, y, ldy);
 }
 
 /*
@@ -94,15 +110,13 @@ static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs,
         const struct mm_job *jb = &jobs[j];
         const struct nx_weight *w = jb->w;
         int64_t r0 = t * chunk[j], r1 = NX_MIN(r0 + chunk[j], w->ne1);
-        kern_matmul(w->type, w->ne0, w->data, w->row_bytes, r0, r1, jb->xq, c->xq_row, n, jb->y,
-                    jb->ldy);
+        matmul_rows(c, w, jb->xq, r0, r1, n, jb->y, jb->ldy);
         if (jb->post == MM_ADD_RESIDUAL) {
             for (int64_t i = 0; i < n; i++)
                 for (int64_t r = r0; r < r1; r++) c->x[i * jb->ldy + r] += jb->y[i * jb->ldy + r];
         } else if (jb->post == MM_SWIGLU) {
             const struct nx_weight *u = jb->w2;
-            kern_matmul(u->type, u->ne0, u->data, u->row_bytes, r0, r1, jb->xq2, c->xq_row, n,
-                        jb->y2, jb->ldy);
+            matmul_rows(c, u, jb->xq2, r0, r1, n, jb->y2, jb->ldy);
             for (int64_t i = 0; i < n; i++) {
                 kern_swiglu(jb->y + i * jb->ldy + r0, jb->y2 + i * jb->ldy + r0, r1 - r0);
             }
@@ -115,7 +129,7 @@ static void mm_phase(struct nx_ctx *c, int64_t *base, const struct mm_job *jobs,
  * length W->ne0), then the product into tmp (n, n_embd) with the residual add per chunk. */
 static void residual_matmul(struct nx_ctx *c, const struct nx_weight *w, const float *src,
                             float *tmp, int64_t *base, int64_t t0, int64_t t1, int ith, int nth) {
-    prep_rows(c, c->xq_a, w->type, src, w->ne0, w->ne0, t0, t1);
+    prep_rows(c, c->xq_a, w->type, src, w->ne0, w->ne0, c->job_n, t0, t1);
     nx_pool_barrier(c->pool);
     struct mm_job j = {w, c->xq_a, tmp, w->ne1, MM_ADD_RESIDUAL, 0, 0, 0};
     mm_phase(c, base, &j, 1, c->job_n, ith, nth);
@@ -354,8 +368,8 @@ static void forward_worker(void *arg, int ith, int nth) {
     const int64_t n_embd = hp->n_embd, hd = hp->head_dim;
     const int64_t qd = (int64_t)hp->n_head * hd, kvd = (int64_t)hp->n_head_kv * hd;
     const int64_t n_ff = hp->n_ff, half = hp->n_rot / 2;
-    int64_t t0, t1;
-    op_split(n, 1, ith, nth, &t0, &t1);
+    int64_t t0, t1; /* this thread's token rows (norms, prep_rows' columns) */
+    op_split(n, KERN_BATCH_ALIGN, ith, nth, &t0, &t1);
     int64_t base = 0; /* this thread's view of where the chunk counter's current phase starts */
 
     /* embeddings and the RoPE table for this batch */
@@ -374,9 +388,9 @@ static void forward_worker(void *arg, int ith, int nth) {
         /* attention norm, activations for q/k/v */
         for (int64_t t = t0; t < t1; t++)
             op_rmsnorm(c->xn + t * n_embd, c->x + t * n_embd, L->attn_norm, n_embd, hp->rms_eps);
-        prep_rows(c, c->xq_a, L->wq.type, c->xn, n_embd, n_embd, t0, t1);
+        prep_rows(c, c->xq_a, L->wq.type, c->xn, n_embd, n_embd, n, t0, t1);
         if (k_sep || v_sep)
-            prep_rows(c, c->xq_b, k_sep ? L->wk.type : L->wv.type, c->xn, n_embd, n_embd, t0, t1);
+            prep_rows(c, c->xq_b, k_sep ? L->wk.type : L->wv.type, c->xn, n_embd, n_embd, n, t0, t1);
         nx_pool_barrier(pool);
         if (v_sep && k_sep && !kv_same) {
             /* three different weight types: q and k first, then v with its own activations */
@@ -384,7 +398,7 @@ static void forward_worker(void *arg, int ith, int nth) {
                                    {&L->wk, c->xq_b, c->k, kvd, MM_STORE, 0, 0, 0}};
             mm_phase(c, &base, qk, 2, n, ith, nth);
             nx_pool_barrier(pool);
-            prep_rows(c, c->xq_b, L->wv.type, c->xn, n_embd, n_embd, t0, t1);
+            prep_rows(c, c->xq_b, L->wv.type, c->xn, n_embd, n_embd, n, t0, t1);
             nx_pool_barrier(pool);
             struct mm_job vj = {&L->wv, c->xq_b, c->v, kvd, MM_STORE, 0, 0, 0};
             mm_phase(c, &base, &vj, 1, n, ith, nth);
@@ -449,9 +463,9 @@ static void forward_worker(void *arg, int ith, int nth) {
         /* feed-forward: down(silu(gate x) * up x) */
         for (int64_t t = t0; t < t1; t++)
             op_rmsnorm(c->xn + t * n_embd, c->x + t * n_embd, L->ffn_norm, n_embd, hp->rms_eps);
-        prep_rows(c, c->xq_a, L->gate.type, c->xn, n_embd, n_embd, t0, t1);
+        prep_rows(c, c->xq_a, L->gate.type, c->xn, n_embd, n_embd, n, t0, t1);
         if (L->up.type != L->gate.type)
-            prep_rows(c, c->xq_b, L->up.type, c->xn, n_embd, n_embd, t0, t1);
+            prep_rows(c, c->xq_b, L->up.type, c->xn, n_embd, n_embd, n, t0, t1);
         nx_pool_barrier(pool);
         {
             struct mm_job gj = {&L->gate, c->xq_a, c->ffa, n_ff, MM_SWIGLU, &L->up,
@@ -465,11 +479,11 @@ static void forward_worker(void *arg, int ith, int nth) {
     /* output: final norm and logits for tokens [out0, n) */
     int64_t nout = c->job_nout;
     int64_t o0, o1;
-    op_split(nout, 1, ith, nth, &o0, &o1);
+    op_split(nout, KERN_BATCH_ALIGN, ith, nth, &o0, &o1);
     for (int64_t t = o0; t < o1; t++)
         op_rmsnorm(c->xn + t * n_embd, c->x + (int64_t)c->job_out[t] * n_embd, m->output_norm,
                    n_embd, hp->rms_eps);
-    prep_rows(c, c->xq_a, m->output.type, c->xn, n_embd, n_embd, o0, o1);
+    prep_rows(c, c->xq_a, m->output.type, c->xn, n_embd, n_embd, nout, o0, o1);
     nx_pool_barrier(pool);
     if (nout > 0) {
         struct mm_job lj = {&m->output, c->xq_a, c->job_logits, hp->n_vocab, MM_STORE, 0, 0, 0};
