@@ -65,7 +65,9 @@ for r in $(seq 1 "$REPS"); do
     echo "pairs: round $r/$REPS done ($(( $(date +%s) - t_start )) s)" >&2
 done
 
-CMD="THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS${NX_KERNELS:+ NX_KERNELS=$NX_KERNELS} bench/pairs.sh $MODELS"
+CMD="THREADS=$THREADS PP=$PP TG=$TG REPS=$REPS${NX_KERNELS:+ NX_KERNELS=$NX_KERNELS}"
+[ "$LLAMA_BIN" = /work/llama.cpp-build/bin ] || CMD="$CMD LLAMA_BIN=$LLAMA_BIN"
+CMD="$CMD${LLAMA_LIB:+ LLAMA_LIB=$LLAMA_LIB} bench/pairs.sh $MODELS"
 /usr/bin/python3 - "$raw" "$OUT" "$REPS" "$PP" "$TG" "$LABEL" "$CMD" $MODELS <<'EOF'
 import json, math, os, statistics as st, sys
 raw, out, reps, pp, tg, label, cmd = (sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]),

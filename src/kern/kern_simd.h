@@ -217,13 +217,6 @@ static inline void x4_inplace(const struct x4_set *s, int64_t k, const uint8_t *
     }
 }
 
-/*
- * kern_matmul for X4 weights: rows r0, r1 multiples of 4, k of 16. Up to s->inplace_nc
- * columns (decode, batches): x4_inplace, one pass over the weights. More: k-block by
- * k-block, the block's activations packed (s->pack: they stay in L2) and each tile's weights
- * converted once into floats (s->convert: L1 or L2), then every column tile of the call over
- * it. No scratch: x4_inplace, same bits.
- */
 /* x4_drive's k-blocks with tiles of up to tg groups: activations packed per k-block into xp
  * (xb NULL) or read from the prepared batch xb; weights converted into wp. */
 static inline void x4_blocks(const struct x4_set *s, int tg, enum nx_type wt, int64_t k,
@@ -256,10 +249,13 @@ static __attribute__((noinline)) void x4_batch_small(const struct x4_set *s, enu
 }
 
 /*
- * The product over [r0, r1) x nc columns. Above s->inplace_nc columns, the activations of each
- * k-block are packed for the prefill tiles in every call (xb NULL: x, xs are the rows), or were
- * packed once for the whole batch (xb: x4_prepare_batch's layout, x unused): the k-blocks one
- * after the other, each as the call's own packing lays it out, so both give the same bits.
+ * kern_matmul for X4 weights: rows r0, r1 multiples of 4, k of 16. Up to s->inplace_nc
+ * columns (decode, batches): x4_inplace, one pass over the weights. More: k-block by
+ * k-block, the block's activations packed (s->pack: in every call, xb NULL, x and xs the rows;
+ * or once for the whole batch, xb: x4_prepare_batch's layout, x unused, the k-blocks one after
+ * the other as a call's own packing lays each out, so both give the same bits) and each tile's
+ * weights converted once into floats (s->convert: L1 or L2), then every column tile over it.
+ * No scratch: x4_inplace, or for a prepared batch tiles of one group; same bits.
  */
 static inline void x4_drive(const struct x4_set *s, enum nx_type wt, int64_t k, const void *wv,
                             size_t ws, int64_t r0, int64_t r1, const void *xv, size_t xs,
