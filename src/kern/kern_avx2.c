@@ -1010,22 +1010,8 @@ void kern_avx2_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_stride
     mm_drive(t, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
 }
 
-/* Prepared batches: X4 weights beyond the in-place columns (x4_drive, x4_prepare_batch). */
-static int avx2_batch_cols(enum nx_type wt, int64_t nc) {
-    return nx_type_is_x4(wt) && nc > X4_INPLACE_NC_AVX2 ? g_x4_sets8[0].tc : 0;
-}
-
-static void avx2_prepare_batch(enum nx_type wt, int64_t k, const float *x, int64_t ldx,
-                               int64_t nc, int64_t c0, int64_t c1, void *xb) {
-    x4_prepare_batch(&g_x4_sets8[wt == NX_TYPE_BF16_X4], k, x, ldx, nc, c0, c1, xb);
-}
-
-static void avx2_matmul_batch(enum nx_type wt, int64_t k, const void *w, size_t w_stride,
-                              int64_t r0, int64_t r1, const void *xb, int64_t nc, float *y,
-                              int64_t y_stride) {
-    x4_drive(&g_x4_sets8[wt == NX_TYPE_BF16_X4], wt, k, w, w_stride, r0, r1, NULL, 0, nc, y,
-             y_stride, xb);
-}
+/* Prepared batches (kern.h): X4 weights beyond the in-place columns. */
+X4_BATCH_FNS(avx2, g_x4_sets8)
 
 /* ---- attention helpers -------------------------------------------------------------------- */
 

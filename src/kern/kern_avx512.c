@@ -829,22 +829,8 @@ static void avx512_matmul(enum nx_type wt, int64_t k, const void *w, size_t w_st
     mm_drive(t, k, w, w_stride, r0, r1, xq, xq_stride, nc, y, y_stride);
 }
 
-/* Prepared batches: X4 weights beyond the in-place columns (x4_drive, x4_prepare_batch). */
-static int avx512_batch_cols(enum nx_type wt, int64_t nc) {
-    return nx_type_is_x4(wt) && nc > X4_INPLACE_NC_AVX512 ? g_x4_sets[0].tc : 0;
-}
-
-static void avx512_prepare_batch(enum nx_type wt, int64_t k, const float *x, int64_t ldx,
-                                 int64_t nc, int64_t c0, int64_t c1, void *xb) {
-    x4_prepare_batch(&g_x4_sets[wt == NX_TYPE_BF16_X4], k, x, ldx, nc, c0, c1, xb);
-}
-
-static void avx512_matmul_batch(enum nx_type wt, int64_t k, const void *w, size_t w_stride,
-                                int64_t r0, int64_t r1, const void *xb, int64_t nc, float *y,
-                                int64_t y_stride) {
-    x4_drive(&g_x4_sets[wt == NX_TYPE_BF16_X4], wt, k, w, w_stride, r0, r1, NULL, 0, nc, y,
-             y_stride, xb);
-}
+/* Prepared batches (kern.h): X4 weights beyond the in-place columns. */
+X4_BATCH_FNS(avx512, g_x4_sets)
 
 const struct kern_table kern_table_avx512 = {
     .name = "avx512",

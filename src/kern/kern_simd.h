@@ -293,6 +293,24 @@ static inline void x4_prepare_batch(const struct x4_set *s, int64_t k, const flo
     }
 }
 
+/* A set's kern_table entries for prepared batches (kern.h), over its X4 sets `pair` (F16_X4,
+ * BF16_X4): a batch where x4_drive would pack per call (beyond the set's in-place columns). */
+#define X4_BATCH_FNS(prefix, pair) \
+    static int prefix##_batch_cols(enum nx_type wt, int64_t nc) { \
+        if (!nx_type_is_x4(wt)) return 0; \
+        const struct x4_set *s = &(pair)[wt == NX_TYPE_BF16_X4]; \
+        return nc > s->inplace_nc ? s->tc : 0; \
+    } \
+    static void prefix##_prepare_batch(enum nx_type wt, int64_t k, const float *x, int64_t ldx, \
+                                       int64_t nc, int64_t c0, int64_t c1, void *xb) { \
+        x4_prepare_batch(&(pair)[wt == NX_TYPE_BF16_X4], k, x, ldx, nc, c0, c1, xb); \
+    } \
+    static void prefix##_matmul_batch(enum nx_type wt, int64_t k, const void *w, size_t ws, \
+                                      int64_t r0, int64_t r1, const void *xb, int64_t nc, float *y, \
+                                      int64_t ys) { \
+        x4_drive(&(pair)[wt == NX_TYPE_BF16_X4], wt, k, w, ws, r0, r1, NULL, 0, nc, y, ys, xb); \
+    }
+
 /* ---- K-quant scales ----------------------------------------------------------------------- */
 
 /*
